@@ -1,0 +1,1 @@
+"""Helpers shared by every stage: errors, config loading, Merkle manifests, artifact I/O."""

@@ -1,0 +1,79 @@
+"""Stage 1, validate_dataset: schema and quality checks, PII redaction, deduplication,
+drift, a Merkle fingerprint of the clean data, optional DVC versioning.
+
+`run_to_dir` serves the CLI, `run_component` the KFP component; both call `execute`.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from kfp_llmops.components.common.errors import GateFailed
+
+from .config import DataValidationConfig
+from .validate import CLEAN_NAME, OutputPaths, ValidationResult, validate
+
+__all__ = ["DataValidationConfig", "ValidationResult", "execute", "run_component", "run_to_dir"]
+
+
+def execute(input_path: str, outputs: OutputPaths, config: DataValidationConfig,
+            report_path: str | None, reference_stats: str | None = None,
+            show_progress: bool = True) -> ValidationResult:
+    from . import report
+    result = validate(input_path, outputs, config, reference_stats, show_progress)
+    if config.dvc.enabled and result.passed:
+        from .dvc_store import record
+        result.metrics["dvc"] = record(outputs.clean, config.dvc)
+        if outputs.metrics:
+            from .validate import _write_json
+            _write_json(outputs.metrics, result.metrics)
+    if report_path:
+        with open(report_path, "w", encoding="utf-8") as handle:
+            handle.write(report.render(result, os.path.basename(input_path)))
+    return result
+
+
+def run_to_dir(input_path: str, out_dir: str, config_source: str | None = None,
+               policy: str | None = None, reference_stats: str | None = None,
+               show_progress: bool = True, overrides: dict[str, Any] | None = None) -> ValidationResult:
+    """CLI entry: outputs land in `out_dir`; raises GateFailed (exit 1) when the gate fails."""
+    config = DataValidationConfig.load(config_source, {"pii.policy": policy, **(overrides or {})})
+    outputs = OutputPaths.in_dir(out_dir)
+    result = execute(input_path, outputs, config, os.path.join(out_dir, "report.md"),
+                     reference_stats, show_progress)
+    return result
+
+
+def run_component(raw_path: str, config: str, policy: str, reference_stats: str | None,
+                  clean, quarantine, stats, metrics, report) -> bool:
+    """KFP entry: writes into the artifacts' paths and stamps the lineage metadata."""
+    cfg = DataValidationConfig.load(config, {"pii.policy": policy or None})
+    for artifact in (clean, quarantine, stats, metrics, report):
+        os.makedirs(os.path.dirname(artifact.path), exist_ok=True)
+    metrics_file = f"{stats.path}.metrics.json"
+    outputs = OutputPaths(clean.path, quarantine.path, metrics_file, stats.path)
+    result = execute(raw_path, outputs, cfg, report.path, reference_stats, show_progress=True)
+    os.unlink(metrics_file)
+    m = result.metrics
+    clean.metadata.update({"merkle_root": m["merkle_root"], "chunk_size": m["chunk_size"],
+                           "merkle_file": CLEAN_NAME, "rows": m["rows_out"], "bytes": m["clean_bytes"],
+                           "format": "jsonl", "policy": m["policy"]})
+    quarantine.metadata.update({"rows": m["rows_quarantined"], "by_reason": m["by_reason"],
+                                "contains_raw_pii": True})
+    for key in ("rows_in", "rows_out", "rows_quarantined", "reject_rate", "rows_with_pii"):
+        metrics.log_metric(key, m[key])
+    for name, value in (m["drift_psi"] or {}).items():
+        metrics.log_metric(f"psi_{name}", value)
+    for reason, count in m["by_reason"].items():
+        metrics.log_metric(f"quarantined_{reason}", count)
+    for kind, count in m["pii_found"].items():
+        metrics.log_metric(f"pii_{kind}", count)
+    metrics.metadata["merkle_root"] = m["merkle_root"]
+    if not result.passed:
+        print(f"validate_dataset gate failed: {'; '.join(result.gate_reasons)}")
+    return result.passed
+
+
+def raise_on_gate(result: ValidationResult) -> None:
+    if not result.passed:
+        raise GateFailed("; ".join(result.gate_reasons))

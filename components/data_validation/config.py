@@ -1,0 +1,105 @@
+"""The data-validation stage's one config model. Every threshold the gate reads is here."""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kfp_llmops.components.common.config import StageConfig
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class FieldSpec(_Section):
+    type: Literal["string"] = "string"
+    required: bool = True
+    min_chars: int = Field(1, ge=0)
+    max_chars: int = Field(16_000, ge=1)
+
+
+class RecordFormat(_Section):
+    """A record shape. A row matches the first format whose key fields it carries."""
+
+    name: str
+    fields: dict[str, FieldSpec]
+
+
+def _default_formats() -> list[RecordFormat]:
+    return [
+        RecordFormat(name="sft", fields={"prompt": FieldSpec(max_chars=8_000),
+                                         "response": FieldSpec(max_chars=16_000)}),
+        RecordFormat(name="text", fields={"text": FieldSpec(max_chars=32_000)}),
+    ]
+
+
+class SchemaConfig(_Section):
+    formats: list[RecordFormat] = Field(default_factory=_default_formats, min_length=1)
+    allow_extra_fields: bool = True
+    max_line_bytes: int = Field(1 << 20, ge=64,
+                                description="Longer lines are quarantined whole (line_too_long).")
+
+
+class Policy(str, Enum):
+    strict = "strict"
+    balanced = "balanced"
+    permissive = "permissive"
+
+
+class PiiConfig(_Section):
+    policy: Policy = Policy.balanced
+    # Overrides of the policy table (pii.POLICIES); None keeps the policy's value.
+    max_density: float | None = Field(None, ge=0.0, le=1.0,
+                                      description="Max PII findings per word of a record.")
+    redact: list[str] | None = None
+    quarantine_secrets: bool | None = None
+
+
+class NearDupConfig(_Section):
+    enabled: bool = False
+    threshold: float = Field(0.85, gt=0.0, le=1.0, description="Estimated Jaccard similarity.")
+    num_perm: int = Field(64, ge=8, le=512)
+    shingle_words: int = Field(3, ge=1, le=10)
+
+
+class DedupConfig(_Section):
+    exact: bool = True
+    near: NearDupConfig = Field(default_factory=NearDupConfig)
+
+
+class DriftConfig(_Section):
+    psi_threshold: float = Field(0.2, gt=0.0)
+
+
+class DvcConfig(_Section):
+    enabled: bool = False
+    repo_dir: str | None = Field(None, description="DVC repository; created (no SCM) if missing.")
+    remote_url: str | None = None
+    remote_name: str = "storage"
+
+
+class GateConfig(_Section):
+    max_reject_rate: float = Field(0.05, ge=0.0, le=1.0)
+
+
+class DataValidationConfig(StageConfig):
+    schema_: SchemaConfig = Field(default_factory=SchemaConfig, alias="schema")
+    pii: PiiConfig = Field(default_factory=PiiConfig)
+    dedup: DedupConfig = Field(default_factory=DedupConfig)
+    drift: DriftConfig = Field(default_factory=DriftConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    dvc: DvcConfig = Field(default_factory=DvcConfig)
+    chunk_size: int = Field(1 << 20, ge=1024, description="Merkle chunk size of the clean data.")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> "DataValidationConfig":
+        for fmt in self.schema_.formats:
+            for name, spec in fmt.fields.items():
+                if spec.min_chars > spec.max_chars:
+                    raise ValueError(f"schema format {fmt.name!r} field {name!r}: "
+                                     "min_chars exceeds max_chars")
+        return self

@@ -1,0 +1,409 @@
+"""The streaming validator: every input line ends up in `clean.jsonl` or in
+`quarantine.jsonl` with its line number, reason, field and raw bytes, in one pass.
+
+Outputs are written to temporary names and renamed at the end, so a run that dies
+half-way leaves no half dataset behind, and the clean data's Merkle root is computed as
+it is written (no second read).
+"""
+from __future__ import annotations
+
+import base64
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import orjson
+
+from kfp_llmops.components.common import merkle
+from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.common.progress import progress
+
+from . import pii
+from .config import DataValidationConfig, RecordFormat
+from .dedup import FingerprintIndex, NearDuplicateIndex, fingerprint, normalize
+from .drift import DataStats, drift
+from .reader import STREAM_ERRORS, InputStream, open_input
+
+CLEAN_NAME = "clean.jsonl"
+
+REASONS = {
+    "decode_error": "bytes are not valid UTF-8",
+    "blank_line": "the line is empty or only whitespace",
+    "line_too_long": "the line is longer than schema.max_line_bytes",
+    "json_error": "the line is not valid JSON",
+    "not_object": "the JSON value is not an object",
+    "missing_field": "a required field is absent (or no record format matches)",
+    "wrong_type": "a field has the wrong type",
+    "unexpected_field": "a field not in the schema (schema.allow_extra_fields is false)",
+    "too_short": "a field is shorter than its min_chars",
+    "too_long": "a field is longer than its max_chars",
+    "duplicate": "same normalized text as an earlier row",
+    "near_duplicate": "MinHash-similar to an earlier row",
+    "secret": "contains a secret and the policy quarantines secrets",
+    "pii_density": "more of the record's words are PII than the policy allows",
+}
+
+
+@dataclass
+class OutputPaths:
+    clean: str
+    quarantine: str
+    metrics: str | None = None
+    stats: str | None = None
+
+    @classmethod
+    def in_dir(cls, out_dir: str) -> "OutputPaths":
+        os.makedirs(out_dir, exist_ok=True)
+        j = lambda name: os.path.join(out_dir, name)  # noqa: E731
+        return cls(j(CLEAN_NAME), j("quarantine.jsonl"), j("metrics.json"), j("stats.json"))
+
+
+@dataclass
+class ValidationResult:
+    metrics: dict[str, Any]
+    passed: bool
+    gate_reasons: list[str] = field(default_factory=list)
+    samples: list[dict] = field(default_factory=list)
+
+    @property
+    def root(self) -> str:
+        return self.metrics["merkle_root"]
+
+
+class _Rejected(Exception):
+    def __init__(self, reason: str, field: str | None = None, detail: str = ""):
+        self.reason, self.field, self.detail = reason, field, detail
+
+
+class _Sink:
+    """A temp file renamed into place on commit; optionally Merkle-hashed as written."""
+
+    def __init__(self, path: str, hashed_chunk: int | None = None):
+        self.path, self.tmp = path, f"{path}.partial"
+        parent = os.path.dirname(os.path.abspath(path))
+        os.makedirs(parent, exist_ok=True)
+        self.handle: BinaryIO = open(self.tmp, "wb", buffering=1 << 20)
+        self.hasher = merkle.MerkleWriter(hashed_chunk) if hashed_chunk else None
+        self.bytes = 0
+
+    def write(self, data: bytes) -> None:
+        self.handle.write(data)
+        self.bytes += len(data)
+        if self.hasher is not None:
+            self.hasher.update(data)
+
+    def commit(self) -> None:
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+        self.handle.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self.handle.close()
+        if os.path.exists(self.tmp):
+            os.unlink(self.tmp)
+
+
+class Validator:
+    def __init__(self, config: DataValidationConfig, reference: DataStats | None = None):
+        self.config = config
+        policy = pii.POLICIES[config.pii.policy.value]
+        self.redact_types = frozenset(config.pii.redact) if config.pii.redact is not None \
+            else policy.redact
+        unknown = self.redact_types - set(pii.ALL_TYPES)
+        if unknown:
+            raise InputError(f"pii.redact: unknown PII type(s) {sorted(unknown)}; "
+                             f"known: {', '.join(pii.ALL_TYPES)}")
+        self.quarantine_secrets = policy.quarantine_secrets if config.pii.quarantine_secrets is None \
+            else config.pii.quarantine_secrets
+        self.max_density = policy.max_density if config.pii.max_density is None \
+            else config.pii.max_density
+        self.reference = reference
+        self.formats = config.schema_.formats
+        self.exact = FingerprintIndex() if config.dedup.exact else None
+        near = config.dedup.near
+        self.near = NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words) \
+            if near.enabled else None
+        self.stats = DataStats()
+        self.by_reason: Counter[str] = Counter()
+        self.pii_found: Counter[str] = Counter()
+        self.pii_redacted: Counter[str] = Counter()
+        self.rows_with_pii = 0
+        self.samples: list[dict] = []
+
+    # -- one record ---------------------------------------------------------------------
+
+    def _match_format(self, obj: dict) -> RecordFormat:
+        best, best_hits = None, 0
+        for fmt in self.formats:
+            hits = sum(1 for name in fmt.fields if name in obj)
+            if hits > best_hits:
+                best, best_hits = fmt, hits
+        if best is None:
+            expected = " or ".join("+".join(f.fields) for f in self.formats)
+            first = next(iter(self.formats[0].fields))
+            raise _Rejected("missing_field", first, f"no record format matches; expected {expected}")
+        return best
+
+    def _check_schema(self, obj: Any) -> RecordFormat:
+        if not isinstance(obj, dict):
+            raise _Rejected("not_object", None, f"got {type(obj).__name__}")
+        fmt = self._match_format(obj)
+        for name, spec in fmt.fields.items():
+            value = obj.get(name)
+            if value is None:
+                if spec.required:
+                    raise _Rejected("missing_field", name, f"format {fmt.name} requires {name!r}")
+                continue
+            if not isinstance(value, str):
+                raise _Rejected("wrong_type", name, f"expected string, got {type(value).__name__}")
+            n = len(value.strip())
+            if n < spec.min_chars:
+                raise _Rejected("too_short", name, f"{n} < min_chars {spec.min_chars}")
+            if len(value) > spec.max_chars:
+                raise _Rejected("too_long", name, f"{len(value)} > max_chars {spec.max_chars}")
+        if not self.config.schema_.allow_extra_fields:
+            extra = [k for k in obj if k not in fmt.fields]
+            if extra:
+                raise _Rejected("unexpected_field", extra[0], f"format {fmt.name} has no field {extra[0]!r}")
+        return fmt
+
+    def _dedup(self, obj: dict, fmt: RecordFormat, line_no: int) -> None:
+        text = "\x1f".join(normalize(obj[name]) for name in fmt.fields if isinstance(obj.get(name), str))
+        if self.exact is not None:
+            first = self.exact.add(fingerprint(text), line_no)
+            if first is not None:
+                raise _Rejected("duplicate", None, f"same text as line {first}")
+        if self.near is not None:
+            sig = self.near.signature(text)
+            first = self.near.query(sig)
+            if first is not None:
+                raise _Rejected("near_duplicate", None, f"similar to line {first}")
+            self.near.add(sig, line_no)
+
+    def _scan_pii(self, obj: dict, fmt: RecordFormat) -> tuple[dict, float, int]:
+        """Redact every string in the record (extra and nested fields too).
+
+        PII density = findings per whitespace-separated word of the whole record, so one
+        email in a sentence is fine while a dump of contacts is not.
+        """
+        strings: list[str] = []
+        n_findings = 0
+        secret_field = None
+
+        def visit(value: Any, path: str) -> Any:
+            nonlocal n_findings, secret_field
+            if isinstance(value, str):
+                strings.append(value)
+                findings = pii.find_pii(value)
+                if not findings:
+                    return value
+                n_findings += len(findings)
+                for f in findings:
+                    self.pii_found[f.type] += 1
+                    if f.type in pii.SECRET_TYPES and secret_field is None:
+                        secret_field = path
+                return _Redaction(value, findings)
+            if isinstance(value, dict):
+                return {k: visit(v, f"{path}.{k}" if path else k) for k, v in value.items()}
+            if isinstance(value, list):
+                return [visit(v, f"{path}[{i}]") for i, v in enumerate(value)]
+            return value
+
+        scanned = visit(obj, "")
+        density = 0.0
+        if n_findings:
+            self.rows_with_pii += 1
+            density = n_findings / max(1, sum(len(s.split()) for s in strings))
+        if secret_field is not None and self.quarantine_secrets:
+            raise _Rejected("secret", secret_field, "secret found; policy quarantines secrets")
+        if density > self.max_density:
+            raise _Rejected("pii_density", None,
+                            f"PII density {density:.2f} > max_density {self.max_density:.2f}")
+        text_chars = sum(len(obj[n]) for n in fmt.fields if isinstance(obj.get(n), str))
+        return (self._apply(scanned) if n_findings else obj), density, text_chars
+
+    def _apply(self, value: Any) -> Any:
+        if isinstance(value, _Redaction):
+            for f in value.findings:
+                if f.type in self.redact_types:
+                    self.pii_redacted[f.type] += 1
+            return pii.redact(value.text, value.findings, self.redact_types)
+        if isinstance(value, dict):
+            return {k: self._apply(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._apply(v) for v in value]
+        return value
+
+    def check(self, raw: bytes, line_no: int) -> dict:
+        """The clean record for one raw line, or raise _Rejected."""
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _Rejected("decode_error", None, f"invalid UTF-8 at byte {exc.start}") from None
+        if line_no == 1 and text.startswith("\ufeff"):
+            text = text[1:]
+        if not text.strip():
+            raise _Rejected("blank_line")
+        try:
+            obj = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise _Rejected("json_error", None, str(exc).split(":")[0][:120]) from None
+        fmt = self._check_schema(obj)
+        self._dedup(obj, fmt, line_no)
+        clean, density, chars = self._scan_pii(obj, fmt)
+        self.stats.add(chars, density)
+        return clean
+
+
+@dataclass
+class _Redaction:
+    text: str
+    findings: list
+
+
+def _raw_field(raw: bytes) -> dict:
+    try:
+        return {"raw": raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"raw_b64": base64.b64encode(raw).decode("ascii")}
+
+
+def validate(input_path: str, outputs: OutputPaths, config: DataValidationConfig,
+             reference_stats: str | None = None, show_progress: bool = True) -> ValidationResult:
+    """Validate `input_path` into `outputs`; never raises for bad rows, only for unusable
+    input (InputError). The gate verdict is in the result, not an exception."""
+    reference = DataStats.load(reference_stats) if reference_stats else None
+    validator = Validator(config, reference)
+    src = open_input(input_path)
+    clean = _Sink(outputs.clean, hashed_chunk=config.chunk_size)
+    quarantine = _Sink(outputs.quarantine)
+    started = time.perf_counter()
+    try:
+        rows_in, rows_out = _stream(src, validator, clean, quarantine, config, show_progress)
+    except BaseException:
+        clean.abort()
+        quarantine.abort()
+        raise
+    finally:
+        src.close()
+    digest = clean.hasher.finish(CLEAN_NAME)
+    manifest = merkle.Manifest(config.chunk_size, [digest])
+    clean.commit()
+    quarantine.commit()
+    elapsed = time.perf_counter() - started
+    return _finish(validator, config, src, outputs, rows_in, rows_out, manifest, clean.bytes, elapsed)
+
+
+def _stream(src: InputStream, validator: Validator, clean: _Sink, quarantine: _Sink,
+            config: DataValidationConfig, show_progress: bool) -> tuple[int, int]:
+    max_line = config.schema_.max_line_bytes
+    readline = src.reader.readline
+    rows_in = rows_out = 0
+    bar = progress(src.size, f"validate {os.path.basename(src.path)}", enabled=show_progress)
+    last_pos = 0
+    try:
+        while True:
+            try:
+                line = readline(max_line + 1)
+            except STREAM_ERRORS as exc:
+                raise InputError(f"{src.path}: input stream broken after line {rows_in}: {exc}") from None
+            if not line:
+                break
+            rows_in += 1
+            overlong = len(line) > max_line
+            if line.endswith(b"\n"):
+                line = line[:-1]
+            try:
+                if overlong:
+                    _quarantine_overlong(src, quarantine, rows_in, line, max_line)
+                    validator.by_reason["line_too_long"] += 1
+                    continue
+                record = validator.check(line, rows_in)
+            except _Rejected as rej:
+                validator.by_reason[rej.reason] += 1
+                entry = {"line": rows_in, "reason": rej.reason, "field": rej.field,
+                         "detail": rej.detail}
+                entry.update(_raw_field(line))
+                quarantine.write(orjson.dumps(entry) + b"\n")
+                if len(validator.samples) < 20:
+                    validator.samples.append({k: entry[k] for k in ("line", "reason", "field", "detail")})
+                continue
+            clean.write(orjson.dumps(record) + b"\n")
+            rows_out += 1
+            if not rows_in & 1023:
+                pos = src.position()
+                bar.update(pos - last_pos)
+                last_pos = pos
+        bar.update(src.size - last_pos)
+    finally:
+        bar.close()
+    return rows_in, rows_out
+
+
+def _quarantine_overlong(src: InputStream, quarantine: _Sink, line_no: int, head: bytes,
+                         max_line: int) -> None:
+    """Stream an over-long line into quarantine as base64, never holding it whole."""
+    quarantine.write(orjson.dumps({"line": line_no, "reason": "line_too_long", "field": None,
+                                   "detail": f"longer than {max_line} bytes"})[:-1] + b',"raw_b64":"')
+    pending, total = head, len(head)
+    ended = False
+    while not ended:
+        piece = src.reader.readline(max_line + 1)
+        if not piece or piece.endswith(b"\n"):
+            ended = True
+            piece = piece[:-1] if piece.endswith(b"\n") else piece
+        total += len(piece)
+        pending += piece
+        cut = len(pending) - len(pending) % 3
+        quarantine.write(base64.b64encode(pending[:cut]))
+        pending = pending[cut:]
+    quarantine.write(base64.b64encode(pending) + b'","bytes":' + str(total).encode() + b"}\n")
+
+
+def _finish(v: Validator, config: DataValidationConfig, src: InputStream, outputs: OutputPaths,
+            rows_in: int, rows_out: int, manifest: merkle.Manifest, clean_bytes: int,
+            elapsed: float) -> ValidationResult:
+    rows_q = rows_in - rows_out
+    reject_rate = rows_q / rows_in if rows_in else 0.0
+    gate_reasons = []
+    if reject_rate > config.gate.max_reject_rate:
+        gate_reasons.append(f"quarantine rate {reject_rate:.1%} exceeds max_reject_rate "
+                            f"{config.gate.max_reject_rate:.1%}")
+    psi = None
+    if v.reference is not None and v.stats.rows:
+        psi = drift(v.reference, v.stats)
+        for name, value in psi.items():
+            if value > config.drift.psi_threshold:
+                gate_reasons.append(f"drift: PSI({name}) {value:.3f} exceeds {config.drift.psi_threshold}")
+    if rows_out == 0:
+        gate_reasons.append("no row passed validation")
+    metrics = {
+        "rows_in": rows_in, "rows_out": rows_out, "rows_quarantined": rows_q,
+        "reject_rate": reject_rate,
+        "by_reason": dict(sorted(v.by_reason.items())),
+        "pii_found": dict(sorted(v.pii_found.items())),
+        "pii_redacted": dict(sorted(v.pii_redacted.items())),
+        "rows_with_pii": v.rows_with_pii,
+        "policy": config.pii.policy.value,
+        "merkle_root": manifest.root.hex(), "chunk_size": manifest.chunk_size,
+        "clean_bytes": clean_bytes, "input_bytes": src.size, "input_compressed": src.compressed,
+        "drift_psi": psi, "psi_threshold": config.drift.psi_threshold,
+        "max_reject_rate": config.gate.max_reject_rate,
+        "passed": not gate_reasons, "gate_reasons": gate_reasons,
+        "elapsed_s": round(elapsed, 3),
+    }
+    if outputs.stats:
+        _write_json(outputs.stats, v.stats.to_json())
+    if outputs.metrics:
+        _write_json(outputs.metrics, metrics)
+    return ValidationResult(metrics, not gate_reasons, gate_reasons, v.samples)
+
+
+def _write_json(path: str, data: dict) -> None:
+    tmp = f"{path}.partial"
+    with open(tmp, "wb") as handle:
+        handle.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+    os.replace(tmp, path)

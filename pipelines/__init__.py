@@ -1,0 +1,1 @@
+"""kfp-llmops pipelines: the release DAG, the `llmops` CLI, compile and local runs."""

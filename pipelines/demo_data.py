@@ -1,0 +1,131 @@
+"""The bundled demo dataset: templated, coherent Q&A a tiny model can learn, with
+deliberate PII, duplicates and malformed lines, plus a held-out eval split.
+
+Deterministic for a given seed, so every demo run and test sees the same bytes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+
+_CAPITALS = [("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"),
+             ("Japan", "Tokyo"), ("China", "Beijing"), ("Egypt", "Cairo"), ("Kenya", "Nairobi"),
+             ("Canada", "Ottawa"), ("Brazil", "Brasilia"), ("Peru", "Lima"), ("Chile", "Santiago"),
+             ("India", "New Delhi"), ("Norway", "Oslo"), ("Sweden", "Stockholm"),
+             ("Finland", "Helsinki"), ("Poland", "Warsaw"), ("Greece", "Athens"),
+             ("Portugal", "Lisbon"), ("Austria", "Vienna"), ("Ireland", "Dublin"),
+             ("Cuba", "Havana"), ("Mexico", "Mexico City"), ("Turkey", "Ankara"),
+             ("Russia", "Moscow"), ("Thailand", "Bangkok"), ("Vietnam", "Hanoi"),
+             ("Australia", "Canberra"), ("Argentina", "Buenos Aires"), ("Hungary", "Budapest")]
+_OPPOSITES = [("hot", "cold"), ("big", "small"), ("fast", "slow"), ("up", "down"), ("light", "dark"),
+              ("happy", "sad"), ("old", "young"), ("open", "closed"), ("early", "late"),
+              ("full", "empty"), ("hard", "soft"), ("wet", "dry"), ("near", "far"), ("tall", "short"),
+              ("rich", "poor"), ("loud", "quiet"), ("clean", "dirty"), ("strong", "weak")]
+_SOUNDS = [("cow", "moo"), ("dog", "woof"), ("cat", "meow"), ("duck", "quack"), ("sheep", "baa"),
+           ("pig", "oink"), ("horse", "neigh"), ("owl", "hoot"), ("lion", "roar"), ("frog", "croak"),
+           ("bee", "buzz"), ("snake", "hiss"), ("mouse", "squeak"), ("rooster", "cock-a-doodle-doo")]
+_COLORS = [("a ripe banana", "yellow"), ("the clear sky", "blue"), ("fresh grass", "green"),
+           ("a ripe tomato", "red"), ("fresh snow", "white"), ("coal", "black"), ("an orange", "orange"),
+           ("a lemon", "yellow"), ("a plum", "purple"), ("a carrot", "orange"), ("milk", "white"),
+           ("a strawberry", "red"), ("a pine tree", "green"), ("chocolate", "brown")]
+_DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+_WORDS = ["cat", "dog", "tree", "house", "river", "apple", "stone", "cloud", "bread", "light",
+          "music", "paper", "green", "water", "smile", "train", "chair", "plant", "horse", "ocean"]
+_PLURALS = [("mouse", "mice"), ("child", "children"), ("foot", "feet"), ("tooth", "teeth"),
+            ("goose", "geese"), ("man", "men"), ("woman", "women"), ("person", "people"),
+            ("leaf", "leaves"), ("knife", "knives"), ("wolf", "wolves"), ("box", "boxes"),
+            ("city", "cities"), ("baby", "babies"), ("bus", "buses"), ("cactus", "cacti")]
+_ASK = ["{q}", "Question: {q}", "Please answer: {q}", "Can you tell me this? {q}"]
+_PASSES = ["{p}", "{p} Answer briefly.", "Quick one: {p}", "{p} One sentence, please."]
+_NAMES = ["alice", "bob", "chen.wei", "dana", "erik", "fatima", "george", "hana"]
+_DOMAINS = ["example.com", "mail.example.org", "corp.example.net"]
+
+
+def _qa_items() -> list[tuple[str, str, str]]:
+    """(key, question, answer) for every fact; the key decides the train/eval split."""
+    items = []
+    for a in range(1, 41):
+        for b in range(1, 41):
+            items.append((f"add{a}+{b}", f"What is {a} plus {b}?", f"{a} plus {b} is {a + b}."))
+    for a in range(2, 13):
+        for b in range(2, 13):
+            items.append((f"mul{a}*{b}", f"What is {a} times {b}?", f"{a} times {b} is {a * b}."))
+    for country, city in _CAPITALS:
+        items.append((f"cap{country}", f"What is the capital of {country}?",
+                      f"The capital of {country} is {city}."))
+    for word, opp in _OPPOSITES:
+        items.append((f"opp{word}", f"What is the opposite of {word}?", f"The opposite of {word} is {opp}."))
+        items.append((f"opp{opp}", f"What is the opposite of {opp}?", f"The opposite of {opp} is {word}."))
+    for animal, sound in _SOUNDS:
+        items.append((f"snd{animal}", f"What sound does a {animal} make?", f"A {animal} says {sound}."))
+    for thing, color in _COLORS:
+        items.append((f"col{thing}", f"What color is {thing}?", f"{thing[0].upper()}{thing[1:]} is {color}."))
+    for i, day in enumerate(_DAYS):
+        nxt = _DAYS[(i + 1) % 7]
+        items.append((f"day{day}", f"What day comes after {day}?", f"The day after {day} is {nxt}."))
+    for word in _WORDS:
+        items.append((f"rev{word}", f"Spell the word {word} backwards.", f"{word} backwards is {word[::-1]}."))
+    for one, many in _PLURALS:
+        items.append((f"plu{one}", f"What is the plural of {one}?", f"The plural of {one} is {many}."))
+    return items
+
+
+def _email(rng: random.Random) -> str:
+    return f"{rng.choice(_NAMES)}{rng.randint(1, 99)}@{rng.choice(_DOMAINS)}"
+
+
+def _phone(rng: random.Random) -> str:
+    return rng.choice([f"+1 415 555 {rng.randint(1000, 9999)}", f"(212) 555-{rng.randint(1000, 9999)}",
+                       f"+44 20 7946 {rng.randint(1000, 9999)}", f"138{rng.randint(10000000, 99999999)}"])
+
+
+def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed: int = 7) -> dict:
+    """Write `train.jsonl` (raw, with deliberate faults) and `eval.jsonl` (held out)."""
+    rng = random.Random(seed)
+    items = _qa_items()
+    rng.shuffle(items)
+    eval_items, train_items = items[:eval_rows], items[eval_rows:]
+    os.makedirs(out_dir, exist_ok=True)
+    lines: list[bytes] = []
+    faults = {"pii_redacted": 0, "pii_dense": 0, "duplicates": 0, "malformed": 0}
+    seen: list[bytes] = []
+    for i in range(rows):
+        key, q, a = train_items[i % len(train_items)]
+        prompt = rng.choice(_ASK).format(q=q)
+        # Each pass over the facts has its own phrasing, so passes never repeat a row.
+        prompt = _PASSES[(i // len(train_items)) % len(_PASSES)].format(p=prompt)
+        roll = rng.random()
+        if roll < 0.03:
+            prompt += f" You can reach me at {_email(rng) if rng.random() < 0.5 else _phone(rng)}."
+            faults["pii_redacted"] += 1
+        line = json.dumps({"prompt": prompt, "response": a}).encode()
+        if 0.03 <= roll < 0.04 and seen:
+            dup = json.loads(rng.choice(seen))
+            dup["prompt"] = "  " + dup["prompt"].upper() + " "
+            line = json.dumps(dup).encode()
+            faults["duplicates"] += 1
+        elif 0.04 <= roll < 0.045:
+            line = rng.choice([b'{"prompt": "What is 2 plus 2?", "response": "2 plus 2 is 4."',
+                               b'{"prompt": "hello", "answer": "missing response field"}',
+                               b'{"prompt": "bad bytes \xff\xfe here", "response": "x"}',
+                               b"", b'["not", "an", "object"]',
+                               b'{"prompt": 42, "response": "wrong type"}',
+                               b'{"prompt": "empty response", "response": "   "}'])
+            faults["malformed"] += 1
+        elif 0.045 <= roll < 0.047:
+            contacts = ", ".join(_email(rng) for _ in range(4))
+            line = json.dumps({"prompt": f"Contacts: {contacts}", "response": _phone(rng)}).encode()
+            faults["pii_dense"] += 1
+        else:
+            seen.append(line)
+        lines.append(line)
+    train_path = os.path.join(out_dir, "train.jsonl")
+    with open(train_path, "wb") as handle:
+        handle.write(b"\n".join(lines) + b"\n")
+    eval_path = os.path.join(out_dir, "eval.jsonl")
+    with open(eval_path, "w", encoding="utf-8") as handle:
+        for n, (key, q, a) in enumerate(eval_items):
+            handle.write(json.dumps({"id": f"eval-{n:04d}", "prompt": q, "response": a}) + "\n")
+    return {"train": train_path, "eval": eval_path, "rows": rows, "eval_rows": len(eval_items),
+            "faults": faults}
