@@ -1,23 +1,25 @@
 """Duplicate detection: exact (normalized text) and near-duplicate (MinHash + LSH).
 
-The exact index stores 12 bytes per kept row in flat arrays (open addressing), not
-Python objects, so memory stays small next to the input: ~12 MB per million rows.
+The exact index lives in a temporary SQLite table with a capped page cache, so memory
+stays flat in the input size; the MinHash index (off by default) is in memory.
 """
 from __future__ import annotations
 
-import re
+import os
+import shutil
+import sqlite3
+import tempfile
 import unicodedata
 import zlib
-from array import array
 
 from blake3 import blake3
-
-_WS = re.compile(r"\s+")
 
 
 def normalize(text: str) -> str:
     """NFKC, case-folded, whitespace collapsed: 'Hello  World' == 'hello world'."""
-    return _WS.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+    return " ".join(text.casefold().split())
 
 
 def fingerprint(normalized: str) -> int:
@@ -25,44 +27,34 @@ def fingerprint(normalized: str) -> int:
 
 
 class FingerprintIndex:
-    """64-bit fingerprint -> first line number, linear probing in two flat arrays."""
+    """64-bit fingerprint -> first line number, in a temporary SQLite B-tree.
 
-    def __init__(self, capacity: int = 1 << 14):
-        self._alloc(capacity)
+    Its page cache is capped (8 MiB), so the validator's memory stays flat however many
+    rows pass through; the pages live in the OS file cache or on disk.
+    """
+
+    def __init__(self, tmp_dir: str | None = None, cache_kib: int = 8192):
+        self._dir = tempfile.mkdtemp(prefix="llmops-dedup-", dir=tmp_dir)
+        self._db = sqlite3.connect(os.path.join(self._dir, "fingerprints.db"), isolation_level=None)
+        for pragma in ("journal_mode=OFF", "synchronous=OFF", f"cache_size=-{cache_kib}",
+                       "temp_store=FILE", "locking_mode=EXCLUSIVE"):
+            self._db.execute(f"PRAGMA {pragma}")
+        self._db.execute("CREATE TABLE fp(k INTEGER PRIMARY KEY, line INTEGER) WITHOUT ROWID")
+        self._db.execute("BEGIN")
+        self._exec = self._db.execute
         self.size = 0
-
-    def _alloc(self, capacity: int) -> None:
-        self._keys = array("Q", bytes(8 * capacity))
-        self._lines = array("I", bytes(4 * capacity))
-        self._mask = capacity - 1
 
     def add(self, key: int, line: int) -> int | None:
         """Insert `key`; return the line it was first seen at if it was already there."""
-        keys, mask = self._keys, self._mask
-        i = key & mask
-        while True:
-            found = keys[i]
-            if found == 0:
-                keys[i] = key
-                self._lines[i] = min(line, 0xFFFFFFFF)
-                self.size += 1
-                if self.size * 3 > (mask + 1) * 2:
-                    self._grow()
-                return None
-            if found == key:
-                return self._lines[i]
-            i = (i + 1) & mask
+        key &= 0x7FFF_FFFF_FFFF_FFFF                  # SQLite integers are signed 64-bit
+        if self._exec("INSERT OR IGNORE INTO fp VALUES (?, ?)", (key, line)).rowcount:
+            self.size += 1
+            return None
+        return self._exec("SELECT line FROM fp WHERE k = ?", (key,)).fetchone()[0]
 
-    def _grow(self) -> None:
-        old_keys, old_lines = self._keys, self._lines
-        self._alloc(2 * len(old_keys))
-        keys, lines, mask = self._keys, self._lines, self._mask
-        for key, line in zip(old_keys, old_lines):
-            if key:
-                i = key & mask
-                while keys[i]:
-                    i = (i + 1) & mask
-                keys[i], lines[i] = key, line
+    def close(self) -> None:
+        self._db.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 class NearDuplicateIndex:

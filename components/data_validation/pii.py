@@ -135,7 +135,13 @@ def _jwt_header_ok(token: str) -> bool:
 
 # --- recognizers ----------------------------------------------------------------------
 
-_NEGATIVE_PREFIX = re.compile(
+def _rx(pattern: str, flags: int = 0) -> re.Pattern:
+    """ASCII classes: [0-9] is faster than Unicode \\d, and CJK text next to a number is a
+    boundary (Chinese has no spaces between words and numbers)."""
+    return re.compile(pattern, flags | re.ASCII)
+
+
+_NEGATIVE_PREFIX = _rx(
     r"(?i)\b(?:order|invoice|ticket|tracking|ref|reference|isbn(?:-1[03])?|version|ver|"
     r"release|build|serial|sku|part|case|batch|lot)\b\W{0,3}(?:(?:no|num|number|id|#)\W{0,3})?$")
 
@@ -156,7 +162,7 @@ def _group1(text: str, m: re.Match) -> tuple[int, int] | None:
 
 
 def _phone(text: str, m: re.Match) -> tuple[int, int] | None:
-    digits = sum(ch.isdigit() for ch in m.group())
+    digits = len(m.group().translate(_SEPARATORS))
     if not 8 <= digits <= 15 or _negative_context(text, m.start()):
         return None
     return m.span()
@@ -211,6 +217,8 @@ def _ssn(text: str, m: re.Match) -> tuple[int, int] | None:
 
 
 def _jwt(text: str, m: re.Match) -> tuple[int, int] | None:
+    if m.start() and (text[m.start() - 1].isalnum() or text[m.start() - 1] in "_-"):
+        return None
     return m.span() if _jwt_header_ok(m.group()) else None
 
 
@@ -222,80 +230,124 @@ def _bearer(text: str, m: re.Match) -> tuple[int, int] | None:
 @dataclass(frozen=True)
 class Recognizer:
     type: str
-    gate: Callable[[str], bool]
     pattern: re.Pattern
     validate: Validator
     priority: int
+    gate: Callable[[str], bool] | None = None
 
 
 def _has(*needles: str) -> Callable[[str], bool]:
     return lambda text: any(n in text for n in needles)
 
 
-def _always(text: str) -> bool:
-    return True
-
-
-RECOGNIZERS: tuple[Recognizer, ...] = (
-    Recognizer(PRIVATE_KEY, _has("PRIVATE KEY"), re.compile(
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-        r"(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|.*\Z)", re.S), _whole, 100),
-    Recognizer(JWT, _has("eyJ"), re.compile(
-        r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}(?![\w-])"),
-        _jwt, 90),
-    Recognizer(BEARER_TOKEN, _has("earer", "EARER"), re.compile(
-        r"(?i:\bbearer)\s+([A-Za-z0-9._~+/-]{16,}=*)(?![\w.~+/-])"), _bearer, 85),
-    Recognizer(CLOUD_KEY, _has(
-        "AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AROA", "AIPA", "ANPA", "ANVA", "APKA",
-        "AIza", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox"),
-               re.compile(
-        r"(?<![A-Za-z0-9])(?:(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[A-Z0-9]{16}"
-        r"|AIza[0-9A-Za-z_-]{35}|gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{60,255}"
-        r"|xox[abposr]-[A-Za-z0-9-]{10,})(?![A-Za-z0-9])"), _whole, 80),
-    Recognizer(CLOUD_KEY, _has("ecret", "ECRET", "ccountKey"), re.compile(
-        r"(?i:aws_secret_access_key|secret_access_key|aws_secret_key|accountkey)[\"']?\s*[:=]\s*"
-        r"[\"']?([A-Za-z0-9/+]{40}(?:[A-Za-z0-9/+]{46}==)?)(?![A-Za-z0-9/+])"), _group1, 80),
-    Recognizer(CREDIT_CARD, _always, re.compile(r"(?<![\w-])(?:\d[ -]?){11,18}\d(?![\w-])"),
-               _card, 70),
-    Recognizer(IBAN, _always, re.compile(r"(?<![A-Za-z0-9])([A-Z]{2})\d{2}(?= ?[A-Z0-9])"),
-               _iban, 65),
-    Recognizer(CN_RESIDENT_ID, _always, re.compile(
+# Numbers (cards, IDs, SSNs, phones, IPv4) only ever match inside a run of digits and
+# separators, so one cheap scan finds those runs and their recognizers look nowhere else.
+# The runs keep their context: lookbehinds see the text before a run.
+_NUMERIC_RUN = _rx(r"[0-9+(][0-9 ().\-]{5,}[0-9Xx)]")
+_SEPARATORS = str.maketrans("", "", " ().-+Xx")
+NUMERIC: tuple[Recognizer, ...] = (
+    Recognizer(CREDIT_CARD, _rx(r"(?<![\w-])(?:\d[ -]?){11,18}\d(?![\w-])"), _card, 70),
+    Recognizer(CN_RESIDENT_ID, _rx(
         r"(?<![\w])[1-8]\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])\d{3}[\dXx]"
         r"(?![\w])"), _cn_id, 60),
-    Recognizer(US_SSN, _always, re.compile(
+    Recognizer(US_SSN, _rx(
         r"(?<![\w-])(?!000|666|9\d\d)\d{3}([- ])(?!00)\d{2}\1(?!0000)\d{4}(?![\w-])"), _ssn, 55),
-    Recognizer(EMAIL, _has("@"), re.compile(
-        r"(?<![\w.+%-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
-        r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"), _whole, 50),
-    Recognizer(IPV6, lambda t: t.count(":") >= 2, re.compile(
-        r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])"), _ipv6, 45),
-    Recognizer(PHONE, _has("+"), re.compile(
+    Recognizer(PHONE, _rx(
         r"(?<![\w+])\+[1-9]\d{0,2}(?:[ .-]?\(?\d{1,4}\)?){2,6}(?![\w]|[.-]\d)"), _phone, 40),
-    Recognizer(PHONE, _always, re.compile(
+    Recognizer(PHONE, _rx(
         r"(?<![\w+.-])(?:1[ .-]?)?(?:\([2-9]\d{2}\) ?|[2-9]\d{2}[ .-])[2-9]\d{2}[ .-]\d{4}"
         r"(?![\w]|[.-]\d)"), _phone, 40),
-    Recognizer(PHONE, _always, re.compile(
+    Recognizer(PHONE, _rx(
         r"(?<![\w+.-])(?:1[3-9]\d[ -]?\d{4}[ -]?\d{4}|0\d{2,3}-\d{7,8})(?![\w]|[.-]\d)"), _phone, 40),
-    Recognizer(IPV4, lambda t: t.count(".") >= 3, re.compile(
+    Recognizer(IPV4, _rx(
         r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
         r"(?![\w]|\.\d)"), _ipv4, 35),
 )
-_DIGIT = re.compile(r"\d")
+
+# Which numeric recognizers a run can possibly satisfy, from its digit count and shape.
+_NUMERIC_PLAN = tuple(zip(NUMERIC, (
+    lambda run, d: d >= 12,                                   # card
+    lambda run, d: d >= 17,                                   # CN resident ID
+    lambda run, d: d >= 9 and ("-" in run or " " in run),     # SSN
+    lambda run, d: "+" in run,                                # international phone
+    lambda run, d: d >= 10,                                   # US phone
+    lambda run, d: d >= 10,                                   # CN phone
+    lambda run, d: run.count(".") >= 3,                       # IPv4
+)))
+
+# Secrets share one anchor scan: most text holds none of these strings.
+_SECRET_ANCHOR = _rx(
+    r"PRIVATE KEY|eyJ|earer|EARER|A(?:KIA|SIA|BIA|CCA|GPA|IDA|ROA|IPA|NPA|NVA|PKA|Iza)|gh[pousr]_"
+    r"|github_pat_|xox|ecret|ECRET|ccount[Kk]ey|CCOUNTKEY")
+SECRETS: tuple[Recognizer, ...] = (
+    Recognizer(PRIVATE_KEY, _rx(
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|.*\Z)", re.S), _whole, 100,
+        _has("PRIVATE KEY")),
+    Recognizer(JWT, _rx(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}(?![\w-])"),
+               _jwt, 90, _has("eyJ")),
+    Recognizer(BEARER_TOKEN, _rx(
+        r"(?i:\bbearer)\s+([A-Za-z0-9._~+/-]{16,}=*)(?![\w.~+/-])"), _bearer, 85),
+    Recognizer(CLOUD_KEY, _rx(
+        r"(?<![A-Za-z0-9])(?:(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[A-Z0-9]{16}"
+        r"|AIza[0-9A-Za-z_-]{35}|gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{60,255}"
+        r"|xox[abposr]-[A-Za-z0-9-]{10,})(?![A-Za-z0-9])"), _whole, 80),
+    Recognizer(CLOUD_KEY, _rx(
+        r"(?i:aws_secret_access_key|secret_access_key|aws_secret_key|accountkey)[\"']?\s*[:=]\s*"
+        r"[\"']?([A-Za-z0-9/+]{40}(?:[A-Za-z0-9/+]{46}==)?)(?![A-Za-z0-9/+])"), _group1, 80,
+        _has("ecret", "ECRET", "ccountKey", "ccountkey", "CCOUNTKEY")),
+)
+
+_EMAIL = Recognizer(EMAIL, _rx(
+    r"[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"), _whole, 50)
+_IPV6 = Recognizer(IPV6, _rx(
+    r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])"), _ipv6, 45)
+# Starts with a character class (not a lookbehind) so the regex engine can skip ahead fast.
+_IBAN = Recognizer(IBAN, _rx(r"([A-Z]{2})\d{2}(?= ?[A-Z0-9])"), _iban, 65)
+_EMAIL_LEFT = _rx(r"[\w.+%-]")
+
+
+def _scan(rec: Recognizer, text: str, out: list, pos: int = 0, endpos: int | None = None) -> None:
+    matches = rec.pattern.finditer(text, pos) if endpos is None else rec.pattern.finditer(text, pos, endpos)
+    for m in matches:
+        span = rec.validate(text, m)
+        if span is not None and span[1] > span[0]:
+            out.append((rec.priority, span[0], span[1], rec.type))
 
 
 def find_pii(text: str) -> list[Finding]:
     """All non-overlapping findings in `text`, in order; higher priority wins overlaps."""
     candidates: list[tuple[int, int, int, str]] = []
-    has_digit = _DIGIT.search(text) is not None
-    for rec in RECOGNIZERS:
-        if rec.gate is _always and not has_digit:
-            continue
-        if not rec.gate(text):
-            continue
-        for m in rec.pattern.finditer(text):
-            span = rec.validate(text, m)
-            if span is not None and span[1] > span[0]:
-                candidates.append((rec.priority, span[0], span[1], rec.type))
+    n = len(text)
+    for run in _NUMERIC_RUN.finditer(text):
+        start, end = run.span()
+        chunk = run.group()
+        digits = len(chunk.translate(_SEPARATORS))
+        window_end = min(n, end + 2)     # lookaheads need two characters of context
+        for rec, fits in _NUMERIC_PLAN:
+            if fits(chunk, digits):
+                for m in rec.pattern.finditer(text, start, window_end):
+                    span = rec.validate(text, m)
+                    if span is not None:
+                        candidates.append((rec.priority, span[0], span[1], rec.type))
+    if "@" in text:
+        for m in _EMAIL.pattern.finditer(text):
+            # A match that starts mid-token is the tail of a longer, non-email token.
+            if m.start() == 0 or not _EMAIL_LEFT.match(text, m.start() - 1):
+                candidates.append((_EMAIL.priority, m.start(), m.end(), EMAIL))
+    if text.count(":") >= 2:
+        _scan(_IPV6, text, candidates)
+    for m in _IBAN.pattern.finditer(text):
+        left = text[m.start() - 1] if m.start() else " "
+        if not (left.isascii() and left.isalnum()):
+            span = _iban(text, m)
+            if span is not None:
+                candidates.append((_IBAN.priority, span[0], span[1], IBAN))
+    if _SECRET_ANCHOR.search(text):
+        for rec in SECRETS:
+            if rec.gate is None or rec.gate(text):
+                _scan(rec, text, candidates)
     if not candidates:
         return []
     if len(candidates) == 1:
@@ -322,3 +374,21 @@ def redact(text: str, findings: Iterable[Finding], types: frozenset[str]) -> str
         return text
     out.append(text[pos:])
     return "".join(out)
+
+
+def policy_table() -> str:
+    """The README's policy table, rendered from POLICIES (a test keeps them equal)."""
+    names = ("strict", "balanced", "permissive")
+    rows = ["| PII type | strict | balanced | permissive |", "|---|---|---|---|"]
+    for kind in ALL_TYPES:
+        cells = []
+        for name in names:
+            spec = POLICIES[name]
+            if kind in SECRET_TYPES and spec.quarantine_secrets:
+                cells.append("quarantine row")
+            else:
+                cells.append(f"`[{kind}]`" if kind in spec.redact else "kept")
+        rows.append(f"| {kind} | " + " | ".join(cells) + " |")
+    rows.append("| max PII density (findings per word) | "
+                + " | ".join(f"{POLICIES[n].max_density:.2f}" for n in names) + " |")
+    return "\n".join(rows)

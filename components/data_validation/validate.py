@@ -122,6 +122,7 @@ class Validator:
             else config.pii.max_density
         self.reference = reference
         self.formats = config.schema_.formats
+        self._format_keys = [(fmt, set(fmt.fields)) for fmt in self.formats]
         self.exact = FingerprintIndex() if config.dedup.exact else None
         near = config.dedup.near
         self.near = NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words) \
@@ -133,9 +134,16 @@ class Validator:
         self.rows_with_pii = 0
         self.samples: list[dict] = []
 
+    def close(self) -> None:
+        if self.exact is not None:
+            self.exact.close()
+
     # -- one record ---------------------------------------------------------------------
 
     def _match_format(self, obj: dict) -> RecordFormat:
+        for fmt, names in self._format_keys:         # fast path: exactly a format's fields
+            if obj.keys() == names:
+                return fmt
         best, best_hits = None, 0
         for fmt in self.formats:
             hits = sum(1 for name in fmt.fields if name in obj)
@@ -212,7 +220,10 @@ class Validator:
                 return [visit(v, f"{path}[{i}]") for i, v in enumerate(value)]
             return value
 
-        scanned = visit(obj, "")
+        if all(type(v) is str for v in obj.values()):   # the common flat record
+            scanned = {k: visit(v, k) for k, v in obj.items()}
+        else:
+            scanned = visit(obj, "")
         density = 0.0
         if n_findings:
             self.rows_with_pii += 1
@@ -277,7 +288,11 @@ def validate(input_path: str, outputs: OutputPaths, config: DataValidationConfig
     input (InputError). The gate verdict is in the result, not an exception."""
     reference = DataStats.load(reference_stats) if reference_stats else None
     validator = Validator(config, reference)
-    src = open_input(input_path)
+    try:
+        src = open_input(input_path)
+    except InputError:
+        validator.close()
+        raise
     clean = _Sink(outputs.clean, hashed_chunk=config.chunk_size)
     quarantine = _Sink(outputs.quarantine)
     started = time.perf_counter()
@@ -289,6 +304,7 @@ def validate(input_path: str, outputs: OutputPaths, config: DataValidationConfig
         raise
     finally:
         src.close()
+        validator.close()
     digest = clean.hasher.finish(CLEAN_NAME)
     manifest = merkle.Manifest(config.chunk_size, [digest])
     clean.commit()

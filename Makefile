@@ -1,0 +1,38 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv and
+# install what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMP := $(VENV)/.installed
+RUN ?= runs/demo
+
+.PHONY: demo test bench compile check lint images clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e ".[data,dev]"
+	touch $(STAMP)
+
+$(VENV)/.bench: $(STAMP)
+	$(PY) -m pip install -q -e ".[data,dev,bench]"
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/llmops run --out $(RUN)
+
+test: $(STAMP)
+	$(BIN)/llmops compile --check
+	$(PY) -m pytest -q tests
+
+bench: $(VENV)/.bench
+	$(PY) -m tests.benchmarks.run_all
+
+compile: $(STAMP)
+	$(BIN)/llmops compile
+
+check: $(STAMP)
+	$(BIN)/llmops compile --check
+
+clean:
+	rm -rf $(VENV) runs build .pytest_cache .hypothesis

@@ -1,0 +1,167 @@
+"""Data-validation benchmark: throughput on >= 200 MB, peak RSS at 50 vs 200 MB, and the
+PII engine side by side with Presidio's pattern recognizers on the same 1 MB sample."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from kfp_llmops.components.data_validation import pii
+from tests.benchmarks.corpus import write_corpus
+from tests.pii_corpus import labeled_samples
+
+MB = 1024 * 1024
+
+
+def run_validator(path: str, out_dir: str) -> dict:
+    """Validate in a child process; wall time from here, peak RSS from wait4's rusage."""
+    cfg = os.path.join(out_dir, "bench.yaml")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(cfg, "w") as handle:
+        handle.write("gate:\n  max_reject_rate: 1.0\n")
+    cmd = [sys.executable, "-m", "kfp_llmops.pipelines.cli", "data", "validate", path, "--out", out_dir,
+           "--config", cfg, "--no-progress"]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - started
+    err = proc.stderr.read().decode()
+    if os.waitstatus_to_exitcode(status) not in (0, 1):
+        raise RuntimeError(f"validator failed: {err.strip()}")
+    with open(os.path.join(out_dir, "metrics.json")) as handle:
+        metrics = json.load(handle)
+    size = os.path.getsize(path)
+    return {"bytes": size, "rows": metrics["rows_in"], "seconds": elapsed,
+            "mb_per_s": size / MB / elapsed, "rows_per_s": metrics["rows_in"] / elapsed,
+            "peak_rss_mb": usage.ru_maxrss / 1024}
+
+
+def _presidio():
+    import logging
+
+    import spacy
+    import tldextract
+
+    # Presidio's URL/email validation calls tldextract, which would fetch the public
+    # suffix list from the network; use the snapshot bundled with tldextract instead.
+    tldextract.tldextract.TLD_EXTRACTOR = tldextract.TLDExtract(suffix_list_urls=())
+    logging.getLogger("presidio-analyzer").setLevel(logging.ERROR)
+    from presidio_analyzer import AnalyzerEngine
+    from presidio_analyzer.nlp_engine import SpacyNlpEngine
+
+    model_dir = tempfile.mkdtemp(prefix="spacy-blank-")
+    spacy.blank("en").to_disk(model_dir)   # no NER model: only the pattern recognizers fire
+    engine = SpacyNlpEngine(models=[{"lang_code": "en", "model_name": model_dir}])
+    analyzer = AnalyzerEngine(nlp_engine=engine, supported_languages=["en"])
+    return lambda text: [(r.start, r.end) for r in analyzer.analyze(text, language="en")]
+
+
+def _ours(text: str):
+    return [(f.start, f.end) for f in pii.find_pii(text)]
+
+
+def score(detect, samples) -> dict:
+    """Type-agnostic span overlap, so tools with different entity names compare fairly."""
+    tp = fp = found = total = intact = negatives = 0
+    started = time.perf_counter()
+    spans = [detect(s.text) for s in samples]
+    elapsed = time.perf_counter() - started
+    for s, found_spans in zip(samples, spans):
+        for _, a, b in s.positives:
+            total += 1
+            found += any(x < b and y > a for x, y in found_spans)
+        for a, b in s.negatives:
+            negatives += 1
+            intact += not any(x < b and y > a for x, y in found_spans)
+        for x, y in found_spans:
+            if any(x < b and y > a for _, a, b in s.positives):
+                tp += 1
+            else:
+                fp += 1
+    size = sum(len(s.text.encode("utf-8")) for s in samples)
+    return {"mb_per_s": size / MB / elapsed, "seconds": elapsed, "bytes": size,
+            "recall": found / total, "precision": tp / max(1, tp + fp),
+            "hard_negatives_intact": intact / negatives}
+
+
+def corpus_texts(path: str, target: int) -> list[str]:
+    """The first `target` bytes of text fields from a benchmark corpus."""
+    texts, size = [], 0
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            texts += [row["prompt"], row["response"]]
+            size += len(row["prompt"].encode()) + len(row["response"].encode())
+            if size >= target:
+                break
+    return texts
+
+
+def throughput(detect, texts: list[str]) -> float:
+    started = time.perf_counter()
+    for text in texts:
+        detect(text)
+    return sum(len(t.encode("utf-8")) for t in texts) / MB / (time.perf_counter() - started)
+
+
+def sample_of_size(target: int, seed: int = 5):
+    samples, size, n = [], 0, 0
+    pool = labeled_samples(40000, seed=seed)
+    while size < target:
+        s = pool[n % len(pool)]
+        samples.append(s)
+        size += len(s.text.encode("utf-8"))
+        n += 1
+    return samples
+
+
+def main(work: str = "build/bench", big_mb: int = 200, small_mb: int = 50, sample_mb: float = 1.0) -> dict:
+    os.makedirs(work, exist_ok=True)
+    small = write_corpus(os.path.join(work, f"corpus_{small_mb}mb.jsonl"), small_mb * MB, seed=1)
+    big = write_corpus(os.path.join(work, f"corpus_{big_mb}mb.jsonl"), big_mb * MB, seed=2)
+    results = {"small": run_validator(small["path"], os.path.join(work, "out_small")),
+               "big": run_validator(big["path"], os.path.join(work, "out_big"))}
+    results["rss_ratio_big_vs_small"] = results["big"]["peak_rss_mb"] / results["small"]["peak_rss_mb"]
+    texts = corpus_texts(big["path"], int(sample_mb * MB))
+    samples = sample_of_size(int(sample_mb * MB))
+    presidio = _presidio()
+    results["ours"] = score(_ours, samples)
+    results["presidio"] = score(presidio, samples)
+    results["ours"]["corpus_mb_per_s"] = throughput(_ours, texts)
+    results["presidio"]["corpus_mb_per_s"] = throughput(presidio, texts)
+    results["pii_speedup_vs_presidio"] = results["ours"]["corpus_mb_per_s"] / results["presidio"]["corpus_mb_per_s"]
+    results["pii_speedup_labeled"] = results["ours"]["mb_per_s"] / results["presidio"]["mb_per_s"]
+    return results
+
+
+def report(r: dict) -> str:
+    o, p = r["ours"], r["presidio"]
+    return "\n".join([
+        "## validate_dataset",
+        f"validator, {r['big']['bytes'] / MB:.0f} MB: {r['big']['mb_per_s']:.1f} MB/s, "
+        f"{r['big']['rows_per_s']:,.0f} rows/s ({r['big']['seconds']:.1f} s)",
+        f"peak RSS: {r['small']['peak_rss_mb']:.0f} MB at {r['small']['bytes'] / MB:.0f} MB input, "
+        f"{r['big']['peak_rss_mb']:.0f} MB at {r['big']['bytes'] / MB:.0f} MB input "
+        f"(ratio {r['rss_ratio_big_vs_small']:.2f})",
+        f"PII engines on the same text ({o['bytes'] / MB:.2f} MB of corpus text; a labeled sample of "
+        "the same size, half PII, half hard negatives):",
+        "  engine      corpus MB/s  labeled MB/s  recall  precision  hard negatives intact",
+        f"  kfp-llmops  {o['corpus_mb_per_s']:11.2f} {o['mb_per_s']:13.2f} {o['recall']:7.3f} {o['precision']:10.3f}"
+        f" {o['hard_negatives_intact']:10.3f}",
+        f"  presidio    {p['corpus_mb_per_s']:11.3f} {p['mb_per_s']:13.3f} {p['recall']:7.3f} {p['precision']:10.3f}"
+        f" {p['hard_negatives_intact']:10.3f}",
+        f"  throughput ratio: {r['pii_speedup_vs_presidio']:.0f}x Presidio on corpus text, "
+        f"{r['pii_speedup_labeled']:.0f}x on the labeled sample",
+    ])
+
+
+if __name__ == "__main__":
+    res = main()
+    print(report(res))
+    print(json.dumps(res, indent=2))
