@@ -13,3 +13,4 @@ def image(stage: str) -> str:
 
 BASE = image("base")
 DATA = image("data")
+TRAIN = image("train")

@@ -13,8 +13,9 @@ from .release import PIPELINES
 
 
 def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_policy: str = "balanced",
-              data_config: str = "", dataset: str | None = None) -> dict:
-    """Run `pipeline` locally; returns (and writes) the run summary."""
+              data_config: str = "", dataset: str | None = None, train_config: str = "",
+              base_model_size: str = "demo") -> dict:
+    """Run `pipeline` locally; returns (and writes) the run summary built from the task outputs."""
     from kfp import local
 
     out_dir = os.path.abspath(out_dir)
@@ -28,37 +29,66 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
     with warnings.catch_warnings():
         # The stage images hold this package; locally the current venv plays that role.
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
-        task = PIPELINES[pipeline](dataset_uri=data["train"], data_config=data_config, pii_policy=pii_policy)
-    outputs = task.outputs
-    clean, report, passed = outputs["clean"], outputs["report"], outputs["passed"]
-    metrics = outputs["metrics"].metadata
-    summary = {
-        "pipeline": pipeline, "run_folder": out_dir, "elapsed_s": round(time.time() - started, 1),
-        "dataset": data["train"], "eval_dataset": data.get("eval"),
-        "stages": [{
-            "stage": "validate_dataset", "gate": "passed" if passed else "failed",
-            "rows_in": int(metrics["rows_in"]), "rows_out": int(metrics["rows_out"]),
-            "rows_quarantined": int(metrics["rows_quarantined"]),
-            "merkle_root": clean.metadata.get("merkle_root"),
-            "outputs": {"clean": clean.path, "report": report.path},
-        }],
-    }
+        PIPELINES[pipeline](dataset_uri=data["train"], data_config=data_config, pii_policy=pii_policy,
+                            train_config=train_config, base_model_size=base_model_size)
+    summary = {"pipeline": pipeline, "run_folder": out_dir, "elapsed_s": round(time.time() - started, 1),
+               "dataset": data["train"], "eval_dataset": data.get("eval"), "stages": collect_stages(root)}
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=2)
     return summary
 
 
+def _task_outputs(run_dir: str, task: str) -> dict | None:
+    path = os.path.join(run_dir, task, "executor_output.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        out = json.load(handle)
+    arts = {name: {"uri": a["artifacts"][0]["uri"], "metadata": a["artifacts"][0].get("metadata", {})}
+            for name, a in out.get("artifacts", {}).items()}
+    return {"artifacts": arts, "parameters": out.get("parameterValues", {})}
+
+
+def collect_stages(pipeline_root: str) -> list[dict]:
+    """One summary row per stage that ran, from the executor outputs kfp.local wrote."""
+    runs = sorted(os.listdir(pipeline_root))
+    run_dir = os.path.join(pipeline_root, runs[-1])
+    stages = []
+    v = _task_outputs(run_dir, "validate-dataset")
+    if v:
+        m = v["artifacts"]["metrics"]["metadata"]
+        stages.append({"stage": "validate_dataset", "gate": "passed" if v["parameters"].get("Output") else "failed",
+                       "detail": f"{int(m['rows_in'])} rows in, {int(m['rows_out'])} clean, "
+                                 f"{int(m['rows_quarantined'])} quarantined",
+                       "merkle_root": v["artifacts"]["clean"]["metadata"].get("merkle_root"),
+                       "outputs": {"clean": v["artifacts"]["clean"]["uri"], "report": v["artifacts"]["report"]["uri"]}})
+    t = _task_outputs(run_dir, "train-zero3")
+    if t:
+        m = t["artifacts"]["metrics"]["metadata"]
+        stages.append({"stage": "train_zero3", "gate": "trained",
+                       "detail": f"final loss {m.get('final_loss', float('nan')):.3f}, "
+                                 f"{m.get('tokens_per_s', 0):,.0f} tokens/s",
+                       "merkle_root": t["artifacts"]["model"]["metadata"].get("merkle_root"),
+                       "checkpoint_root": t["artifacts"]["checkpoints"]["metadata"].get("merkle_root"),
+                       "outputs": {"model": t["artifacts"]["model"]["uri"], "report": t["artifacts"]["report"]["uri"],
+                                   "checkpoints": t["artifacts"]["checkpoints"]["uri"]}})
+    elif v:
+        stages.append({"stage": "train_zero3", "gate": "skipped", "detail": "data gate failed",
+                       "merkle_root": None, "outputs": {}})
+    return stages
+
+
 def format_summary(summary: dict) -> str:
-    rows = [("stage", "gate", "rows in", "rows out", "quarantined", "merkle root")]
+    rows = [("stage", "gate", "result", "merkle root")]
     for s in summary["stages"]:
-        rows.append((s["stage"], s["gate"], str(s["rows_in"]), str(s["rows_out"]),
-                     str(s["rows_quarantined"]), (s["merkle_root"] or "")[:16] + "…"))
+        rows.append((s["stage"], s["gate"], s["detail"], ((s["merkle_root"] or "")[:16] + "…") if s["merkle_root"] else "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append("")
     lines.append(f"run folder: {summary['run_folder']}  ({summary['elapsed_s']} s)")
     for s in summary["stages"]:
-        lines.append(f"{s['stage']} report: {s['outputs']['report']}")
+        if "report" in s["outputs"]:
+            lines.append(f"{s['stage']} report: {s['outputs']['report']}")
     lines.append(f"summary: {os.path.join(summary['run_folder'], 'summary.json')}")
     return "\n".join(lines)

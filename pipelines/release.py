@@ -1,28 +1,30 @@
-"""The release pipeline, composed of the stages that exist today: validate_dataset.
+"""The release pipeline, composed of the stages that exist today:
+validate_dataset -> [gate passed] -> build_base_model -> train_zero3.
 
-Later stages (train_zero3, evaluate_llm, verify_watermark, triton_canary_deploy) attach
-under the validation gate.
+Later stages (evaluate_llm, verify_watermark, triton_canary_deploy) attach after
+training. The demo base model is built from the clean data; a production pipeline
+imports its base model instead.
 """
-from typing import NamedTuple
-
 from kfp import dsl
-from kfp.dsl import Dataset, Markdown, Metrics
 
 from kfp_llmops.components.data_validation.component import validate_dataset
+from kfp_llmops.components.training.component import build_base_model, train_zero3
 
 
 @dsl.pipeline(name="llmops-release",
-              description="Validate SFT data (schema, PII, dedup, drift) and fingerprint it.")
-def release_pipeline(dataset_uri: str, data_config: str = "", pii_policy: str = "balanced") -> NamedTuple(
-        "ReleaseOutputs", [("clean", Dataset), ("report", Markdown), ("metrics", Metrics), ("passed", bool)]):
+              description="Validate SFT data, then train with DeepSpeed ZeRO-3 and Merkle-verified checkpoints.")
+def release_pipeline(dataset_uri: str, data_config: str = "", pii_policy: str = "balanced",
+                     base_model_size: str = "demo", train_config: str = "", checkpoint_dir: str = ""):
     raw = dsl.importer(artifact_uri=dataset_uri, artifact_class=dsl.Dataset, reimport=False)
     raw.set_display_name("import-dataset")
     validated = validate_dataset(raw=raw.output, config=data_config, policy=pii_policy)
     validated.set_display_name("validate-dataset").set_caching_options(False)
-    Outputs = NamedTuple("ReleaseOutputs", [("clean", Dataset), ("report", Markdown),
-                                            ("metrics", Metrics), ("passed", bool)])
-    return Outputs(clean=validated.outputs["clean"], report=validated.outputs["report"],
-                   metrics=validated.outputs["metrics"], passed=validated.outputs["Output"])
+    with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
+        base = build_base_model(dataset=validated.outputs["clean"], size=base_model_size)
+        base.set_display_name("build-base-model").set_caching_options(False)
+        trained = train_zero3(dataset=validated.outputs["clean"], base_model=base.outputs["base_model"],
+                              config=train_config, checkpoint_dir=checkpoint_dir)
+        trained.set_display_name("train-zero3").set_caching_options(False).set_retry(num_retries=2)
 
 
 PIPELINES = {"release": release_pipeline}

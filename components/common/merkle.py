@@ -2,10 +2,11 @@
 be checked against one root, and a stream is hashed as it is written, with no second read.
 
 Domain separation: a leaf is H(0x00 || chunk), an inner node H(0x01 || left || right),
-a file entry H(0x02 || size || path || file_root) and a tree root
-H(0x03 || count || entries sorted by path). The tree shape is RFC 6962's (the left
-subtree holds the largest power of two strictly below n leaves), so proofs are short and
-an appended chunk never changes earlier subtrees.
+a file entry H(0x02 || size || path || file_root), and the root of several files
+H(0x03 || count || tree over the file entries sorted by path). Both trees have RFC
+6962's shape (the left subtree holds the largest power of two strictly below n leaves),
+so a chunk proves itself against its file root, and a file against the root, with
+log-size paths.
 """
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ DEFAULT_CHUNK_SIZE = 1 << 20
 _LEAF, _NODE, _FILE, _ROOT = b"\x00", b"\x01", b"\x02", b"\x03"
 
 
-def leaf_hash(chunk: bytes) -> bytes:
-    return blake3(_LEAF + chunk).digest()
+def leaf_hash(chunk) -> bytes:
+    """Accepts any buffer (bytes, memoryview) without copying it."""
+    hasher = blake3(_LEAF)
+    hasher.update(chunk)
+    return hasher.digest()
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:
@@ -98,12 +102,23 @@ class MerkleWriter:
         self.leaves: list[bytes] = []
         self._buf = bytearray()
 
-    def update(self, data: bytes) -> None:
-        self.size += len(data)
-        self._buf += data
-        while len(self._buf) >= self.chunk_size:
-            self.leaves.append(leaf_hash(bytes(self._buf[: self.chunk_size])))
-            del self._buf[: self.chunk_size]
+    def update(self, data) -> None:
+        view = memoryview(data).cast("B")
+        self.size += len(view)
+        size = self.chunk_size
+        if self._buf:                                   # top up a partial chunk first
+            take = min(size - len(self._buf), len(view))
+            self._buf += view[:take]
+            view = view[take:]
+            if len(self._buf) < size:
+                return
+            self.leaves.append(leaf_hash(self._buf))
+            self._buf = bytearray()
+        whole = len(view) - len(view) % size            # full chunks straight from the caller's buffer
+        for start in range(0, whole, size):
+            self.leaves.append(leaf_hash(view[start:start + size]))
+        if whole < len(view):
+            self._buf += view[whole:]
 
     def finish(self, path: str) -> FileDigest:
         leaves = list(self.leaves)
@@ -128,13 +143,35 @@ def hash_file(file_path: str | os.PathLike, rel_path: str | None = None,
         return hash_stream(stream, rel_path or os.path.basename(file_path), chunk_size)
 
 
+def _entries(files: Iterable[FileDigest]) -> list[bytes]:
+    return [file_entry_hash(f.path, f.size, f.root) for f in sorted(files, key=lambda f: f.path)]
+
+
+def _seal(count: int, tree: bytes) -> bytes:
+    return blake3(_ROOT + struct.pack("<Q", count) + tree).digest()
+
+
 def combine(files: Iterable[FileDigest]) -> bytes:
     """Root over several files: sorted by relative path, sizes and paths included."""
-    entries = sorted(files, key=lambda f: f.path)
-    acc = blake3(_ROOT + struct.pack("<Q", len(entries)))
-    for entry in entries:
-        acc.update(file_entry_hash(entry.path, entry.size, entry.root))
-    return acc.digest()
+    entries = _entries(files)
+    return _seal(len(entries), tree_root(entries))
+
+
+def file_proof(files: Sequence[FileDigest], path: str) -> list[tuple[str, bytes]]:
+    """Audit path proving one file's entry against `combine(files)`."""
+    ordered = sorted(files, key=lambda f: f.path)
+    index = next(i for i, f in enumerate(ordered) if f.path == path)
+    return proof(_entries(ordered), index)
+
+
+def verify_file_proof(digest: FileDigest, path: Iterable[tuple[str, bytes]], count: int,
+                      root: bytes) -> bool:
+    """Does a file (its recomputed size and root) belong to the tree with this root?"""
+    entry = file_entry_hash(digest.path, digest.size, digest.root)
+    acc = entry
+    for side, sibling in path:
+        acc = node_hash(sibling, acc) if side == "L" else node_hash(acc, sibling)
+    return _seal(count, acc) == root
 
 
 @dataclass

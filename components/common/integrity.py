@@ -1,0 +1,198 @@
+"""Directory manifests and their verification: which files are corrupted (and which
+byte ranges), missing, extra or resized, checked with bounded memory in parallel.
+
+Paths in a manifest can never escape its directory: absolute paths, `..`, backslashes
+and symlinks are refused before anything is read.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+from . import merkle
+
+MANIFEST_NAME = "manifest.json"
+_SEGMENT_CHUNKS = 64          # work unit of the parallel verifier, in chunks
+
+
+class UnsafePath(ValueError):
+    pass
+
+
+def check_relpath(rel: str) -> str:
+    """`rel` as a safe, normalized path inside a directory, or UnsafePath."""
+    if not rel or "\\" in rel or "\x00" in rel or rel.startswith("/") or os.path.isabs(rel):
+        raise UnsafePath(f"unsafe path {rel!r}: absolute or empty")
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise UnsafePath(f"unsafe path {rel!r}: '.', '..' or empty component")
+    return rel
+
+
+def list_files(root: str, exclude: tuple[str, ...] = (MANIFEST_NAME,)) -> dict[str, int]:
+    """Relative path -> size of every regular file under `root`; symlinks are refused."""
+    out: dict[str, int] = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in list(dirnames) + filenames:
+            full = os.path.join(dirpath, name)
+            info = os.lstat(full)
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            if stat.S_ISLNK(info.st_mode):
+                raise UnsafePath(f"{rel}: symlinks are not allowed in a manifest directory")
+            if stat.S_ISREG(info.st_mode) and rel not in exclude:
+                out[rel] = info.st_size
+    return dict(sorted(out.items()))
+
+
+def hash_directory(root: str, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE,
+                   exclude: tuple[str, ...] = (MANIFEST_NAME,)) -> merkle.Manifest:
+    files = [merkle.hash_file(os.path.join(root, rel), rel, chunk_size) for rel in list_files(root, exclude)]
+    return merkle.Manifest(chunk_size, files)
+
+
+@dataclass
+class Problem:
+    kind: str                  # corrupted | missing | extra | size | unsafe_path | manifest
+    path: str | None
+    detail: str
+    ranges: list[tuple[int, int]] = field(default_factory=list)   # bad byte ranges [start, end)
+
+
+@dataclass
+class VerifyReport:
+    ok: bool
+    root: str
+    recomputed_root: str | None
+    files_checked: int
+    bytes_checked: int
+    seconds: float
+    problems: list[Problem]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        if self.ok:
+            return (f"intact: {self.files_checked} files, {self.bytes_checked:,} bytes, root {self.root}")
+        return f"NOT intact: {len(self.problems)} problem(s): " + "; ".join(
+            f"{p.kind} {p.path or ''} {p.detail}".strip() for p in self.problems[:5])
+
+
+def _check_segment(path: str, chunk_size: int, first: int, leaves: list[bytes], size: int) -> list[int]:
+    """Indexes of bad chunks among [first, first + len(leaves)) of one file."""
+    bad = []
+    buf = bytearray(chunk_size)
+    view = memoryview(buf)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for i, expected in enumerate(leaves):
+            index = first + i
+            offset = index * chunk_size
+            want = min(chunk_size, max(0, size - offset))
+            got = os.preadv(fd, [view[:want]], offset) if want else 0
+            if merkle.leaf_hash(view[:got]) != expected:
+                bad.append(index)
+    finally:
+        os.close(fd)
+    return bad
+
+
+def load_manifest(path: str) -> tuple[merkle.Manifest, str]:
+    """The manifest and the root it states (compared with its entries by the verifier)."""
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)
+    return merkle.Manifest.from_json(data), str(data.get("root", ""))
+
+
+def write_manifest(path: str, manifest: merkle.Manifest, extra: dict | None = None) -> str:
+    """Write (fsynced) and return the root."""
+    data = manifest.to_json()
+    data.update(extra or {})
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=1, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    return data["root"]
+
+
+def verify_directory(root: str, manifest: merkle.Manifest, stated_root: str | None = None,
+                     expected_root: str | None = None, only: list[str] | None = None,
+                     threads: int | None = None, exclude: tuple[str, ...] = (MANIFEST_NAME,)) -> VerifyReport:
+    """Check `root` against `manifest`, the manifest against the root it states, and that
+    root against `expected_root` (pinned elsewhere: `latest`, artifact metadata, a chain).
+
+    With `only`, just those files are read and each is proven against the root through
+    its audit path; extra files are not looked for.
+    """
+    started = time.perf_counter()
+    problems: list[Problem] = []
+    recomputed = manifest.root.hex()
+    stated = stated_root or recomputed
+    if stated != recomputed:
+        problems.append(Problem("manifest", None, f"stated root {stated} does not match its entries ({recomputed})"))
+    if expected_root and expected_root != stated:
+        problems.append(Problem("manifest", None, f"root {stated} is not the expected {expected_root}"))
+    by_path = {}
+    for f in manifest.files:
+        try:
+            by_path[check_relpath(f.path)] = f
+        except UnsafePath as exc:
+            problems.append(Problem("unsafe_path", f.path, str(exc)))
+    for f in by_path.values():
+        n_leaves = max(1, -(-f.size // manifest.chunk_size))
+        if len(f.leaves) != n_leaves or merkle.tree_root(f.leaves) != f.root:
+            problems.append(Problem("manifest", f.path, "file entry inconsistent (leaves do not give its root)"))
+    try:
+        present = list_files(root, exclude)
+    except UnsafePath as exc:
+        problems.append(Problem("unsafe_path", None, str(exc)))
+        present = {}
+    targets = list(by_path) if only is None else []
+    for rel in only or []:
+        if rel in by_path:
+            targets.append(rel)
+        else:
+            problems.append(Problem("missing", rel, "not in the manifest"))
+    if only is None:
+        for rel in present:
+            if rel not in by_path and not any(rel == e for e in exclude):
+                problems.append(Problem("extra", rel, f"{present[rel]:,} bytes not in the manifest"))
+    work = []
+    for rel in targets:
+        f = by_path[rel]
+        if rel not in present:
+            problems.append(Problem("missing", rel, f"expected {f.size:,} bytes"))
+            continue
+        if present[rel] != f.size:
+            problems.append(Problem("size", rel, f"{present[rel]:,} bytes, expected {f.size:,}",
+                                    [(min(present[rel], f.size), max(present[rel], f.size))]))
+        for first in range(0, len(f.leaves), _SEGMENT_CHUNKS):
+            work.append((rel, first))
+    checked_bytes = sum(min(present.get(r, 0), by_path[r].size) for r in targets if r in present)
+    with ThreadPoolExecutor(max_workers=threads or min(4, os.cpu_count() or 2)) as pool:
+        results = list(pool.map(lambda w: (w[0], _check_segment(
+            os.path.join(root, w[0]), manifest.chunk_size, w[1],
+            by_path[w[0]].leaves[w[1]:w[1] + _SEGMENT_CHUNKS], present[w[0]])), work))
+    bad_by_file: dict[str, list[int]] = {}
+    for rel, bad in results:
+        bad_by_file.setdefault(rel, []).extend(bad)
+    for rel, bad in sorted(bad_by_file.items()):
+        if bad:
+            size = by_path[rel].size
+            ranges = [(i * manifest.chunk_size, min(size, (i + 1) * manifest.chunk_size)) for i in sorted(bad)]
+            problems.append(Problem("corrupted", rel, f"{len(bad)} bad chunk(s)", ranges))
+    if only is not None:
+        count = len(manifest.files)
+        for rel in targets:
+            if rel in present and not bad_by_file.get(rel) and present[rel] == by_path[rel].size:
+                proof = merkle.file_proof(manifest.files, rel)
+                if not merkle.verify_file_proof(by_path[rel], proof, count, bytes.fromhex(expected_root or stated)):
+                    problems.append(Problem("manifest", rel, "audit path does not lead to the root"))
+    return VerifyReport(not problems, stated, recomputed, len(targets), checked_bytes,
+                        time.perf_counter() - started, problems)

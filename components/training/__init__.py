@@ -1,0 +1,101 @@
+"""Stage 2, train_zero3: DeepSpeed ZeRO-3 training whose checkpoints are Merkle-hashed
+while written, committed atomically, verified before resume and resumed bit-for-bit.
+
+`run_to_dir` serves the CLI, `run_component` the KFP component; both call `launch.train`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from .config import TrainConfig
+
+__all__ = ["TrainConfig", "run_to_dir", "run_component", "build_base_component"]
+
+
+def _write_reports(result: dict, out_dir: str) -> tuple[str, str]:
+    from . import report
+    png = report.loss_curve_png(result["train_log"])
+    with open(os.path.join(out_dir, "loss_curve.png"), "wb") as handle:
+        handle.write(png)
+    md = os.path.join(out_dir, "report.md")
+    with open(md, "w", encoding="utf-8") as handle:
+        handle.write(report.render_markdown(result, "loss_curve.png"))
+    return md, report.render_html(result, png)
+
+
+def run_to_dir(clean_path: str, base_model: str, out_dir: str, config_source: str | None = None,
+               overrides: dict | None = None, dataset_root: str | None = None,
+               stop_after: int | None = None) -> dict:
+    """CLI entry: checkpoints, model, train_log.jsonl, metrics.json, report.md in `out_dir`."""
+    from .launch import train
+
+    cfg = TrainConfig.load(config_source, overrides)
+    result = train(clean_path, base_model, out_dir, cfg, dataset_root=dataset_root, stop_after=stop_after)
+    _write_reports(result, out_dir)
+    with open(os.path.join(out_dir, "metrics.json"), "w", encoding="utf-8") as handle:
+        json.dump(result, handle, indent=2)
+    return result
+
+
+def _seed_from(resume_dir: str, ckpt_dir: str) -> str | None:
+    """Copy the newest intact checkpoint of an earlier run into this run's folder."""
+    from . import checkpoints
+    tag, _, skipped = checkpoints.newest_intact(resume_dir)
+    for reason in skipped:
+        print(f"[train] refusing checkpoint {reason}")
+    if tag is None:
+        return None
+    os.makedirs(ckpt_dir, exist_ok=True)
+    if not os.path.exists(os.path.join(ckpt_dir, tag)):
+        shutil.copytree(os.path.join(resume_dir, tag), os.path.join(ckpt_dir, tag))
+    return tag
+
+
+def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir: str,
+                  model, checkpoints_out, metrics, report, train_log) -> str:
+    """KFP entry: verifies the inputs' roots from their metadata, trains, stamps lineage."""
+    from .launch import train
+
+    cfg = TrainConfig.load(config)
+    work = os.path.join(os.path.dirname(model.path), "work")
+    ckpt_dir = checkpoint_dir or checkpoints_out.path
+    if resume_from is not None:
+        _seed_from(resume_from.path, ckpt_dir)
+    result = train(dataset.path, base_model.path, work, cfg,
+                   dataset_root=dataset.metadata.get("merkle_root"),
+                   base_model_root=base_model.metadata.get("merkle_root"),
+                   checkpoint_dir=ckpt_dir, model_dir=model.path)
+    md, html = _write_reports(result, work)
+    with open(report.path, "w", encoding="utf-8") as handle:
+        handle.write(html)
+    shutil.copyfile(result["train_log"], train_log.path)
+    if checkpoint_dir:
+        os.makedirs(checkpoints_out.path, exist_ok=True)
+        with open(os.path.join(checkpoints_out.path, "location.json"), "w") as handle:
+            json.dump({"checkpoint_dir": checkpoint_dir}, handle)
+    lineage = {"dataset_root": result["dataset_root"], "base_model_root": result["base_model_root"]}
+    model.metadata.update({"merkle_root": result["model_root"], "checkpoint_root": result["checkpoint_root"],
+                           "framework": "transformers", "format": "safetensors", **lineage})
+    checkpoints_out.metadata.update({"merkle_root": result["checkpoint_root"],
+                                     "tag": (result["saves"][-1]["tag"] if result["saves"] else result["resumed_from"]),
+                                     "location": ckpt_dir, **lineage})
+    for key in ("final_loss", "tokens_per_s", "step_time_s", "resume_verify_seconds"):
+        if result.get(key) is not None:
+            metrics.log_metric(key, result[key])
+    saves = result["saves"]
+    if saves:
+        metrics.log_metric("checkpoint_save_seconds", sum(s["save_seconds"] for s in saves) / len(saves))
+        metrics.log_metric("checkpoint_commit_seconds", sum(s["commit_seconds"] for s in saves) / len(saves))
+    return result["model_root"]
+
+
+def build_base_component(dataset, base_model, size: str) -> str:
+    from .base_model import build_base_model
+    from .data import verify_dataset
+
+    verify_dataset(dataset.path, dataset.metadata.get("merkle_root"))
+    root = build_base_model(dataset.path, base_model.path, size=size)
+    base_model.metadata.update({"merkle_root": root, "size": size, "format": "safetensors"})
+    return root

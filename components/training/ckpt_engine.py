@@ -1,0 +1,72 @@
+"""A DeepSpeed checkpoint engine that hashes every file as it is written.
+
+DeepSpeed calls `save(state_dict, path)` on every rank for the files that rank owns;
+here `torch.save` streams into a writer that feeds a Merkle hasher chunk by chunk, so
+each rank hashes exactly what it wrote and nobody reads the checkpoint back.
+"""
+from __future__ import annotations
+
+import io
+import os
+
+import torch
+from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+
+from kfp_llmops.components.common import merkle
+
+
+class HashingWriter(io.RawIOBase):
+    def __init__(self, path: str, chunk_size: int, durable: bool):
+        super().__init__()
+        self._file = open(path, "wb", buffering=0)
+        self._hasher = merkle.MerkleWriter(chunk_size)
+        self._durable = durable
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += self._file.write(view[written:])
+        self._hasher.update(view)
+        return len(view)
+
+    def finish(self, rel_path: str) -> merkle.FileDigest:
+        if self._durable:
+            os.fsync(self._file.fileno())
+        self._file.close()
+        self.close()
+        return self._hasher.finish(rel_path)
+
+
+class HashingCheckpointEngine(TorchCheckpointEngine):
+    """Torch serialization, plus a FileDigest per written file (relative to `base`)."""
+
+    def __init__(self, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE, durable: bool = True):
+        super().__init__(None)
+        self.zipfile_serialization = True
+        self.chunk_size, self.durable = chunk_size, durable
+        self.base: str | None = None
+        self.digests: dict[str, merkle.FileDigest] = {}
+        self.hashing = True
+
+    def begin(self, base: str) -> None:
+        self.base, self.digests = base, {}
+
+    def save(self, state_dict, path: str) -> None:
+        if not self.hashing or self.base is None:
+            torch.save(state_dict, path)
+            return
+        rel = os.path.relpath(path, self.base).replace(os.sep, "/")
+        writer = HashingWriter(path, self.chunk_size, self.durable)
+        torch.save(state_dict, writer)
+        self.digests[rel] = writer.finish(rel)
+
+    def load(self, path: str, map_location=None):
+        """Only ever called on files the caller verified against the manifest first."""
+        try:
+            return torch.load(path, map_location=map_location, weights_only=True)
+        except Exception:  # noqa: BLE001 - DeepSpeed's optimizer states hold plain Python objects
+            return torch.load(path, map_location=map_location, weights_only=False)

@@ -1,0 +1,39 @@
+"""KFP interfaces of the training stage. The logic lives in this package's other modules."""
+from typing import Optional
+
+from kfp import dsl
+from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Model, Output
+
+from kfp_llmops.components import images
+
+
+@dsl.component(base_image=images.TRAIN, install_kfp_package=False)
+def build_base_model(dataset: Input[Dataset], base_model: Output[Model], size: str = "demo") -> str:
+    """Demo base model: a BPE tokenizer trained on the clean data and a small GPT-2-style LM."""
+    from kfp_llmops.components.training import build_base_component
+
+    return build_base_component(dataset, base_model, size)
+
+
+@dsl.component(base_image=images.TRAIN, install_kfp_package=False)
+def train_zero3(
+    dataset: Input[Dataset],
+    base_model: Input[Model],
+    model: Output[Model],
+    checkpoints: Output[Artifact],
+    metrics: Output[Metrics],
+    report: Output[HTML],
+    train_log: Output[Artifact],
+    config: str = "",
+    checkpoint_dir: str = "",
+    resume_from: Optional[Input[Artifact]] = None,
+) -> str:
+    """DeepSpeed ZeRO-3 training with Merkle-verified checkpoints; returns the model's root.
+
+    `checkpoint_dir` (e.g. a PVC mount) keeps checkpoints across task retries, so a retry
+    resumes from the newest intact one.
+    """
+    from kfp_llmops.components.training import run_component
+
+    return run_component(dataset, base_model, config, resume_from, checkpoint_dir,
+                         model, checkpoints, metrics, report, train_log)

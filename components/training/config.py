@@ -1,0 +1,64 @@
+"""The training stage's one config model: loop, optimizer schedule, checkpoints, and a
+DeepSpeed config passthrough (ZeRO stage 3 unless you say otherwise)."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from kfp_llmops.components.common.config import StageConfig
+
+
+class TrainConfig(StageConfig):
+    steps: int = Field(80, ge=1, description="Optimizer steps to reach (a resume continues to it).")
+    micro_batch: int = Field(8, ge=1, description="Sequences per rank per micro-step.")
+    grad_accum: int = Field(1, ge=1)
+    seq_len: int = Field(64, ge=8)
+    lr: float = Field(1.5e-3, gt=0)
+    min_lr: float = Field(1.5e-4, ge=0)
+    warmup_steps: int = Field(10, ge=0)
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    weight_decay: float = Field(0.0, ge=0)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    seed: int = 1234
+    world_size: int = Field(2, ge=1, description="Ranks (torchrun --nproc_per_node).")
+    checkpoint_interval: int = Field(20, ge=1, description="Save every N optimizer steps (and at the end).")
+    keep_last: int = Field(3, ge=1, description="Committed checkpoints to keep.")
+    chunk_size: int = Field(1 << 20, ge=4096, description="Merkle chunk size of checkpoint files.")
+    durable: bool = Field(True, description="fsync files and directories on commit.")
+    mask_prompt: bool = Field(True, description="Loss on the response tokens only.")
+    threads_per_rank: int = Field(1, ge=1)
+    deepspeed: dict[str, Any] = Field(default_factory=dict,
+                                      description="Merged over the generated DeepSpeed config.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
+        if self.min_lr > self.lr:
+            raise ValueError("min_lr exceeds lr")
+        return self
+
+    def deepspeed_config(self) -> dict[str, Any]:
+        """The DeepSpeed config the engine gets: ours, then the passthrough on top."""
+        cfg: dict[str, Any] = {
+            "train_micro_batch_size_per_gpu": self.micro_batch,
+            "gradient_accumulation_steps": self.grad_accum,
+            "train_batch_size": self.micro_batch * self.grad_accum * self.world_size,
+            "optimizer": {"type": "Adam", "params": {"lr": self.lr, "weight_decay": self.weight_decay,
+                                                     "torch_adam": True}},
+            "zero_optimization": {"stage": 3},
+            "gradient_clipping": 1.0,
+            "steps_per_print": 10 ** 9,
+            "wall_clock_breakdown": False,
+        }
+        if self.precision == "bf16":
+            cfg["bf16"] = {"enabled": True}
+        elif self.precision == "fp16":
+            cfg["fp16"] = {"enabled": True, "initial_scale_power": 12}
+        return _merge(cfg, self.deepspeed)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out

@@ -1,0 +1,113 @@
+"""Starts the ranks: verifies the inputs once, tokenizes, writes a run spec, and runs
+`torchrun` (gloo on CPU, NCCL on GPUs). Rerunning the same command after a crash or a
+`kill -9` resumes from the newest intact checkpoint."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+
+from blake3 import blake3
+
+from kfp_llmops.components import __version__
+from kfp_llmops.components.common.errors import InputError, LlmopsError
+
+from .base_model import verify_model_dir
+from .config import TrainConfig
+from .data import encode, read_pairs, verify_dataset
+
+
+def environment() -> dict:
+    """What produced a checkpoint: versions and a hash of every installed package."""
+    import torch
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+    packages = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
+    return {"python": platform.python_version(), "torch": torch.__version__, "deepspeed": version("deepspeed"),
+            "transformers": version("transformers"), "cuda": torch.version.cuda,
+            "packages_blake3": blake3("\n".join(packages).encode()).hexdigest()}
+
+
+def config_hash(cfg: TrainConfig) -> str:
+    return hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()
+
+
+def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, dataset_root: str | None = None,
+          base_model_root: str | None = None, stop_after: int | None = None,
+          checkpoint_dir: str | None = None, model_dir: str | None = None) -> dict:
+    """Run (or resume) training; returns rank 0's result (loss, throughput, saves, roots)."""
+    from transformers import AutoTokenizer
+    import numpy as np
+
+    os.makedirs(out_dir, exist_ok=True)
+    data_root = verify_dataset(clean_path, dataset_root)
+    model_root = verify_model_dir(base_model, base_model_root)
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    tokens = encode(tokenizer, read_pairs(clean_path), cfg.seq_len, cfg.mask_prompt)
+    tokens_path = os.path.join(out_dir, "tokens.npz")
+    np.savez(tokens_path, **tokens)
+    spec = {
+        "config": cfg.model_dump(), "tokens": tokens_path, "base_model": os.path.abspath(base_model),
+        "checkpoint_dir": os.path.abspath(checkpoint_dir or os.path.join(out_dir, "checkpoints")),
+        "model_dir": os.path.abspath(model_dir or os.path.join(out_dir, "model")),
+        "train_log": os.path.join(out_dir, "train_log.jsonl"), "result": os.path.join(out_dir, "result.json"),
+        "stop_after": stop_after,
+        "meta": {"config_hash": config_hash(cfg), "dataset_root": data_root, "base_model_root": model_root,
+                 "code_version": __version__, "environment": environment()},
+    }
+    spec_path = os.path.join(out_dir, "run_spec.json")
+    with open(spec_path, "w", encoding="utf-8") as handle:
+        json.dump(spec, handle, indent=2)
+    if os.path.exists(spec["result"]):
+        os.unlink(spec["result"])
+    env = dict(os.environ, OMP_NUM_THREADS=str(cfg.threads_per_rank), PYTHONUNBUFFERED="1",
+               TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
+               TRANSFORMERS_VERBOSITY="error")
+    import torch
+    if not torch.cuda.is_available():
+        env["DS_ACCELERATOR"] = "cpu"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+           "--nproc_per_node", str(cfg.world_size), "-m", "kfp_llmops.components.training.worker", spec_path]
+    log_path = os.path.join(out_dir, "ranks.log")
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.PIPE)
+        tail = bytearray()
+        while chunk := os.read(proc.stderr.fileno(), 65536):   # live progress, and keep the tail
+            log.write(chunk)
+            if _show(chunk):
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.flush()
+            tail = (tail + chunk)[-20000:]
+        proc.wait()
+    if proc.returncode != 0 or not os.path.exists(spec["result"]):
+        tail = _tail(log_path, tail.decode(errors="replace"))
+        raise LlmopsError(f"training failed (exit {proc.returncode}); rerun the same command to resume "
+                          f"from the last verified checkpoint; last log line: {tail}")
+    with open(spec["result"], encoding="utf-8") as handle:
+        result = json.load(handle)
+    result.update({"dataset_root": data_root, "base_model_root": model_root,
+                   "checkpoint_dir": spec["checkpoint_dir"], "model_dir": spec["model_dir"],
+                   "train_log": spec["train_log"], "truncated_examples": int(tokens["truncated"])})
+    return result
+
+
+def _show(chunk: bytes) -> bool:
+    """The progress bar and our own messages; DeepSpeed's chatter stays in ranks.log."""
+    return chunk.startswith((b"\r", b"train", b"[train]")) or b"train:" in chunk
+
+
+def _tail(log_path: str, stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith(" ")]
+    errors = [ln for ln in lines if "Error" in ln or "error" in ln]
+    return (errors or lines or ["(none)"])[-1][:300]
+
+
+__all__ = ["train", "environment", "config_hash", "InputError"]

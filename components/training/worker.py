@@ -1,0 +1,259 @@
+"""One rank of train_zero3, started by torchrun (`launch.py`). Reads top to bottom:
+set up, resume from the newest intact checkpoint, train, checkpoint, export."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import sys
+import time
+
+import numpy as np
+
+
+def lr_lambda(cfg):
+    """Warmup, then cosine or linear decay to min_lr over the full `steps` horizon."""
+    floor = cfg.min_lr / cfg.lr
+
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+        shape = 0.5 * (1 + math.cos(math.pi * progress)) if cfg.schedule == "cosine" else 1 - progress
+        return floor + (1 - floor) * shape
+    return factor
+
+
+def rng_state(torch) -> dict:
+    """Plain containers and tensors only, so the file loads with weights_only=True."""
+    py = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": [py[0], list(py[1]), py[2]], "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(torch, state: dict) -> None:
+    random.setstate((state["python"][0], tuple(state["python"][1]), state["python"][2]))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def main(spec_path: str) -> None:
+    with open(spec_path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    import deepspeed
+    import torch
+    import torch.distributed as dist
+    from deepspeed.utils import logger as ds_logger
+    from transformers import AutoModelForCausalLM
+
+    from kfp_llmops.components.training import checkpoints
+    from kfp_llmops.components.training.base_model import seal_model_dir
+    from kfp_llmops.components.training.ckpt_engine import HashingCheckpointEngine
+    from kfp_llmops.components.training.config import TrainConfig
+    from kfp_llmops.components.training.data import Sampler
+
+    ds_logger.setLevel(logging.WARNING)
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    cfg = TrainConfig.model_validate(spec["config"])
+    cuda = torch.cuda.is_available()
+    deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(cfg.threads_per_rank)
+    random.seed(cfg.seed + rank)
+    np.random.seed(cfg.seed + rank)
+    torch.manual_seed(cfg.seed + rank)
+
+    tokens = np.load(spec["tokens"])
+    input_ids, labels = torch.from_numpy(tokens["input_ids"]), torch.from_numpy(tokens["labels"])
+    model = AutoModelForCausalLM.from_pretrained(spec["base_model"])
+    model.train()
+    engine, _, _, scheduler = deepspeed.initialize(
+        model=model, model_parameters=model.parameters(), config=cfg.deepspeed_config(),
+        lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg)))
+    hce = HashingCheckpointEngine(cfg.chunk_size, cfg.durable)
+    engine.checkpoint_engine = hce
+
+    ckpt_root = spec["checkpoint_dir"]
+    os.makedirs(ckpt_root, exist_ok=True)
+    step, sampler, prev_root = 0, Sampler(len(input_ids), cfg.seed), spec.get("base_checkpoint_root")
+    resumed = {"tag": None, "skipped": [], "verify_seconds": 0.0}
+
+    # -- resume: the newest checkpoint that every rank's share verifies --------------------
+    started = time.perf_counter()
+    for _, tag in checkpoints.list_tags(ckpt_root):
+        ok, summary = verify_shared(checkpoints, os.path.join(ckpt_root, tag), rank, world, dist)
+        if ok:
+            _, client = engine.load_checkpoint(ckpt_root, tag)
+            state = client["llmops"]
+            step, sampler, prev_root = state["step"], Sampler.from_state(state["sampler"]), state["root"]
+            set_rng_state(torch, state["rng"][rank])
+            resumed["tag"] = tag
+            break
+        resumed["skipped"].append(f"{tag}: {summary}")
+        if rank == 0:
+            print(f"[train] refusing checkpoint {tag}: {summary}", file=sys.stderr, flush=True)
+    resumed["verify_seconds"] = time.perf_counter() - started
+    if rank == 0 and resumed["tag"]:
+        print(f"[train] resumed from {resumed['tag']} (step {step}, verified in "
+              f"{resumed['verify_seconds']:.2f} s)", file=sys.stderr, flush=True)
+
+    log_path = spec["train_log"]
+    if rank == 0:
+        keep = []
+        if os.path.exists(log_path):
+            with open(log_path, encoding="utf-8") as handle:
+                keep = [line for line in handle if json.loads(line)["step"] <= step]
+        log = open(log_path, "w", encoding="utf-8")
+        log.writelines(keep)
+        log.flush()
+
+    global_batch = cfg.micro_batch * cfg.grad_accum * world
+    stop = min(cfg.steps, spec.get("stop_after") or cfg.steps)
+    saves, step_times, tokens_seen = [], [], 0
+    bar = None
+    if rank == 0 and step < stop:
+        from kfp_llmops.components.common.progress import progress
+        bar = progress(stop, "train", unit="step")
+        bar.update(step)
+
+    def save(step: int) -> None:
+        nonlocal prev_root
+        tag = checkpoints.tag_for(step)
+        staging = os.path.join(ckpt_root, f".staging-{tag}")
+        if rank == 0 and os.path.exists(staging):
+            import shutil
+            shutil.rmtree(staging)
+        dist.barrier()
+        t0 = time.perf_counter()
+        rngs = [None] * world
+        dist.all_gather_object(rngs, rng_state(torch))
+        client = {"llmops": {"step": step, "sampler": sampler.state(), "rng": rngs, "root": prev_root}}
+        hce.begin(os.path.join(staging, tag))
+        engine.save_checkpoint(staging, tag=tag, client_state=client, save_latest=False)
+        save_s = time.perf_counter() - t0
+        digests = [None] * world
+        dist.all_gather_object(digests, [d.to_json() for d in hce.digests.values()])
+        result = [None]
+        if rank == 0:
+            from kfp_llmops.components.common import merkle
+            meta = dict(spec["meta"], step=step, tag=tag, previous_root=prev_root)
+            res = checkpoints.commit(ckpt_root, staging, tag,
+                                     [merkle.FileDigest.from_json(d) for part in digests for d in part],
+                                     cfg.chunk_size, meta, cfg.durable, cfg.keep_last)
+            result = [{"tag": tag, "root": res.root, "bytes": res.bytes, "files": res.files,
+                       "save_seconds": save_s, "commit_seconds": res.commit_seconds}]
+        dist.broadcast_object_list(result, src=0)
+        prev_root = result[0]["root"]
+        saves.append(result[0])
+
+    while step < stop:
+        t0 = time.perf_counter()
+        batch = sampler.take(global_batch)
+        losses = []
+        for micro in range(cfg.grad_accum):
+            lo = (micro * world + rank) * cfg.micro_batch
+            rows = torch.from_numpy(batch[lo:lo + cfg.micro_batch])
+            out = engine(input_ids=input_ids[rows], labels=labels[rows])
+            engine.backward(out.loss)
+            engine.step()
+            losses.append(out.loss.detach().float())
+        loss = torch.stack(losses).mean()
+        dist.all_reduce(loss)
+        loss = float(loss) / world
+        step += 1
+        elapsed = time.perf_counter() - t0
+        step_times.append(elapsed)
+        tokens_seen += int((labels[torch.from_numpy(batch)] != -100).sum())
+        if rank == 0:
+            log.write(json.dumps({"step": step, "loss": loss, "lr": scheduler.get_last_lr()[0],
+                                  "epoch": sampler.epoch, "step_time_s": round(elapsed, 4)}) + "\n")
+            log.flush()
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3f}")
+        if step % cfg.checkpoint_interval == 0 or step == stop:
+            save(step)
+    if bar is not None:
+        bar.close()
+
+    model_root = None
+    if step >= cfg.steps and spec.get("model_dir"):
+        state = engine._zero3_consolidated_16bit_state_dict()
+        if rank == 0:
+            model_root = export(AutoModelForCausalLM, spec, state, seal_model_dir)
+    if rank == 0:
+        log.close()
+        timed = step_times[1:] or step_times
+        result = {"step": step, "done": step >= cfg.steps, "final_loss": _last_loss(log_path),
+                  "tokens_per_s": tokens_seen / sum(step_times) if step_times else None,
+                  "step_time_s": sum(timed) / len(timed) if timed else None, "saves": saves,
+                  "resumed_from": resumed["tag"], "skipped_checkpoints": resumed["skipped"],
+                  "resume_verify_seconds": resumed["verify_seconds"], "model_root": model_root,
+                  "checkpoint_root": prev_root, "world_size": world}
+        with open(spec["result"], "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=2)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def verify_shared(checkpoints, tag_dir: str, rank: int, world: int, dist) -> tuple[bool, str]:
+    """Each rank checks every world-th file; rank 0 also the file set and the roots."""
+    try:
+        manifest, _ = checkpoints.load(tag_dir)
+        mine = [f.path for i, f in enumerate(sorted(manifest.files, key=lambda f: f.path)) if i % world == rank]
+        report = checkpoints.verify(tag_dir, only=mine)
+        if rank == 0 and report.ok:
+            full_set = checkpoints.verify(tag_dir, only=[])   # manifest and roots, no file reads
+            from kfp_llmops.components.common import integrity
+            extra = set(integrity.list_files(tag_dir)) - {f.path for f in manifest.files}
+            report = full_set if not full_set.ok else report
+            if extra:
+                report.ok = False
+                report.problems.append(integrity.Problem("extra", sorted(extra)[0], "not in the manifest"))
+        verdict = (report.ok, report.summary())
+    except Exception as exc:  # noqa: BLE001 - a broken manifest is a failed check, not a crash
+        verdict = (False, f"unreadable: {exc}")
+    verdicts = [None] * world
+    dist.all_gather_object(verdicts, verdict)
+    bad = [v[1] for v in verdicts if not v[0]]
+    return (not bad), ("; ".join(bad) if bad else "intact")
+
+
+def export(auto_cls, spec: dict, state: dict, seal) -> str:
+    """Consolidated safetensors weights + the base tokenizer, sealed with a manifest."""
+    import shutil
+
+    from transformers import AutoConfig
+
+    model_dir = spec["model_dir"]
+    os.makedirs(model_dir, exist_ok=True)
+    model = auto_cls.from_config(AutoConfig.from_pretrained(spec["base_model"]))
+    model.load_state_dict(state, strict=False)
+    model.save_pretrained(model_dir, safe_serialization=True)
+    for name in os.listdir(spec["base_model"]):
+        if name.startswith(("tokenizer", "special_tokens")):
+            shutil.copyfile(os.path.join(spec["base_model"], name), os.path.join(model_dir, name))
+    return seal(model_dir)
+
+
+def _last_loss(log_path: str) -> float | None:
+    last = None
+    with open(log_path, encoding="utf-8") as handle:
+        for line in handle:
+            last = json.loads(line)["loss"]
+    return last
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
