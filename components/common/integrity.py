@@ -7,6 +7,7 @@ and symlinks are refused before anything is read.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import stat
 import time
@@ -17,6 +18,8 @@ from . import merkle
 
 MANIFEST_NAME = "manifest.json"
 _SEGMENT_CHUNKS = 64          # work unit of the parallel verifier, in chunks
+# Prefault a chunk's pages in one call instead of one page fault per 4 KiB.
+_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
 class UnsafePath(ValueError):
@@ -83,18 +86,29 @@ class VerifyReport:
 
 
 def _check_segment(path: str, chunk_size: int, first: int, leaves: list[bytes], size: int) -> list[int]:
-    """Indexes of bad chunks among [first, first + len(leaves)) of one file."""
+    """Indexes of bad chunks among [first, first + len(leaves)) of one file.
+
+    Each chunk is hashed straight from the page cache through a one-chunk mapping (no
+    copy), unmapped before the next, so memory stays at one chunk per thread.
+    """
     bad = []
-    buf = bytearray(chunk_size)
-    view = memoryview(buf)
+    mapped = chunk_size % mmap.ALLOCATIONGRANULARITY == 0
+    buf = None if mapped else bytearray(chunk_size)
     fd = os.open(path, os.O_RDONLY)
     try:
         for i, expected in enumerate(leaves):
             index = first + i
             offset = index * chunk_size
             want = min(chunk_size, max(0, size - offset))
-            got = os.preadv(fd, [view[:want]], offset) if want else 0
-            if merkle.leaf_hash(view[:got]) != expected:
+            if want and mapped:
+                with mmap.mmap(fd, want, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=offset) as window:
+                    ok = merkle.leaf_hash(window) == expected
+            elif want:
+                got = os.preadv(fd, [memoryview(buf)[:want]], offset)
+                ok = merkle.leaf_hash(memoryview(buf)[:got]) == expected
+            else:
+                ok = merkle.leaf_hash(b"") == expected
+            if not ok:
                 bad.append(index)
     finally:
         os.close(fd)

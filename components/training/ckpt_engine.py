@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
@@ -16,24 +17,33 @@ from kfp_llmops.components.common import merkle
 
 
 class HashingWriter(io.RawIOBase):
+    """Writes the caller's buffer while a helper thread hashes the same buffer (both
+    release the GIL), and returns only when both are done: torch owns the buffer again
+    as soon as `write` returns."""
+
     def __init__(self, path: str, chunk_size: int, durable: bool):
         super().__init__()
         self._file = open(path, "wb", buffering=0)
         self._hasher = merkle.MerkleWriter(chunk_size)
         self._durable = durable
+        self._pool = ThreadPoolExecutor(max_workers=1)
 
     def writable(self) -> bool:
         return True
 
     def write(self, data) -> int:
-        view = memoryview(data)
+        view = memoryview(data).cast("B")
+        hashed = self._pool.submit(self._hasher.update, view)
         written = 0
-        while written < len(view):
-            written += self._file.write(view[written:])
-        self._hasher.update(view)
+        try:
+            while written < len(view):
+                written += self._file.write(view[written:])
+        finally:
+            hashed.result()
         return len(view)
 
     def finish(self, rel_path: str) -> merkle.FileDigest:
+        self._pool.shutdown()
         if self._durable:
             os.fsync(self._file.fileno())
         self._file.close()

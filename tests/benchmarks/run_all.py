@@ -3,16 +3,19 @@ Results also land in build/bench/results.json."""
 import json
 import os
 
-from tests.benchmarks import bench_data
+from tests.benchmarks import bench_ckpt, bench_data
 
 
 def main() -> None:
     os.makedirs("build/bench", exist_ok=True)
-    data = bench_data.main()
-    print(bench_data.report(data))
+    results = {}
+    for name, module in (("data", bench_data), ("checkpoints", bench_ckpt)):
+        results[name] = module.main()
+        print(module.report(results[name]), flush=True)
+        print()
     with open("build/bench/results.json", "w") as handle:
-        json.dump({"data": data}, handle, indent=2)
-    print("\nfull results: build/bench/results.json")
+        json.dump(results, handle, indent=2)
+    print("full results: build/bench/results.json")
 
 
 if __name__ == "__main__":

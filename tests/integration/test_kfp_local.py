@@ -7,29 +7,41 @@ import yaml
 
 from kfp_llmops.components import images
 from kfp_llmops.components.common import merkle
+from kfp_llmops.components.training import checkpoints
+from kfp_llmops.components.training.base_model import verify_model_dir
 from kfp_llmops.pipelines import compile as compile_mod
 from kfp_llmops.pipelines.local_run import format_summary, run_local
 
 
+TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
+
+
 def test_release_pipeline_runs_through_kfp_local(tmp_path):
-    summary = run_local(str(tmp_path / "run"), rows=800)
-    (stage,) = summary["stages"]
-    assert stage["gate"] == "passed"
-    assert stage["rows_in"] == 800 == stage["rows_out"] + stage["rows_quarantined"]
-    clean = stage["outputs"]["clean"]
+    summary = run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny")
+    validate, train = summary["stages"]
+    assert validate["stage"] == "validate_dataset" and validate["gate"] == "passed"
+    clean = validate["outputs"]["clean"]
     digest = merkle.hash_file(clean, "clean.jsonl")
-    assert merkle.Manifest(merkle.DEFAULT_CHUNK_SIZE, [digest]).root.hex() == stage["merkle_root"]
-    report = open(stage["outputs"]["report"]).read()
-    assert report.startswith("# Data validation: PASSED")
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["stages"][0]["gate"] == "passed"
-    assert "validate_dataset" in format_summary(summary)
+    assert merkle.Manifest(merkle.DEFAULT_CHUNK_SIZE, [digest]).root.hex() == validate["merkle_root"]
+    assert open(validate["outputs"]["report"]).read().startswith("# Data validation: PASSED")
+    assert train["stage"] == "train_zero3" and train["gate"] == "trained"
+    assert verify_model_dir(train["outputs"]["model"]) == train["merkle_root"]
+    ckpt_dir = train["outputs"]["checkpoints"]
+    assert checkpoints.read_latest(ckpt_dir) == "step-00000006"
+    assert checkpoints.verify(os.path.join(ckpt_dir, "step-00000006"), expected_root=train["checkpoint_root"]).ok
+    _, stated = checkpoints.load(os.path.join(ckpt_dir, "step-00000006"))
+    assert stated["meta"]["dataset_root"] == validate["merkle_root"]       # lineage: data -> checkpoint
+    assert "<img alt='loss curve' src='data:image/png;base64," in open(train["outputs"]["report"]).read()
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["stages"][1]["gate"] == "trained"
+    assert "train_zero3" in format_summary(summary)
 
 
-def test_gate_failure_surfaces_as_false_output(tmp_path):
+def test_gate_failure_skips_training(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(["not json"] * 10 + ['{"text": "fine row"}']) + "\n")
     summary = run_local(str(tmp_path / "run"), dataset=str(bad))
-    assert summary["stages"][0]["gate"] == "failed"
+    assert [(s["stage"], s["gate"]) for s in summary["stages"]] == [("validate_dataset", "failed"),
+                                                                   ("train_zero3", "skipped")]
 
 
 def test_compile_is_deterministic_and_check_detects_drift(tmp_path):
@@ -47,5 +59,5 @@ def test_committed_yaml_is_current_and_uses_the_versioned_image():
     spec = yaml.safe_load(open(os.path.join(compile_mod.COMPILED_DIR, "release.yaml")))
     executors = spec["deploymentSpec"]["executors"]
     images_used = {e["container"]["image"] for e in executors.values() if "container" in e}
-    assert images_used == {images.DATA}
+    assert images_used == {images.DATA, images.TRAIN}
     assert "pip install" not in json.dumps(executors)   # air-gapped clusters: nothing installed at run time

@@ -154,3 +154,174 @@ def test_failed_launch_is_one_line_error(inputs, tmp_path):
     with pytest.raises(LlmopsError, match="training failed"):
         train(inputs["clean"], inputs["base"], str(tmp_path / "x"),
               TrainConfig(**dict(SMALL, deepspeed={"zero_optimization": {"stage": "bogus"}})))
+
+
+# -- corruption campaign: every kind of damage is detected and localized -----------------
+
+def _copy_tag(reference, tmp_path, tag="step-00000008"):
+    src = os.path.join(reference["result"]["checkpoint_dir"], tag)
+    dst = str(tmp_path / tag)
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _files(tag_dir):
+    return sorted(f for f in os.listdir(tag_dir) if f.endswith(".pt"))
+
+
+def test_intact_checkpoints_never_raise_false_alarms(reference, tmp_path):
+    ckpt = reference["result"]["checkpoint_dir"]
+    for _ in range(5):
+        for _, tag in checkpoints.list_tags(ckpt):
+            report = checkpoints.verify(os.path.join(ckpt, tag))
+            assert report.ok and not report.problems, report.summary()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_bit_flips_are_localized_to_their_chunk(reference, tmp_path, seed):
+    import random
+    tag_dir = _copy_tag(reference, tmp_path)
+    rng = random.Random(seed)
+    name = rng.choice(_files(tag_dir))
+    path = os.path.join(tag_dir, name)
+    offset = rng.randrange(os.path.getsize(path))
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        byte = handle.read(1)[0]
+        handle.seek(offset)
+        handle.write(bytes([byte ^ (1 << rng.randrange(8))]))
+    report = checkpoints.verify(tag_dir)
+    (problem,) = report.problems
+    assert problem.kind == "corrupted" and problem.path == name
+    (start, end), = problem.ranges
+    assert start <= offset < end and end - start <= 4096
+
+
+def _single_problem(tag_dir, kind, path):
+    report = checkpoints.verify(tag_dir)
+    assert not report.ok
+    assert any(p.kind == kind and p.path == path for p in report.problems), report.problems
+    return report
+
+
+def test_truncation_deletion_extra_and_rename_are_named(reference, tmp_path):
+    tag_dir = _copy_tag(reference, tmp_path)
+    a, b, c, d = _files(tag_dir)
+    with open(os.path.join(tag_dir, a), "r+b") as handle:
+        handle.truncate(os.path.getsize(os.path.join(tag_dir, a)) - 100)
+    os.unlink(os.path.join(tag_dir, b))
+    with open(os.path.join(tag_dir, "stray.bin"), "wb") as handle:
+        handle.write(b"x" * 10)
+    os.rename(os.path.join(tag_dir, c), os.path.join(tag_dir, c + ".old"))
+    report = checkpoints.verify(tag_dir)
+    kinds = {(p.kind, p.path) for p in report.problems}
+    assert ("size", a) in kinds and ("missing", b) in kinds and ("extra", "stray.bin") in kinds
+    assert ("missing", c) in kinds and ("extra", c + ".old") in kinds
+    assert (("corrupted", d) not in kinds) and not any(p.path == d for p in report.problems)
+
+
+def test_older_shard_swapped_in_is_detected(reference, tmp_path):
+    tag_dir = _copy_tag(reference, tmp_path)
+    old = os.path.join(reference["result"]["checkpoint_dir"], "step-00000004")
+    name = _files(tag_dir)[1]
+    shutil.copyfile(os.path.join(old, name), os.path.join(tag_dir, name))
+    report = checkpoints.verify(tag_dir)
+    assert {p.path for p in report.problems} == {name}
+
+
+@pytest.mark.parametrize("edit", ["leaf", "root", "previous_root", "add_file", "path_escape"])
+def test_tampered_manifest_is_detected(reference, tmp_path, edit):
+    tag_dir = _copy_tag(reference, tmp_path)
+    path = os.path.join(tag_dir, "manifest.json")
+    data = json.load(open(path))
+    if edit == "leaf":
+        data["files"][0]["leaves"][0] = "00" * 32
+    elif edit == "root":
+        data["root"] = "11" * 32
+    elif edit == "previous_root":
+        data["meta"]["previous_root"] = "22" * 32
+    elif edit == "add_file":
+        data["files"].append(dict(data["files"][0], path="ghost.pt"))
+    else:
+        data["files"][0]["path"] = "../../etc/passwd"
+    json.dump(data, open(path, "w"))
+    report = checkpoints.verify(tag_dir)
+    assert not report.ok
+    if edit == "path_escape":
+        assert any(p.kind == "unsafe_path" for p in report.problems)
+
+
+def test_tampering_consistently_is_caught_by_the_pinned_root(reference, tmp_path):
+    """Rewrite a file and its whole manifest consistently: only a root pinned elsewhere
+    (the next checkpoint's chain, `latest`, artifact metadata) can tell."""
+    from kfp_llmops.components.common import integrity
+    tag_dir = _copy_tag(reference, tmp_path)
+    pinned = checkpoints.load(tag_dir)[1]["root"]
+    name = _files(tag_dir)[0]
+    with open(os.path.join(tag_dir, name), "ab") as handle:
+        handle.write(b"evil")
+    manifest = integrity.hash_directory(tag_dir, 4096)
+    meta = checkpoints.load(tag_dir)[1]["meta"]
+    files_root = manifest.root.hex()
+    integrity.write_manifest(os.path.join(tag_dir, "manifest.json"), manifest,
+                             {"format": checkpoints.FORMAT, "files_root": files_root,
+                              "root": checkpoints.checkpoint_root(files_root, meta), "meta": meta})
+    assert checkpoints.verify(tag_dir).ok                     # self-consistent forgery
+    assert not checkpoints.verify(tag_dir, expected_root=pinned).ok
+
+
+def test_symlinks_in_a_checkpoint_are_refused(reference, tmp_path):
+    tag_dir = _copy_tag(reference, tmp_path)
+    os.symlink("/etc/hostname", os.path.join(tag_dir, "link.pt"))
+    report = checkpoints.verify(tag_dir)
+    assert any(p.kind == "unsafe_path" for p in report.problems)
+
+
+def test_verify_cli_exit_codes_json_and_files(reference, tmp_path):
+    from kfp_llmops.pipelines.cli import main
+    ckpt = reference["result"]["checkpoint_dir"]
+    assert main(["checkpoint", "verify", ckpt]) == 0
+    assert main(["checkpoint", "verify", ckpt, "--tag", "step-00000004"]) == 0
+    name = _files(os.path.join(ckpt, "step-00000008"))[0]
+    assert main(["checkpoint", "verify", ckpt, "--files", name]) == 0
+    tag_dir = _copy_tag(reference, tmp_path)
+    other = _files(tag_dir)[1]
+    with open(os.path.join(tag_dir, other), "r+b") as handle:
+        handle.write(b"\xff\xff")
+    assert main(["checkpoint", "verify", tag_dir, "--files", name]) == 0      # only that file is read
+    assert main(["checkpoint", "verify", tag_dir, "--files", other]) == 1
+    assert main(["checkpoint", "verify", tag_dir, "--root", "ab" * 32]) == 1
+    assert main(["checkpoint", "verify", str(tmp_path / "nope")]) == 2
+
+
+def test_verify_cli_json_lists_bad_ranges(reference, tmp_path, capsys):
+    from kfp_llmops.pipelines.cli import main
+    tag_dir = _copy_tag(reference, tmp_path)
+    name = _files(tag_dir)[0]
+    with open(os.path.join(tag_dir, name), "r+b") as handle:
+        handle.seek(4096 * 2 + 7)
+        handle.write(b"\x00\x01\x02")
+    capsys.readouterr()
+    assert main(["checkpoint", "verify", tag_dir, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False
+    (problem,) = report["problems"]
+    assert problem["path"] == name and problem["ranges"] == [[8192, 12288]]
+
+
+def test_trainjob_matches_the_kubeflow_trainer_crd(tmp_path):
+    import jsonschema
+    import yaml
+    from kfp_llmops.components.training.trainjob import render_trainjob
+    crd = yaml.safe_load(open(os.path.join(SCHEMAS, "kubeflow-trainer-v2.3.0-trainjobs.crd.yaml")))
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+    doc = render_trainjob("llmops-train", "/mnt/llmops/run_spec.json", num_nodes=4, procs_per_node=8)
+    jsonschema.validate(doc, version["schema"]["openAPIV3Schema"])
+    assert doc["spec"]["runtimeRef"]["name"] == "deepspeed-distributed"
+    bad = json.loads(json.dumps(doc))
+    bad["spec"]["trainer"]["numNodes"] = "four"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, version["schema"]["openAPIV3Schema"])
+
+
+SCHEMAS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "schemas")
