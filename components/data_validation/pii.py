@@ -223,8 +223,11 @@ def _jwt(text: str, m: re.Match) -> tuple[int, int] | None:
 
 
 def _bearer(text: str, m: re.Match) -> tuple[int, int] | None:
+    """A token looks random: a digit, or mixed case over 20+ characters (not a word)."""
     token = m.group(1)
-    return m.span(1) if any(ch.isdigit() for ch in token) else None
+    random_looking = any(ch.isdigit() for ch in token) or (
+        len(token) >= 20 and not token.islower() and not token.isupper())
+    return m.span(1) if random_looking else None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 
+from tests.benchmarks.peak import run_with_peak
+
 MB = 1024 * 1024
 
 
@@ -73,9 +75,7 @@ def _read_verify_sha(tag_dir: str, drop: bool) -> dict:
 
 
 def _peak_rss_mb(code: str) -> float:
-    proc = subprocess.Popen([sys.executable, "-c", code])
-    _, _, usage = os.wait4(proc.pid, 0)
-    return usage.ru_maxrss / 1024
+    return run_with_peak(code)[1]
 
 
 def main(work: str = "build/bench/ckpt", width: int = 4096, layers: int = 12, rounds: int = 6) -> dict:

@@ -4,39 +4,33 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 
 from kfp_llmops.components.data_validation import pii
 from tests.benchmarks.corpus import write_corpus
+from tests.benchmarks.peak import run_with_peak
 from tests.pii_corpus import labeled_samples
 
 MB = 1024 * 1024
 
 
 def run_validator(path: str, out_dir: str) -> dict:
-    """Validate in a child process; wall time from here, peak RSS from wait4's rusage."""
+    """Validate in a child process: wall time from here, peak RSS from the child itself."""
     cfg = os.path.join(out_dir, "bench.yaml")
     os.makedirs(out_dir, exist_ok=True)
     with open(cfg, "w") as handle:
         handle.write("gate:\n  max_reject_rate: 1.0\n")
-    cmd = [sys.executable, "-m", "kfp_llmops.pipelines.cli", "data", "validate", path, "--out", out_dir,
-           "--config", cfg, "--no-progress"]
+    args = ["data", "validate", path, "--out", out_dir, "--config", cfg, "--no-progress"]
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
+    _, peak = run_with_peak(f"import sys\nfrom kfp_llmops.pipelines.cli import main\nsys.exit(main({args!r}))")
     elapsed = time.perf_counter() - started
-    err = proc.stderr.read().decode()
-    if os.waitstatus_to_exitcode(status) not in (0, 1):
-        raise RuntimeError(f"validator failed: {err.strip()}")
     with open(os.path.join(out_dir, "metrics.json")) as handle:
         metrics = json.load(handle)
     size = os.path.getsize(path)
     return {"bytes": size, "rows": metrics["rows_in"], "seconds": elapsed,
             "mb_per_s": size / MB / elapsed, "rows_per_s": metrics["rows_in"] / elapsed,
-            "peak_rss_mb": usage.ru_maxrss / 1024}
+            "peak_rss_mb": peak}
 
 
 def _presidio():
