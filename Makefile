@@ -11,11 +11,11 @@ RUN ?= runs/demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e ".[data,train,dev]"
+	$(PY) -m pip install -q -e ".[data,train,eval,dev]"
 	touch $(STAMP)
 
 $(VENV)/.bench: $(STAMP)
-	$(PY) -m pip install -q -e ".[data,train,dev,bench]"
+	$(PY) -m pip install -q -e ".[data,train,eval,dev,bench]"
 	touch $@
 
 demo: $(STAMP)

@@ -14,3 +14,4 @@ def image(stage: str) -> str:
 BASE = image("base")
 DATA = image("data")
 TRAIN = image("train")
+EVAL = image("eval")

@@ -125,6 +125,36 @@ def train_cmd(clean_path, base_model, out_dir, config_path, steps, ranks, datase
     click.echo(f"outputs in {out_dir}")
 
 
+@cli.command("eval")
+@click.option("--model", "model_dir", required=True, type=click.Path(file_okay=False),
+              help="Model folder with a manifest (train_zero3's model output).")
+@click.option("--data", "eval_path", required=True, type=click.Path(dir_okay=False),
+              help="Eval JSONL of {id, prompt, response (the reference)}.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="responses.jsonl, samples.jsonl, metrics.json, blessing.json, report.md/html.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Evaluation config YAML.")
+@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
+              help="metrics.json of the model in production (enables change thresholds).")
+@click.option("--model-root", help="Expected Merkle root of --model (refuse anything else).")
+@click.option("--no-progress", is_flag=True)
+def eval_cmd(model_dir, eval_path, out_dir, config_path, baseline_path, model_root, no_progress) -> None:
+    """Evaluate a model: generation, BERTScore, toxicity (two detectors), perplexity, blessing.
+
+    Exit 0: blessed. Exit 1: not blessed (every failed check listed). Exit 2: bad input.
+    """
+    from kfp_llmops.components.evaluation import raise_unless_blessed, run_to_dir
+
+    result = run_to_dir(model_dir, eval_path, out_dir, config_path, baseline_path, model_root,
+                        show_progress=not no_progress)
+    m = result["metrics"]
+    click.echo(f"samples={m['samples']} bertscore_f1={m['bertscore_f1']:.4f} perplexity={m['perplexity']:.3f} "
+               f"toxicity_flagged_rate={m['toxicity_flagged_rate']:.3f} blessed={result['blessed']}")
+    for c in result["checks"]:
+        click.echo(f"  {c['verdict'].upper():<7} {c['kind']:<6} {c['metric']:<22} {c['bound']} {c['reason']}")
+    click.echo(f"outputs in {out_dir}")
+    raise_unless_blessed(result)
+
+
 @cli.group()
 def checkpoint() -> None:
     """Merkle-verified checkpoints."""

@@ -14,7 +14,7 @@ from .release import PIPELINES
 
 def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_policy: str = "balanced",
               data_config: str = "", dataset: str | None = None, train_config: str = "",
-              base_model_size: str = "demo") -> dict:
+              base_model_size: str = "demo", eval_dataset: str | None = None, eval_config: str = "") -> dict:
     """Run `pipeline` locally; returns (and writes) the run summary built from the task outputs."""
     from kfp import local
 
@@ -22,15 +22,20 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
     root = os.path.join(out_dir, "pipeline_root")
     for stale in (root, os.path.join(out_dir, "workspace")):
         shutil.rmtree(stale, ignore_errors=True)
-    data = {"train": os.path.abspath(dataset)} if dataset else make_demo_dataset(os.path.join(out_dir, "data"), rows)
+    data = make_demo_dataset(os.path.join(out_dir, "data"), rows)
+    if dataset:
+        data["train"] = os.path.abspath(dataset)
+    if eval_dataset:
+        data["eval"] = os.path.abspath(eval_dataset)
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=root,
                workspace_root=os.path.join(out_dir, "workspace"))
     started = time.time()
     with warnings.catch_warnings():
         # The stage images hold this package; locally the current venv plays that role.
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
-        PIPELINES[pipeline](dataset_uri=data["train"], data_config=data_config, pii_policy=pii_policy,
-                            train_config=train_config, base_model_size=base_model_size)
+        PIPELINES[pipeline](dataset_uri=data["train"], eval_dataset_uri=data["eval"], data_config=data_config,
+                            pii_policy=pii_policy, train_config=train_config, base_model_size=base_model_size,
+                            eval_config=eval_config)
     summary = {"pipeline": pipeline, "run_folder": out_dir, "elapsed_s": round(time.time() - started, 1),
                "dataset": data["train"], "eval_dataset": data.get("eval"), "stages": collect_stages(root)}
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as handle:
@@ -75,6 +80,16 @@ def collect_stages(pipeline_root: str) -> list[dict]:
     elif v:
         stages.append({"stage": "train_zero3", "gate": "skipped", "detail": "data gate failed",
                        "merkle_root": None, "outputs": {}})
+    e = _task_outputs(run_dir, "evaluate-llm")
+    if e:
+        m = e["artifacts"]["metrics"]["metadata"]
+        stages.append({"stage": "evaluate_llm", "gate": "blessed" if e["parameters"].get("Output") else "not blessed",
+                       "detail": f"BERTScore F1 {m.get('bertscore_f1', float('nan')):.3f}, "
+                                 f"perplexity {m.get('perplexity', float('nan')):.2f}, "
+                                 f"flagged {m.get('toxicity_flagged_rate', float('nan')):.1%}",
+                       "merkle_root": e["artifacts"]["blessing"]["metadata"].get("model_root"),
+                       "outputs": {"report": e["artifacts"]["report"]["uri"], "responses": e["artifacts"]["responses"]["uri"],
+                                   "blessing": e["artifacts"]["blessing"]["uri"]}})
     return stages
 
 

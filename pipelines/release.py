@@ -1,22 +1,26 @@
 """The release pipeline, composed of the stages that exist today:
-validate_dataset -> [gate passed] -> build_base_model -> train_zero3.
+validate_dataset -> [gate passed] -> build_base_model -> train_zero3 -> evaluate_llm.
 
-Later stages (evaluate_llm, verify_watermark, triton_canary_deploy) attach after
-training. The demo base model is built from the clean data; a production pipeline
+Later stages (verify_watermark, triton_canary_deploy) attach under evaluate_llm's
+`blessed` output. The demo base model is built from the clean data; a production pipeline
 imports its base model instead.
 """
 from kfp import dsl
 
 from kfp_llmops.components.data_validation.component import validate_dataset
+from kfp_llmops.components.evaluation.component import evaluate_llm
 from kfp_llmops.components.training.component import build_base_model, train_zero3
 
 
 @dsl.pipeline(name="llmops-release",
               description="Validate SFT data, then train with DeepSpeed ZeRO-3 and Merkle-verified checkpoints.")
-def release_pipeline(dataset_uri: str, data_config: str = "", pii_policy: str = "balanced",
-                     base_model_size: str = "demo", train_config: str = "", checkpoint_dir: str = ""):
+def release_pipeline(dataset_uri: str, eval_dataset_uri: str, data_config: str = "", pii_policy: str = "balanced",
+                     base_model_size: str = "demo", train_config: str = "", checkpoint_dir: str = "",
+                     eval_config: str = ""):
     raw = dsl.importer(artifact_uri=dataset_uri, artifact_class=dsl.Dataset, reimport=False)
     raw.set_display_name("import-dataset")
+    eval_set = dsl.importer(artifact_uri=eval_dataset_uri, artifact_class=dsl.Dataset, reimport=False)
+    eval_set.set_display_name("import-eval-dataset")
     validated = validate_dataset(raw=raw.output, config=data_config, policy=pii_policy)
     validated.set_display_name("validate-dataset").set_caching_options(False)
     with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
@@ -25,6 +29,8 @@ def release_pipeline(dataset_uri: str, data_config: str = "", pii_policy: str = 
         trained = train_zero3(dataset=validated.outputs["clean"], base_model=base.outputs["base_model"],
                               config=train_config, checkpoint_dir=checkpoint_dir)
         trained.set_display_name("train-zero3").set_caching_options(False).set_retry(num_retries=2)
+        evaluated = evaluate_llm(model=trained.outputs["model"], eval_dataset=eval_set.output, config=eval_config)
+        evaluated.set_display_name("evaluate-llm").set_caching_options(False)
 
 
 PIPELINES = {"release": release_pipeline}

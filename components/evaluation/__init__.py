@@ -1,0 +1,72 @@
+"""Stage 3, evaluate_llm: generation, BERTScore, two toxicity detectors, perplexity and a
+TFX-style blessing gate.
+
+`run_to_dir` serves the CLI, `run_component` the KFP component; both call `evaluate`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from kfp_llmops.components.common.errors import GateFailed
+
+from .config import EvalConfig
+
+__all__ = ["EvalConfig", "run_to_dir", "run_component", "raise_unless_blessed"]
+
+
+def _reports(result: dict, out_dir: str) -> str:
+    from . import report
+    png = report.histograms_png(result["samples"])
+    with open(os.path.join(out_dir, "histograms.png"), "wb") as handle:
+        handle.write(png)
+    with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as handle:
+        handle.write(report.render_markdown(result, "histograms.png"))
+    return report.render_html(result, png)
+
+
+def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str | None = None,
+               baseline_path: str | None = None, model_root: str | None = None, show_progress: bool = True) -> dict:
+    from .evaluate import evaluate
+
+    cfg = EvalConfig.load(config_source)
+    result = evaluate(model_dir, eval_path, out_dir, cfg, baseline_path, model_root, show_progress)
+    html = _reports(result, out_dir)
+    with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as handle:
+        handle.write(html)
+    return result
+
+
+def raise_unless_blessed(result: dict) -> None:
+    if not result["blessed"]:
+        failed = [f"{c['metric']} ({c['kind']}: {c['reason'] or c['bound']})"
+                  for c in result["checks"] if c["verdict"] == "fail"]
+        raise GateFailed("not blessed: " + "; ".join(failed))
+
+
+def run_component(model, eval_dataset, baseline_metrics, config: str, responses, metrics, blessing, report) -> bool:
+    """KFP entry: verifies the model against its root, evaluates, writes the artifacts."""
+    from .evaluate import evaluate
+
+    cfg = EvalConfig.load(config)
+    work = os.path.join(os.path.dirname(report.path), "work")
+    result = evaluate(model.path, eval_dataset.path, work, cfg,
+                      baseline_metrics.path if baseline_metrics is not None else None,
+                      model.metadata.get("merkle_root"))
+    with open(report.path, "w", encoding="utf-8") as handle:
+        handle.write(_reports(result, work))
+    shutil.copyfile(os.path.join(work, "responses.jsonl"), responses.path)
+    shutil.copyfile(os.path.join(work, "blessing.json"), blessing.path)
+    responses.metadata.update({"model_root": result["model_root"], "rows": result["metrics"]["samples"]})
+    blessing.metadata.update({"blessed": result["blessed"], "model_root": result["model_root"]})
+    for key, value in result["metrics"].items():
+        if isinstance(value, (int, float)) and value == value:
+            metrics.log_metric(key, value)
+    metrics.metadata["model_root"] = result["model_root"]
+    with open(f"{metrics.path}.json", "w", encoding="utf-8") as handle:
+        json.dump({"metrics": result["metrics"], "model_root": result["model_root"]}, handle)
+    if not result["blessed"]:
+        print("evaluate_llm: model NOT blessed: " + "; ".join(
+            c["metric"] for c in result["checks"] if c["verdict"] == "fail"))
+    return result["blessed"]

@@ -1,0 +1,151 @@
+"""evaluate_llm: generate responses, score them (BERTScore, two toxicity detectors),
+compute reference perplexity, and bless or refuse the model."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict
+
+from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.common.progress import progress
+from kfp_llmops.components.training.base_model import verify_model_dir
+
+from .config import EvalConfig
+from .gate import checks_json, evaluate_gate
+
+
+def read_eval_set(path: str) -> list[dict]:
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: eval dataset not found")
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for n, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                raise InputError(f"{path}:{n}: not valid JSON") from None
+            if not isinstance(row, dict):
+                raise InputError(f"{path}:{n}: expected a JSON object")
+            for field in ("prompt", "response"):
+                if not isinstance(row.get(field), str) or not row[field].strip():
+                    raise InputError(f"{path}:{n}: field {field!r} is missing or empty "
+                                     "(eval rows need a prompt and a reference response)")
+            rows.append({"id": str(row.get("id", f"row-{n}")), "prompt": row["prompt"], "response": row["response"]})
+    if not rows:
+        raise InputError(f"{path}: empty eval set")
+    return rows
+
+
+def read_baseline(path: str | None) -> dict | None:
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read baseline metrics: {exc.strerror}") from None
+    except ValueError:
+        raise InputError(f"{path}: baseline metrics are not JSON") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: baseline metrics must be a JSON object of metric -> value")
+    return data.get("metrics", data)
+
+
+def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, baseline_path: str | None = None,
+             model_root: str | None = None, show_progress: bool = True) -> dict:
+    """Writes responses.jsonl, samples.jsonl, metrics.json, blessing.json; returns the result."""
+    from .generate import context_size, generate, load_model, perplexity
+    from .similarity import bertscore
+    from .toxicity import ModelDetector, lexical_scores, summarize
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    os.makedirs(out_dir, exist_ok=True)
+    root = verify_model_dir(model_dir, model_root)
+    rows = read_eval_set(eval_path)
+    baseline = read_baseline(baseline_path)
+    detector = ModelDetector(cfg.toxicity)           # pin checked before anything heavy runs
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    try:
+        model, tokenizer = load_model(model_dir)
+    except Exception as exc:  # noqa: BLE001 - a model that will not load is bad input
+        raise InputError(f"{model_dir}: cannot load the model: {exc}") from None
+    timings["load_s"] = time.perf_counter() - started
+
+    t0 = time.perf_counter()
+    bar = progress(len(rows), "generate", unit="sample", enabled=show_progress)
+    generated = generate(model, tokenizer, rows, cfg, bar)
+    bar.close()
+    timings["generate_s"] = time.perf_counter() - t0
+    with open(os.path.join(out_dir, "responses.jsonl"), "w", encoding="utf-8") as handle:
+        for g in generated:
+            handle.write(json.dumps({"id": g.id, "prompt": g.prompt, "response": g.response, "tokens": g.tokens,
+                                     "truncated_prompt": g.truncated}) + "\n")
+    responses = [g.response for g in generated]
+    references = [r["response"] for r in rows]
+
+    t0 = time.perf_counter()
+    bs = bertscore(responses, references, cfg.bertscore)
+    timings["bertscore_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    model_tox = detector.scores(responses)
+    timings["toxicity_model_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    lexical = lexical_scores(responses)
+    timings["toxicity_lexical_s"] = time.perf_counter() - t0
+    tox_summary, flags = summarize(model_tox, lexical, cfg.toxicity)
+    t0 = time.perf_counter()
+    limit = context_size(model)
+    ppl, nll = perplexity(model, tokenizer, rows, cfg.perplexity_batch_size, limit)
+    timings["perplexity_s"] = time.perf_counter() - t0
+
+    n = len(rows)
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+    metrics = {
+        "samples": n,
+        "bertscore_precision": mean(bs["precision"]), "bertscore_recall": mean(bs["recall"]),
+        "bertscore_f1": mean(bs["f1"]), "perplexity": ppl, "mean_nll": mean(nll),
+        "truncated_prompts": sum(g.truncated for g in generated),
+        "mean_response_tokens": mean([g.tokens for g in generated]),
+        **tox_summary,
+    }
+    blessed, checks = evaluate_gate(metrics, cfg.gate, baseline)
+    samples = []
+    for i, (g, row) in enumerate(zip(generated, rows)):
+        samples.append({"id": g.id, "prompt": g.prompt, "reference": row["response"], "response": g.response,
+                        "bertscore_f1": bs["f1"][i], "bertscore_precision": bs["precision"][i],
+                        "bertscore_recall": bs["recall"][i], "nll": nll[i], "toxicity_lexical": lexical[i],
+                        **{f"toxicity_{c}": v[i] for c, v in model_tox.items()}, "flagged": flags[i]})
+    with open(os.path.join(out_dir, "samples.jsonl"), "w", encoding="utf-8") as handle:
+        for s in samples:
+            handle.write(json.dumps(s) + "\n")
+    result = {
+        "blessed": blessed, "metrics": metrics, "checks": checks_json(checks),
+        "baseline": baseline, "baseline_note": None if baseline else "no baseline: change thresholds skipped",
+        "model_root": root, "detoxify": {"checkpoint": detector.path, "sha256": detector.sha256,
+                                         "classes": detector.classes},
+        "bertscore": {"model": cfg.bertscore.model, "num_layers": cfg.bertscore.num_layers, "idf": cfg.bertscore.idf,
+                      "rescaled": cfg.bertscore.rescale},
+        "timings": timings, "throughput": {k.replace("_s", "_samples_per_s"): n / v for k, v in timings.items()
+                                           if k != "load_s" and v > 0},
+    }
+    with open(os.path.join(out_dir, "metrics.json"), "w", encoding="utf-8") as handle:
+        json.dump({"metrics": metrics, "model_root": root}, handle, indent=2, default=_nan_safe)
+    with open(os.path.join(out_dir, "blessing.json"), "w", encoding="utf-8") as handle:
+        json.dump({"blessed": blessed, "model_root": root, "checks": result["checks"],
+                   "baseline_note": result["baseline_note"]}, handle, indent=2, default=_nan_safe)
+    result["samples"] = samples
+    return result
+
+
+def _nan_safe(value):
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+__all__ = ["evaluate", "read_eval_set", "read_baseline", "asdict"]
