@@ -37,7 +37,8 @@ def evaluate_gate(metrics: dict, gate: GateConfig, baseline: dict | None) -> tup
         if value is None:
             checks.append(Check("value", name, None, text, "fail", "metric missing or NaN"))
             continue
-        ok = (bound.lower is None or value >= bound.lower) and (bound.upper is None or value <= bound.upper)
+        ok = (bound.lower is None or _at_least(value, bound.lower)) and \
+             (bound.upper is None or _at_least(bound.upper, value))
         checks.append(Check("value", name, value, text, "pass" if ok else "fail"))
     for name, change in gate.change.items():
         value = _number(metrics, name)
@@ -54,7 +55,7 @@ def evaluate_gate(metrics: dict, gate: GateConfig, baseline: dict | None) -> tup
         ok, reasons = True, []
         if change.absolute is not None:
             delta = value - base
-            passed = sign * delta >= sign * change.absolute
+            passed = _at_least(sign * delta, sign * change.absolute)
             ok &= passed
             reasons.append(f"delta {delta:+.4g}")
         if change.relative is not None:
@@ -63,13 +64,18 @@ def evaluate_gate(metrics: dict, gate: GateConfig, baseline: dict | None) -> tup
                 reasons.append("relative change undefined (baseline is 0)")
             else:
                 rel = (value - base) / abs(base)
-                passed = sign * rel >= sign * change.relative
+                passed = _at_least(sign * rel, sign * change.relative)
                 ok &= passed
                 reasons.append(f"relative {rel:+.2%}")
         checks.append(Check("change", name, value, _change_text(change), "pass" if ok else "fail",
                             ", ".join(reasons), base))
     blessed = all(c.verdict != "fail" for c in checks)
     return blessed, checks
+
+
+def _at_least(a: float, b: float) -> bool:
+    """a >= b, inclusive through float rounding (0.78 - 0.80 is -0.020000000000000018)."""
+    return a >= b or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
 def _change_text(change) -> str:

@@ -33,7 +33,29 @@ def bertscore(candidates: list[str], references: list[str], cfg: BertScoreConfig
     hf_logging.set_verbosity_error()
     logging.getLogger("bert_score").setLevel(logging.ERROR)
     model = resolve_model(cfg.model)
-    p, r, f = bert_score.score(candidates, references, model_type=model, num_layers=cfg.num_layers, idf=cfg.idf,
-                               batch_size=cfg.batch_size, lang="en", rescale_with_baseline=cfg.rescale,
-                               baseline_path=cfg.baseline_path, verbose=False)
-    return {"precision": p.tolist(), "recall": r.tolist(), "f1": f.tolist()}
+    # bert-score scores an empty candidate 0, but its code path for that is broken on
+    # transformers 5; score the non-empty ones and give the empty ones that 0 (rescaled).
+    keep = [i for i, c in enumerate(candidates) if c.strip()]
+    empty = _empty_score(cfg)
+    out = {"precision": [empty[0]] * len(candidates), "recall": [empty[1]] * len(candidates),
+           "f1": [empty[2]] * len(candidates)}
+    if keep:
+        p, r, f = bert_score.score([candidates[i] for i in keep], [references[i] for i in keep], model_type=model,
+                                   num_layers=cfg.num_layers, idf=cfg.idf, batch_size=cfg.batch_size, lang="en",
+                                   rescale_with_baseline=cfg.rescale, baseline_path=cfg.baseline_path, verbose=False)
+        for name, values in (("precision", p), ("recall", r), ("f1", f)):
+            for i, v in zip(keep, values.tolist()):
+                out[name][i] = v
+    return out
+
+
+def _empty_score(cfg: BertScoreConfig) -> tuple[float, float, float]:
+    if not cfg.rescale:
+        return 0.0, 0.0, 0.0
+    import csv
+    with open(cfg.baseline_path, encoding="utf-8") as handle:
+        rows = {int(row["LAYER"]): row for row in csv.DictReader(handle)}
+    row = rows.get(cfg.num_layers)
+    if row is None:
+        raise InputError(f"bertscore.baseline_path: {cfg.baseline_path} has no row for layer {cfg.num_layers}")
+    return tuple((0.0 - float(row[k])) / (1.0 - float(row[k])) for k in ("P", "R", "F"))

@@ -17,8 +17,9 @@ TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
 
 
 def test_release_pipeline_runs_through_kfp_local(tmp_path):
-    summary = run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny")
-    validate, train = summary["stages"]
+    summary = run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny",
+                        eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n")
+    validate, train, evaluate = summary["stages"]
     assert validate["stage"] == "validate_dataset" and validate["gate"] == "passed"
     clean = validate["outputs"]["clean"]
     digest = merkle.hash_file(clean, "clean.jsonl")
@@ -33,6 +34,11 @@ def test_release_pipeline_runs_through_kfp_local(tmp_path):
     assert stated["meta"]["dataset_root"] == validate["merkle_root"]       # lineage: data -> checkpoint
     assert "<img alt='loss curve' src='data:image/png;base64," in open(train["outputs"]["report"]).read()
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["stages"][1]["gate"] == "trained"
+    assert evaluate["stage"] == "evaluate_llm" and evaluate["gate"] == "blessed"
+    assert evaluate["merkle_root"] == train["merkle_root"]                  # lineage: evaluated what was trained
+    blessing = json.load(open(evaluate["outputs"]["blessing"]))
+    assert blessing["blessed"] and blessing["baseline_note"] == "no baseline: change thresholds skipped"
+    assert len(open(evaluate["outputs"]["responses"]).readlines()) == 200
     assert "train_zero3" in format_summary(summary)
 
 
@@ -59,5 +65,5 @@ def test_committed_yaml_is_current_and_uses_the_versioned_image():
     spec = yaml.safe_load(open(os.path.join(compile_mod.COMPILED_DIR, "release.yaml")))
     executors = spec["deploymentSpec"]["executors"]
     images_used = {e["container"]["image"] for e in executors.values() if "container" in e}
-    assert images_used == {images.DATA, images.TRAIN}
+    assert images_used == {images.DATA, images.TRAIN, images.EVAL}
     assert "pip install" not in json.dumps(executors)   # air-gapped clusters: nothing installed at run time
