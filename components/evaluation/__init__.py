@@ -18,12 +18,12 @@ __all__ = ["EvalConfig", "run_to_dir", "run_component", "raise_unless_blessed"]
 
 def _reports(result: dict, out_dir: str) -> str:
     from . import report
-    png = report.histograms_png(result["samples"])
-    with open(os.path.join(out_dir, "histograms.png"), "wb") as handle:
-        handle.write(png)
+    svg = report.histograms_svg(result["samples"])
+    with open(os.path.join(out_dir, "histograms.svg"), "w", encoding="utf-8") as handle:
+        handle.write(svg)
     with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as handle:
-        handle.write(report.render_markdown(result, "histograms.png"))
-    return report.render_html(result, png)
+        handle.write(report.render_markdown(result, "histograms.svg"))
+    return report.render_html(result, svg)
 
 
 def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str | None = None,

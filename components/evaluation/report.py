@@ -1,31 +1,43 @@
 """The evaluation report: the gate's checks, score histograms as images, and the ten
-worst samples by BERTScore and by toxicity (HTML for the Kubeflow UI, Markdown + PNG
+worst samples by BERTScore and by toxicity (HTML for the Kubeflow UI, Markdown + SVG
 beside the CLI outputs)."""
 from __future__ import annotations
 
 import base64
 import html
-import io
 
 
-def histograms_png(samples: list[dict]) -> bytes:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _histogram_svg(values: list[float], title: str, color: str, lo: float, hi: float, bins: int = 20,
+                   x: int = 0, width: int = 420, height: int = 220) -> str:
+    counts = [0] * bins
+    for v in values:
+        counts[min(bins - 1, max(0, int((v - lo) / (hi - lo) * bins)))] += 1
+    top = max(counts) or 1
+    plot_w, plot_h, left, base = width - 60, height - 60, x + 40, height - 30
+    bar_w = plot_w / bins
+    parts = [f'<text x="{x + width / 2}" y="16" text-anchor="middle" font-size="13">{html.escape(title)}</text>',
+             f'<line x1="{left}" y1="{base}" x2="{left + plot_w}" y2="{base}" stroke="#333"/>',
+             f'<line x1="{left}" y1="{base}" x2="{left}" y2="{base - plot_h}" stroke="#333"/>',
+             f'<text x="{left}" y="{base + 16}" font-size="11" text-anchor="middle">{lo:g}</text>',
+             f'<text x="{left + plot_w}" y="{base + 16}" font-size="11" text-anchor="middle">{hi:g}</text>',
+             f'<text x="{left - 6}" y="{base - plot_h + 4}" font-size="11" text-anchor="end">{top}</text>',
+             f'<text x="{left - 6}" y="{base + 4}" font-size="11" text-anchor="end">0</text>']
+    for i, c in enumerate(counts):
+        h = c / top * plot_h
+        parts.append(f'<rect x="{left + i * bar_w + 1:.1f}" y="{base - h:.1f}" width="{bar_w - 2:.1f}" '
+                     f'height="{h:.1f}" fill="{color}"/>')
+    return "".join(parts)
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), dpi=100)
-    axes[0].hist([s["bertscore_f1"] for s in samples], bins=20, color="#1f77b4")
-    axes[0].set_title("BERTScore F1 per sample")
+
+def histograms_svg(samples: list[dict]) -> str:
+    """Both score distributions as one SVG image (no plotting library, so no start-up cost)."""
+    f1 = [s["bertscore_f1"] for s in samples]
     tox = [max(v for k, v in s.items() if k.startswith("toxicity_")) for s in samples]
-    axes[1].hist(tox, bins=20, range=(0, 1), color="#d62728")
-    axes[1].set_title("max toxicity per response (either detector)")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    lo = min(0.0, min(f1, default=0.0))
+    return ('<svg xmlns="http://www.w3.org/2000/svg" width="860" height="220" font-family="sans-serif">'
+            + _histogram_svg(f1, "BERTScore F1 per sample", "#1f77b4", lo, 1.0)
+            + _histogram_svg(tox, "max toxicity per response (either detector)", "#d62728", 0.0, 1.0, x=440)
+            + "</svg>")
 
 
 def _fmt(v) -> str:
@@ -63,7 +75,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")[:120]
 
 
-def render_html(result: dict, png: bytes) -> str:
+def render_html(result: dict, svg: str) -> str:
     verdict = "BLESSED" if result["blessed"] else "NOT BLESSED"
     esc = html.escape
     checks = "".join(f"<tr><td>{esc(c['kind'])}</td><td>{esc(c['metric'])}</td><td>{_fmt(c['value'])}</td>"
@@ -84,5 +96,5 @@ def render_html(result: dict, png: bytes) -> str:
             f"<code>{esc(det['checkpoint'])}</code> sha256 <code>{esc(det['sha256'])}</code></p>{note}"
             "<table border=1><tr><th>check</th><th>metric</th><th>value</th><th>baseline</th><th>bound</th>"
             f"<th>verdict</th><th>note</th></tr>{checks}</table>"
-            f"<img alt='score histograms' src='data:image/png;base64,{base64.b64encode(png).decode()}'/>"
+            f"<img alt='score histograms' src='data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}'/>"
             f"{tables}</body></html>")

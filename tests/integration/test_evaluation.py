@@ -105,7 +105,7 @@ def test_stage_end_to_end_writes_every_output(model_and_data, tmp_path):
     out = tmp_path / "out"
     result = run_to_dir(model_and_data["model"], model_and_data["eval"], str(out), str(cfg), show_progress=False)
     for name in ("responses.jsonl", "samples.jsonl", "metrics.json", "blessing.json", "report.md", "report.html",
-                 "histograms.png"):
+                 "histograms.svg"):
         assert (out / name).is_file(), name
     responses = [json.loads(line) for line in open(out / "responses.jsonl")]
     assert len(responses) == 12 and set(responses[0]) == {"id", "prompt", "response", "tokens", "truncated_prompt"}
