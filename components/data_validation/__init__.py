@@ -25,8 +25,8 @@ def execute(input_path: str, outputs: OutputPaths, config: DataValidationConfig,
         from .dvc_store import record
         result.metrics["dvc"] = record(outputs.clean, config.dvc)
         if outputs.metrics:
-            from .validate import _write_json
-            _write_json(outputs.metrics, result.metrics)
+            from .validate import write_json
+            write_json(outputs.metrics, result.metrics)
     if report_path:
         with open(report_path, "w", encoding="utf-8") as handle:
             handle.write(report.render(result, os.path.basename(input_path)))
@@ -38,10 +38,8 @@ def run_to_dir(input_path: str, out_dir: str, config_source: str | None = None,
                show_progress: bool = True, overrides: dict[str, Any] | None = None) -> ValidationResult:
     """CLI entry: outputs land in `out_dir`; raises GateFailed (exit 1) when the gate fails."""
     config = DataValidationConfig.load(config_source, {"pii.policy": policy, **(overrides or {})})
-    outputs = OutputPaths.in_dir(out_dir)
-    result = execute(input_path, outputs, config, os.path.join(out_dir, "report.md"),
-                     reference_stats, show_progress)
-    return result
+    return execute(input_path, OutputPaths.in_dir(out_dir), config, os.path.join(out_dir, "report.md"),
+                   reference_stats, show_progress)
 
 
 def run_component(raw_path: str, config: str, policy: str, reference_stats: str | None,

@@ -412,13 +412,13 @@ def _finish(v: Validator, config: DataValidationConfig, src: InputStream, output
         "elapsed_s": round(elapsed, 3),
     }
     if outputs.stats:
-        _write_json(outputs.stats, v.stats.to_json())
+        write_json(outputs.stats, v.stats.to_json())
     if outputs.metrics:
-        _write_json(outputs.metrics, metrics)
+        write_json(outputs.metrics, metrics)
     return ValidationResult(metrics, not gate_reasons, gate_reasons, v.samples)
 
 
-def _write_json(path: str, data: dict) -> None:
+def write_json(path: str, data: dict) -> None:
     tmp = f"{path}.partial"
     with open(tmp, "wb") as handle:
         handle.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")

@@ -6,7 +6,6 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict
 
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.progress import progress
@@ -148,4 +147,4 @@ def _nan_safe(value):
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
-__all__ = ["evaluate", "read_eval_set", "read_baseline", "asdict"]
+__all__ = ["evaluate", "read_eval_set", "read_baseline"]

@@ -239,7 +239,12 @@ def export(auto_cls, spec: dict, state: dict, seal) -> str:
     model_dir = spec["model_dir"]
     os.makedirs(model_dir, exist_ok=True)
     model = auto_cls.from_config(AutoConfig.from_pretrained(spec["base_model"]))
-    model.load_state_dict(state, strict=False)
+    loaded = model.load_state_dict(state, strict=False)
+    out_emb, in_emb = model.get_output_embeddings(), model.get_input_embeddings()
+    tied = out_emb is not None and out_emb.weight is in_emb.weight
+    missing = [k for k in loaded.missing_keys if not (tied and k.startswith("lm_head."))]
+    if missing or loaded.unexpected_keys:   # only a tied output embedding may be absent
+        raise RuntimeError(f"export: missing {missing}, unexpected {loaded.unexpected_keys}")
     model.save_pretrained(model_dir, safe_serialization=True)
     for name in os.listdir(spec["base_model"]):
         if name.startswith(("tokenizer", "special_tokens")):
