@@ -156,6 +156,29 @@ def eval_cmd(model_dir, eval_path, out_dir, config_path, baseline_path, model_ro
 
 
 @cli.group()
+def watermark() -> None:
+    """Stage 4: KGW text watermark detection."""
+
+
+@watermark.command("detect")
+@click.argument("texts", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option("--key-file", help="Watermark key file (else $LLMOPS_WATERMARK_KEY or the mounted Secret).")
+@click.option("--tokenizer", "tokenizer_dir", required=True, type=click.Path(file_okay=False),
+              help="Tokenizer folder of the generating model.")
+@click.option("--scheme", type=click.Choice(["lefthash", "selfhash"]), default="lefthash", show_default=True)
+@click.option("--gamma", default=0.25, show_default=True)
+@click.option("--z-threshold", default=4.0, show_default=True)
+@click.option("--min-tokens", default=16, show_default=True)
+def watermark_detect(texts, key_file, tokenizer_dir, scheme, gamma, z_threshold, min_tokens) -> None:
+    """Print one JSON per text of FILE (JSONL with `response` or `text`): z, p, tokens, verdict."""
+    from kfp_llmops.components.watermark import detect_file
+    from kfp_llmops.components.watermark.keys import load_key
+
+    for row in detect_file(texts, tokenizer_dir, load_key(key_file), scheme, gamma, z_threshold, min_tokens):
+        click.echo(json.dumps(row))
+
+
+@cli.group()
 def checkpoint() -> None:
     """Merkle-verified checkpoints."""
 
