@@ -16,7 +16,6 @@ Schemes:
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,6 +23,7 @@ import numpy as np
 SCHEMES = ("lefthash", "selfhash")
 _MASK64 = (1 << 64) - 1
 _SELF_WIDTH = 4
+_DENSE_VOCAB = 4096          # up to here the processor keeps a dense V x V bias table
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -34,13 +34,14 @@ def _mix64(x: np.ndarray) -> np.ndarray:
 
 
 class LeftHashGreenLists:
-    """Green masks per previous token, from the reference construction, LRU-cached."""
+    """Green masks per previous token, from the reference construction, kept as a packed
+    bit table (V/8 bytes per previous token seen) so membership is one vectorized gather."""
 
-    def __init__(self, key: int, vocab_size: int, gamma: float, cache_tokens: int = 4096):
+    def __init__(self, key: int, vocab_size: int, gamma: float):
         self.key, self.vocab_size, self.gamma = key, vocab_size, gamma
         self.size = int(vocab_size * gamma)
-        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._limit = cache_tokens
+        self._row = np.full(vocab_size, -1, dtype=np.int64)      # previous token -> table row
+        self._bits = np.zeros((0, (vocab_size + 7) // 8), dtype=np.uint8)
 
     def greenlist(self, prev: int):
         """The reference green list (token ids) for one previous token."""
@@ -49,25 +50,27 @@ class LeftHashGreenLists:
         gen.manual_seed((self.key * int(prev)) & _MASK64)
         return torch.randperm(self.vocab_size, generator=gen)[: self.size]
 
+    def _ensure(self, prevs: np.ndarray) -> None:
+        missing = np.unique(prevs[self._row[prevs] < 0])
+        if not len(missing):
+            return
+        rows = np.zeros((len(missing), self.vocab_size), dtype=bool)
+        for i, prev in enumerate(missing.tolist()):
+            rows[i, self.greenlist(prev).numpy()] = True
+        self._row[missing] = np.arange(len(self._bits), len(self._bits) + len(missing))
+        self._bits = np.concatenate([self._bits, np.packbits(rows, axis=1, bitorder="little")])
+
     def mask(self, prev: int) -> np.ndarray:
-        prev = int(prev)
-        found = self._cache.get(prev)
-        if found is not None:
-            self._cache.move_to_end(prev)
-            return found
-        m = np.zeros(self.vocab_size, dtype=bool)
-        m[self.greenlist(prev).numpy()] = True
-        self._cache[prev] = m
-        if len(self._cache) > self._limit:
-            self._cache.popitem(last=False)
-        return m
+        self._ensure(np.array([prev], dtype=np.int64))
+        return np.unpackbits(self._bits[self._row[prev]], bitorder="little")[: self.vocab_size].astype(bool)
 
     def is_green(self, prev: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        out = np.zeros(len(tokens), dtype=bool)
-        for p in np.unique(prev):
-            sel = prev == p
-            out[sel] = self.mask(int(p))[tokens[sel]]
-        return out
+        prev, tokens = np.asarray(prev, dtype=np.int64), np.asarray(tokens, dtype=np.int64)
+        if not len(prev):
+            return np.zeros(0, dtype=bool)
+        self._ensure(prev)
+        byte = self._bits[self._row[prev], tokens >> 3]
+        return ((byte >> (tokens & 7).astype(np.uint8)) & 1).astype(bool)
 
 
 class SelfHashGreen:
@@ -85,6 +88,23 @@ class SelfHashGreen:
     def is_green(self, contexts: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):
             return _mix64(self.seeds(contexts, tokens) ^ (tokens.astype(np.uint64) * self.key)) < self.threshold
+
+
+def _gram_keys(tokens: np.ndarray, width: int) -> np.ndarray:
+    """One 64-bit key per (context, token) n-gram (a hash; collisions are negligible)."""
+    grams = np.lib.stride_tricks.sliding_window_view(tokens, width + 1).astype(np.uint64)
+    acc = np.zeros(len(grams), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(width + 1):
+            acc = _mix64(acc * np.uint64(0x100000001B3) ^ grams[:, j])
+    return acc
+
+
+def _pair_keys(prev: np.ndarray, tok: np.ndarray) -> np.ndarray:
+    """The same keys as `_gram_keys` for width 1, for whole arrays at once."""
+    with np.errstate(over="ignore"):
+        acc = _mix64(np.zeros(len(prev), dtype=np.uint64) * np.uint64(0x100000001B3) ^ prev.astype(np.uint64))
+        return _mix64(acc * np.uint64(0x100000001B3) ^ tok.astype(np.uint64))
 
 
 def context_width(scheme: str) -> int:
@@ -125,6 +145,8 @@ class Watermark:
         self.width = context_width(scheme)
         self.lefthash = LeftHashGreenLists(key, vocab_size, gamma) if scheme == "lefthash" else None
         self.selfhash = SelfHashGreen(key, vocab_size, gamma) if scheme == "selfhash" else None
+        self._bias_rows: dict = {}
+        self._dense = None
 
     # -- detection ----------------------------------------------------------------------
 
@@ -139,19 +161,48 @@ class Watermark:
         return self.selfhash.is_green(windows, tokens[self.width:])
 
     def detect(self, tokens) -> Detection:
-        tokens = np.asarray(tokens, dtype=np.int64)
-        flags = self.green_flags(tokens)
-        scored = flags
+        return self.detect_many([tokens], with_mask=True)[0]
+
+    def detect_many(self, texts, with_mask: bool = False) -> list[Detection]:
+        """Score many tokenized texts at once: one gather for every green test, one sort
+        to count each (context, token) n-gram once per text."""
+        arrays = [np.asarray(t, dtype=np.int64) for t in texts]
+        if self.lefthash is not None:
+            prev = np.concatenate([a[:-1] for a in arrays if len(a) > 1] or [np.zeros(0, np.int64)])
+            tok = np.concatenate([a[1:] for a in arrays if len(a) > 1] or [np.zeros(0, np.int64)])
+            flags = self.lefthash.is_green(prev, tok)
+            lengths = np.array([max(0, len(a) - 1) for a in arrays])
+        else:
+            parts = [self.green_flags(a) for a in arrays]
+            flags = np.concatenate(parts or [np.zeros(0, bool)])
+            lengths = np.array([len(p) for p in parts])
+        text_id = np.repeat(np.arange(len(arrays)), lengths)
+        keep = np.ones(len(flags), dtype=bool)
         if self.ignore_repeated and len(flags):
-            # Count each (context, token) n-gram once: repeats carry no new evidence.
-            grams = np.lib.stride_tricks.sliding_window_view(tokens, self.width + 1)
-            _, first = np.unique(grams, axis=0, return_index=True)
-            scored = flags[np.sort(first)]
-        t, g = len(scored), int(scored.sum())
-        if t < self.min_tokens:
-            return Detection(float("nan"), float("nan"), t, g, g / t if t else float("nan"), False, flags.tolist())
-        z = (g - self.gamma * t) / math.sqrt(t * self.gamma * (1 - self.gamma))
-        return Detection(z, normal_sf(z), t, g, g / t, z >= self.z_threshold, flags.tolist())
+            # Count each (context, token) n-gram once per text: repeats carry no new evidence.
+            if self.lefthash is not None:           # width 1: the pairs are already at hand
+                grams = _pair_keys(prev, tok)
+            else:
+                grams = np.concatenate([_gram_keys(a, self.width) for a in arrays if len(a) > self.width]
+                                       or [np.zeros(0, np.uint64)])
+            with np.errstate(over="ignore"):
+                keyed = _mix64(grams ^ (text_id.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))
+            _, first = np.unique(keyed, return_index=True)
+            keep = np.zeros(len(flags), dtype=bool)
+            keep[first] = True
+        t = np.bincount(text_id[keep], minlength=len(arrays))
+        g = np.bincount(text_id[keep], weights=flags[keep], minlength=len(arrays)).astype(np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        out = []
+        for i in range(len(arrays)):
+            mask = flags[offsets[i]:offsets[i + 1]].tolist() if with_mask else []
+            ti, gi = int(t[i]), int(g[i])
+            if ti < self.min_tokens:
+                out.append(Detection(float("nan"), float("nan"), ti, gi, gi / ti if ti else float("nan"), False, mask))
+                continue
+            z = (gi - self.gamma * ti) / math.sqrt(ti * self.gamma * (1 - self.gamma))
+            out.append(Detection(z, normal_sf(z), ti, gi, gi / ti, z >= self.z_threshold, mask))
+        return out
 
     # -- generation ---------------------------------------------------------------------
 
@@ -159,10 +210,22 @@ class Watermark:
         """Add delta to the green logits of each row (the LogitsProcessor's work)."""
         import torch
         v = self.vocab_size
+        if self.lefthash is not None and v <= _DENSE_VOCAB:
+            if self._dense is None:   # delta on every green list, one row per previous token (<= 64 MiB)
+                self.lefthash._ensure(np.arange(v))
+                bits = np.unpackbits(self.lefthash._bits[self.lefthash._row], axis=1, bitorder="little")[:, :v]
+                self._dense = torch.from_numpy(bits.astype(np.float32) * self.delta)
+            scores[:, :v] += self._dense.index_select(0, input_ids[:, -1].clamp(0, v - 1)).to(scores.dtype)
+            return scores
         if self.lefthash is not None:
-            rows = [torch.from_numpy(self.lefthash.mask(int(prev))) for prev in input_ids[:, -1].tolist()]
-            mask = torch.stack(rows)
-            scores[:, :v] = scores[:, :v] + self.delta * mask.to(scores.dtype)
+            rows = []
+            for prev in input_ids[:, -1].tolist():
+                row = self._bias_rows.get(prev)
+                if row is None:      # delta on the green ids, zero elsewhere, kept per previous token
+                    row = torch.from_numpy(self.lefthash.mask(prev).astype(np.float32) * self.delta)
+                    self._bias_rows[prev] = row
+                rows.append(row)
+            scores[:, :v] += torch.stack(rows).to(scores.dtype)
             return scores
         # selfhash: each top-k candidate is salted with itself, so test the candidates.
         k = min(40, v)

@@ -129,3 +129,25 @@ def _generate_v(wm, steps, rng, vocab):
         nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=torch.Generator().manual_seed(int(rng.integers(0, 2**31))))
         ids = torch.cat([ids, nxt], dim=1)
     return ids[0]
+
+
+@pytest.mark.parametrize("scheme", ["lefthash", "selfhash"])
+def test_detect_many_equals_one_by_one(scheme):
+    wm = Watermark(31, V, scheme, min_tokens=4)
+    rng = np.random.default_rng(7)
+    texts = [rng.integers(0, V, n) for n in (0, 1, 3, 10, 50, 200)] + [np.array([5, 6] * 30)]
+    together = wm.detect_many(texts)
+    for text, d in zip(texts, together):
+        single = wm.detect(text)
+        assert (single.tokens_scored, single.green) == (d.tokens_scored, d.green)
+
+
+@pytest.mark.parametrize("vocab", [1000, 5000])          # dense table and per-row cache
+def test_processor_adds_delta_exactly_on_the_green_list(vocab):
+    wm = Watermark(11, vocab, "lefthash", delta=2.0)
+    ids = torch.tensor([[3, 17], [4, 99], [5, 17]])
+    scores = torch.zeros(3, vocab + 8)                   # logits may be wider than the vocabulary
+    out = wm.bias(ids, scores.clone())
+    for row, prev in enumerate([17, 99, 17]):
+        expected = torch.from_numpy(wm.lefthash.mask(prev).astype(np.float32) * 2.0)
+        assert torch.equal(out[row, :vocab], expected) and torch.equal(out[row, vocab:], torch.zeros(8))
