@@ -157,7 +157,7 @@ def eval_cmd(model_dir, eval_path, out_dir, config_path, baseline_path, model_ro
 
 @cli.group()
 def watermark() -> None:
-    """Stage 4: KGW text watermark detection."""
+    """Stage 4: KGW text watermark: detection and verification."""
 
 
 @watermark.command("detect")
@@ -176,6 +176,26 @@ def watermark_detect(texts, key_file, tokenizer_dir, scheme, gamma, z_threshold,
 
     for row in detect_file(texts, tokenizer_dir, load_key(key_file), scheme, gamma, z_threshold, min_tokens):
         click.echo(json.dumps(row))
+
+
+@watermark.command("verify")
+@click.option("--model", "model_dir", required=True, type=click.Path(file_okay=False))
+@click.option("--data", "eval_path", required=True, type=click.Path(dir_okay=False),
+              help="Eval JSONL: its prompts are generated from, its references calibrate the FPR.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Watermark config YAML.")
+@click.option("--key-file", help="Watermark key file (else $LLMOPS_WATERMARK_KEY or the mounted Secret).")
+@click.option("--model-root", help="Expected Merkle root of --model.")
+def watermark_verify(model_dir, eval_path, out_dir, config_path, key_file, model_root) -> None:
+    """Generate with the watermark on; TPR, FPR, robustness; exit 0 verified, 1 not, 2 bad input."""
+    from kfp_llmops.components.watermark import raise_unless_verified, run_to_dir
+
+    result = run_to_dir(model_dir, eval_path, out_dir, config_path, key_file, model_root)
+    m = result["metrics"]
+    click.echo(f"tpr={m['tpr']:.3f} fpr={m['fpr']:.3f} tpr_substitution_10={m.get('tpr_substitution_10', float('nan')):.3f} "
+               f"verified={result['verified']}")
+    click.echo(f"outputs in {out_dir}")
+    raise_unless_verified(result)
 
 
 @cli.group()

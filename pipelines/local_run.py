@@ -12,9 +12,26 @@ from .demo_data import make_demo_dataset
 from .release import PIPELINES
 
 
+# The demo model has a 128-token context, so its texts are shorter than the ~200 tokens
+# KGW's defaults assume; a stronger bias keeps the z-test decisive at that length.
+DEMO_WATERMARK = "delta: 4.0\ngeneration: {max_new_tokens: 112, min_new_tokens: 112}\n"
+
+
+def _demo_key(out_dir: str) -> str:
+    """A per-run-folder random key file (a Secret's role locally); never in pipeline YAML."""
+    import secrets
+    path = os.path.join(out_dir, "watermark.key")
+    if not os.path.exists(path):
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as handle:
+            handle.write(str(secrets.randbelow(2 ** 62) + 1))
+    return path
+
+
 def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_policy: str = "balanced",
               data_config: str = "", dataset: str | None = None, train_config: str = "",
-              base_model_size: str = "demo", eval_dataset: str | None = None, eval_config: str = "") -> dict:
+              base_model_size: str = "demo", eval_dataset: str | None = None, eval_config: str = "",
+              watermark_config: str = DEMO_WATERMARK) -> dict:
     """Run `pipeline` locally; returns (and writes) the run summary built from the task outputs."""
     from kfp import local
 
@@ -27,6 +44,7 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
         data["train"] = os.path.abspath(dataset)
     if eval_dataset:
         data["eval"] = os.path.abspath(eval_dataset)
+    key_file = _demo_key(out_dir)
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=root,
                workspace_root=os.path.join(out_dir, "workspace"))
     started = time.time()
@@ -35,7 +53,7 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
         PIPELINES[pipeline](dataset_uri=data["train"], eval_dataset_uri=data["eval"], data_config=data_config,
                             pii_policy=pii_policy, train_config=train_config, base_model_size=base_model_size,
-                            eval_config=eval_config)
+                            eval_config=eval_config, watermark_config=watermark_config, watermark_key_file=key_file)
     summary = {"pipeline": pipeline, "run_folder": out_dir, "elapsed_s": round(time.time() - started, 1),
                "dataset": data["train"], "eval_dataset": data.get("eval"), "stages": collect_stages(root)}
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as handle:
@@ -90,6 +108,15 @@ def collect_stages(pipeline_root: str) -> list[dict]:
                        "merkle_root": e["artifacts"]["blessing"]["metadata"].get("model_root"),
                        "outputs": {"report": e["artifacts"]["report"]["uri"], "responses": e["artifacts"]["responses"]["uri"],
                                    "blessing": e["artifacts"]["blessing"]["uri"]}})
+    w = _task_outputs(run_dir, "verify-watermark")
+    if w:
+        m = w["artifacts"]["metrics"]["metadata"]
+        stages.append({"stage": "verify_watermark", "gate": "verified" if w["parameters"].get("Output") else "not verified",
+                       "detail": f"TPR {m.get('tpr', float('nan')):.2f}, FPR {m.get('fpr', float('nan')):.2f}, "
+                                 f"TPR@10% subst. {m.get('tpr_substitution_10', float('nan')):.2f}",
+                       "merkle_root": m.get("model_root"),
+                       "outputs": {"report": w["artifacts"]["report"]["uri"],
+                                   "watermarked": w["artifacts"]["watermarked"]["uri"]}})
     return stages
 
 

@@ -1,8 +1,8 @@
 """The release pipeline, composed of the stages that exist today:
-validate_dataset -> [gate passed] -> build_base_model -> train_zero3 -> evaluate_llm.
+validate_dataset -> [gate passed] -> build_base_model -> train_zero3 -> evaluate_llm
+-> [blessed] -> verify_watermark.
 
-Later stages (verify_watermark, triton_canary_deploy) attach under evaluate_llm's
-`blessed` output. The demo base model is built from the clean data; a production pipeline
+triton_canary_deploy will attach under verify_watermark's `verified` output. The demo base model is built from the clean data; a production pipeline
 imports its base model instead.
 """
 from kfp import dsl
@@ -10,13 +10,14 @@ from kfp import dsl
 from kfp_llmops.components.data_validation.component import validate_dataset
 from kfp_llmops.components.evaluation.component import evaluate_llm
 from kfp_llmops.components.training.component import build_base_model, train_zero3
+from kfp_llmops.components.watermark.component import verify_watermark
 
 
 @dsl.pipeline(name="llmops-release",
               description="Validate SFT data, then train with DeepSpeed ZeRO-3 and Merkle-verified checkpoints.")
 def release_pipeline(dataset_uri: str, eval_dataset_uri: str, data_config: str = "", pii_policy: str = "balanced",
                      base_model_size: str = "demo", train_config: str = "", checkpoint_dir: str = "",
-                     eval_config: str = ""):
+                     eval_config: str = "", watermark_config: str = "", watermark_key_file: str = ""):
     raw = dsl.importer(artifact_uri=dataset_uri, artifact_class=dsl.Dataset, reimport=False)
     raw.set_display_name("import-dataset")
     eval_set = dsl.importer(artifact_uri=eval_dataset_uri, artifact_class=dsl.Dataset, reimport=False)
@@ -31,6 +32,10 @@ def release_pipeline(dataset_uri: str, eval_dataset_uri: str, data_config: str =
         trained.set_display_name("train-zero3").set_caching_options(False).set_retry(num_retries=2)
         evaluated = evaluate_llm(model=trained.outputs["model"], eval_dataset=eval_set.output, config=eval_config)
         evaluated.set_display_name("evaluate-llm").set_caching_options(False)
+        with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712
+            marked = verify_watermark(model=trained.outputs["model"], eval_dataset=eval_set.output,
+                                      config=watermark_config, key_file=watermark_key_file)
+            marked.set_display_name("verify-watermark").set_caching_options(False)
 
 
 PIPELINES = {"release": release_pipeline}

@@ -1,11 +1,65 @@
-"""Stage 4, verify_watermark (in progress): the KGW text watermark (`kgw.py`) and its
-key handling (`keys.py`). The weight watermark and the verification component come next.
+"""Stage 4, verify_watermark: the KGW text watermark (`kgw.py`), its key (`keys.py`), and
+the verification stage (`verify.py`) with its gate. The weight watermark is not built yet.
+
+`run_to_dir` serves the CLI, `run_component` the KFP component; both call `verify`.
 """
 from __future__ import annotations
 
 import json
 
-from kfp_llmops.components.common.errors import InputError
+import os
+import shutil
+
+from kfp_llmops.components.common.errors import GateFailed, InputError
+
+from .config import WatermarkConfig
+
+
+def _write_report(result: dict, out_dir: str) -> str:
+    from .report import render_html, z_histogram_svg
+    svg = z_histogram_svg(result["z_watermarked"], result["z_unwatermarked"], result["z_threshold"])
+    with open(os.path.join(out_dir, "z_scores.svg"), "w", encoding="utf-8") as handle:
+        handle.write(svg)
+    page = render_html(result, svg)
+    with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as handle:
+        handle.write(page)
+    return page
+
+
+def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str | None = None,
+               key_file: str | None = None, model_root: str | None = None) -> dict:
+    from .keys import load_key
+    from .verify import verify
+
+    cfg = WatermarkConfig.load(config_source)
+    result = verify(model_dir, eval_path, out_dir, cfg, load_key(key_file), model_root)
+    _write_report(result, out_dir)
+    return result
+
+
+def raise_unless_verified(result: dict) -> None:
+    if not result["verified"]:
+        raise GateFailed("watermark not verified: " + "; ".join(
+            f"{c['metric']} {c['value']:.3g} (needs {c['bound']})" for c in result["checks"] if c["verdict"] == "fail"))
+
+
+def run_component(model, eval_dataset, config: str, key_file: str, watermarked, metrics, report) -> bool:
+    """KFP entry: the key comes from `key_file` (a mounted Secret) or the environment."""
+    from .keys import load_key
+    from .verify import verify
+
+    cfg = WatermarkConfig.load(config)
+    work = os.path.join(os.path.dirname(report.path), "work")
+    result = verify(model.path, eval_dataset.path, work, cfg, load_key(key_file or None), model.metadata.get("merkle_root"))
+    with open(report.path, "w", encoding="utf-8") as handle:
+        handle.write(_write_report(result, work))
+    shutil.copyfile(os.path.join(work, "watermarked.jsonl"), watermarked.path)
+    watermarked.metadata.update({"model_root": result["model_root"], "scheme": cfg.scheme})
+    for key, value in result["metrics"].items():
+        if value == value:
+            metrics.log_metric(key, value)
+    metrics.metadata.update({"verified": result["verified"], "model_root": result["model_root"]})
+    return result["verified"]
 
 
 def read_texts(path: str) -> list[tuple[str, str]]:

@@ -19,7 +19,7 @@ TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
 def test_release_pipeline_runs_through_kfp_local(tmp_path):
     summary = run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny",
                         eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n")
-    validate, train, evaluate = summary["stages"]
+    validate, train, evaluate, watermark = summary["stages"]
     assert validate["stage"] == "validate_dataset" and validate["gate"] == "passed"
     clean = validate["outputs"]["clean"]
     digest = merkle.hash_file(clean, "clean.jsonl")
@@ -39,6 +39,8 @@ def test_release_pipeline_runs_through_kfp_local(tmp_path):
     blessing = json.load(open(evaluate["outputs"]["blessing"]))
     assert blessing["blessed"] and blessing["baseline_note"] == "no baseline: change thresholds skipped"
     assert len(open(evaluate["outputs"]["responses"]).readlines()) == 200
+    assert watermark["stage"] == "verify_watermark" and watermark["merkle_root"] == train["merkle_root"]
+    assert "watermark.key" not in open(os.path.join(compile_mod.COMPILED_DIR, "release.yaml")).read()
     assert "train_zero3" in format_summary(summary)
 
 

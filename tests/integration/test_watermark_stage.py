@@ -1,0 +1,68 @@
+"""verify_watermark end to end on a small real model (generation with the processor)."""
+import json
+
+import pytest
+
+from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.training.base_model import build_base_model
+from kfp_llmops.components.watermark import raise_unless_verified, run_to_dir
+
+pytestmark = pytest.mark.timeout(600)
+FAST = "delta: {delta}\ngeneration: {{max_new_tokens: 80, min_new_tokens: 80, batch_size: 20}}\n"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wm")
+    rows = [{"prompt": f"Tell me about item {i} and its color.", "response": f"Item {i} is blue and round."}
+            for i in range(40)]
+    clean = root / "clean.jsonl"
+    clean.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = str(root / "model")
+    build_base_model(str(clean), model, size="tiny")
+    eval_path = root / "eval.jsonl"
+    eval_path.write_text("".join(json.dumps({"id": f"e{i}", **r}) + "\n" for i, r in enumerate(rows)))
+    key = root / "key"
+    key.write_text("987654321")
+    return {"root": root, "model": model, "eval": str(eval_path), "key": str(key)}
+
+
+def test_watermark_is_verified_with_calibrated_fpr(setup, tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(FAST.format(delta=4.0))
+    result = run_to_dir(setup["model"], setup["eval"], str(tmp_path / "out"), str(cfg), setup["key"])
+    m = result["metrics"]
+    assert result["verified"], result["checks"]
+    assert m["tpr"] >= 0.95 and m["fpr"] <= 0.01 and m["positives_scored"] == 40 and m["negatives_scored"] >= 40
+    assert m["mean_z_watermarked"] > 4 > abs(m["mean_z_unwatermarked"])
+    assert m["tpr_substitution_10"] >= m["tpr_substitution_30"] and m["tpr_deletion_10"] >= m["tpr_deletion_30"]
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "background:#b7f5b7" in html and "data:image/svg+xml;base64," in html
+    rows = [json.loads(line) for line in open(tmp_path / "out" / "watermarked.jsonl")]
+    assert len(rows) == 40 and all(r["watermarked"] for r in rows[:5])
+
+
+def test_without_bias_nothing_is_detected_and_the_gate_fails(setup, tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(FAST.format(delta=0.0))
+    result = run_to_dir(setup["model"], setup["eval"], str(tmp_path / "out"), str(cfg), setup["key"])
+    assert result["metrics"]["tpr"] <= 0.05 and not result["verified"]
+    with pytest.raises(Exception, match="watermark not verified: tpr"):
+        raise_unless_verified(result)
+
+
+def test_missing_key_is_a_one_line_error(setup, tmp_path, monkeypatch):
+    monkeypatch.delenv("LLMOPS_WATERMARK_KEY", raising=False)
+    with pytest.raises(InputError, match="no watermark key"):
+        run_to_dir(setup["model"], setup["eval"], str(tmp_path / "out"))
+
+
+def test_cli_verify_exit_codes(setup, tmp_path):
+    from kfp_llmops.pipelines.cli import main
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(FAST.format(delta=4.0))
+    bad.write_text(FAST.format(delta=0.0))
+    base = ["watermark", "verify", "--model", setup["model"], "--data", setup["eval"], "--key-file", setup["key"]]
+    assert main(base + ["--out", str(tmp_path / "a"), "--config", str(good)]) == 0
+    assert main(base + ["--out", str(tmp_path / "b"), "--config", str(bad)]) == 1
+    assert main(base[:-2] + ["--key-file", str(tmp_path / "nokey"), "--out", str(tmp_path / "c")]) == 2
