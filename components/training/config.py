@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from kfp_llmops.components.common.config import StageConfig
+from kfp_llmops.components.watermark.weights import WeightWatermarkConfig
 
 
 class TrainConfig(StageConfig):
@@ -28,6 +29,8 @@ class TrainConfig(StageConfig):
     durable: bool = Field(True, description="fsync files and directories on commit.")
     mask_prompt: bool = Field(True, description="Loss on the response tokens only.")
     threads_per_rank: int = Field(1, ge=1)
+    weight_watermark: WeightWatermarkConfig = Field(default_factory=WeightWatermarkConfig,
+                                                    description="Uchida regularizer; key from the environment.")
     deepspeed: dict[str, Any] = Field(default_factory=dict,
                                       description="Merged over the generated DeepSpeed config.")
 

@@ -42,7 +42,8 @@ def config_hash(cfg: TrainConfig) -> str:
 
 def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, dataset_root: str | None = None,
           base_model_root: str | None = None, stop_after: int | None = None,
-          checkpoint_dir: str | None = None, model_dir: str | None = None) -> dict:
+          checkpoint_dir: str | None = None, model_dir: str | None = None,
+          watermark_key_file: str | None = None) -> dict:
     """Run (or resume) training; returns rank 0's result (loss, throughput, saves, roots)."""
     from transformers import AutoTokenizer
     import numpy as np
@@ -74,6 +75,9 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, data
     import torch
     if not torch.cuda.is_available():
         env["DS_ACCELERATOR"] = "cpu"
+    if cfg.weight_watermark.enabled:      # the key reaches the ranks by environment, never by file
+        from kfp_llmops.components.watermark.keys import ENV_VAR, load_key
+        env[ENV_VAR] = str(load_key(watermark_key_file))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
            "--nproc_per_node", str(cfg.world_size), "-m", "kfp_llmops.components.training.worker", spec_path]
     log_path = os.path.join(out_dir, "ranks.log")

@@ -79,6 +79,7 @@ def main(spec_path: str) -> None:
     input_ids, labels = torch.from_numpy(tokens["input_ids"]), torch.from_numpy(tokens["labels"])
     model = AutoModelForCausalLM.from_pretrained(spec["base_model"])
     model.train()
+    watermark_loss = attach_weight_watermark(model, cfg)
     engine, _, _, scheduler = deepspeed.initialize(
         model=model, model_parameters=model.parameters(), config=cfg.deepspeed_config(),
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg)))
@@ -166,7 +167,7 @@ def main(spec_path: str) -> None:
             lo = (micro * world + rank) * cfg.micro_batch
             rows = torch.from_numpy(batch[lo:lo + cfg.micro_batch])
             out = engine(input_ids=input_ids[rows], labels=labels[rows])
-            engine.backward(out.loss)
+            engine.backward(out.loss + watermark_loss())
             engine.step()
             losses.append(out.loss.detach().float())
         loss = torch.stack(losses).mean()
@@ -205,6 +206,27 @@ def main(spec_path: str) -> None:
             json.dump(result, handle, indent=2)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def attach_weight_watermark(model, cfg):
+    """With the weight watermark on, a forward hook on the target layer computes the
+    Uchida regularizer while ZeRO-3 has the layer's weights gathered (the hook is
+    registered before DeepSpeed's, so it runs before they are released again)."""
+    wcfg = cfg.weight_watermark
+    if not wcfg.enabled:
+        return lambda: 0.0
+    from kfp_llmops.components.watermark import weights
+    from kfp_llmops.components.watermark.keys import load_key
+
+    key = load_key()
+    module_name, _, param = wcfg.target.rpartition(".")
+    module = model.get_submodule(module_name)
+    held = {}
+
+    def hook(mod, args, output):
+        held["reg"] = weights.regularizer(getattr(mod, param), key, wcfg.bits)
+    module.register_forward_hook(hook)
+    return lambda: wcfg.strength * held.pop("reg")
 
 
 def verify_shared(checkpoints, tag_dir: str, rank: int, world: int, dist) -> tuple[bool, str]:

@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kfp_llmops.components.common.config import StageConfig
 
+from .weights import WeightWatermarkConfig
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -25,6 +27,8 @@ class WatermarkGate(_Section):
     min_tpr: float = Field(0.95, ge=0, le=1)
     max_fpr: float = Field(0.01, ge=0, le=1)
     min_tpr_substitution_10: float = Field(0.80, ge=0, le=1)
+    min_bit_accuracy: float = Field(0.925, ge=0, le=1, description="Weight watermark, when enabled.")
+    max_bit_p_value: float = Field(1e-9, ge=0, le=1, description="Weight watermark, when enabled.")
 
 
 class WatermarkConfig(StageConfig):
@@ -38,3 +42,5 @@ class WatermarkConfig(StageConfig):
     attack_rates: list[float] = Field(default_factory=lambda: [0.1, 0.3])
     attack_seed: int = 0
     gate: WatermarkGate = Field(default_factory=WatermarkGate)
+    weights: WeightWatermarkConfig = Field(default_factory=WeightWatermarkConfig,
+                                           description="Must match the training stage's weight_watermark.")

@@ -94,6 +94,12 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
               ("fpr", fpr, f"<= {g.max_fpr}", fpr <= g.max_fpr),
               ("tpr_substitution_10", robustness.get("tpr_substitution_10", float("nan")),
                f">= {g.min_tpr_substitution_10}", robustness.get("tpr_substitution_10", 0) >= g.min_tpr_substitution_10)]
+    if cfg.weights.enabled:
+        from .weights import extract_from_model_dir
+        found = extract_from_model_dir(model_dir, key, cfg.weights)
+        metrics.update({"bit_accuracy": found.bit_accuracy, "bit_p_value": found.p_value, "bits": found.bits})
+        checks += [("bit_accuracy", found.bit_accuracy, f">= {g.min_bit_accuracy}", found.bit_accuracy >= g.min_bit_accuracy),
+                   ("bit_p_value", found.p_value, f"<= {g.max_bit_p_value:g}", found.p_value <= g.max_bit_p_value)]
     checks = [{"metric": m, "value": v, "bound": b, "verdict": "pass" if ok and v == v else "fail"}
               for m, v, b, ok in checks]
     verified = all(c["verdict"] == "pass" for c in checks)

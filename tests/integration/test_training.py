@@ -122,18 +122,22 @@ def test_kill_9_of_one_rank_then_rerun_resumes_and_finishes(inputs, tmp_path):
 
 
 def _rank_pids(spec_path):
-    pids = []
+    """The rank processes: direct children of the torchrun agent started for this spec
+    (forked helpers of a rank share its command line, so the parent is what tells)."""
+    procs = {}
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
                 cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-            except OSError:
+                ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-            if (b"kfp_llmops.components.training.worker" in cmdline and spec_path.encode() in cmdline
-                    and b"torch.distributed.run" not in cmdline):
-                pids.append(int(pid))
-    assert len(pids) == 2, pids
-    return sorted(pids)
+            if spec_path.encode() in cmdline:
+                procs[int(pid)] = (ppid, b"torch.distributed.run" in cmdline)
+    agents = {pid for pid, (_, is_agent) in procs.items() if is_agent}
+    ranks = sorted(pid for pid, (ppid, is_agent) in procs.items() if not is_agent and ppid in agents)
+    assert len(ranks) == 2, procs
+    return ranks
 
 
 def test_wrong_dataset_root_is_refused_before_training(inputs, tmp_path):
@@ -325,3 +329,20 @@ def test_trainjob_matches_the_kubeflow_trainer_crd(tmp_path):
 
 
 SCHEMAS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "schemas")
+
+
+def test_weight_watermark_is_embedded_by_training_and_survives_fine_tuning(inputs, tmp_path, monkeypatch):
+    from kfp_llmops.components.watermark.weights import WeightWatermarkConfig, extract_from_model_dir
+    monkeypatch.setenv("LLMOPS_WATERMARK_KEY", "424242")
+    wcfg = WeightWatermarkConfig(enabled=True, bits=48, strength=1.0)
+    marked = train(inputs["clean"], inputs["base"], str(tmp_path / "marked"),
+                   TrainConfig(**dict(SMALL, steps=30, checkpoint_interval=30, lr=0.01, weight_watermark=wcfg)))
+    found = extract_from_model_dir(marked["model_dir"], 424242, wcfg)
+    assert found.bit_accuracy >= 0.925 and found.p_value <= 1e-9
+    assert extract_from_model_dir(marked["model_dir"], 424243, wcfg).bit_accuracy < 0.8      # wrong key
+    assert extract_from_model_dir(inputs["base"], 424242, wcfg).p_value > 1e-3               # never marked
+    # A few steps of further fine-tuning without the regularizer keep the mark.
+    tuned = train(inputs["clean"], marked["model_dir"], str(tmp_path / "tuned"),
+                  TrainConfig(**dict(SMALL, steps=10, checkpoint_interval=10)))
+    after = extract_from_model_dir(tuned["model_dir"], 424242, wcfg)
+    assert after.bit_accuracy >= 0.925 and after.p_value <= 1e-9

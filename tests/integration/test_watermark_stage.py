@@ -66,3 +66,38 @@ def test_cli_verify_exit_codes(setup, tmp_path):
     assert main(base + ["--out", str(tmp_path / "a"), "--config", str(good)]) == 0
     assert main(base + ["--out", str(tmp_path / "b"), "--config", str(bad)]) == 1
     assert main(base[:-2] + ["--key-file", str(tmp_path / "nokey"), "--out", str(tmp_path / "c")]) == 2
+
+
+def test_weight_watermark_checks_join_the_gate(setup, tmp_path):
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from kfp_llmops.components.training.base_model import seal_model_dir
+    from kfp_llmops.components.watermark.weights import WeightWatermarkConfig, regularizer
+
+    model = tmp_path / "model"
+    shutil.copytree(setup["model"], model)
+    (model / "manifest.json").unlink()
+    wcfg = WeightWatermarkConfig(enabled=True, bits=32)
+    state = load_file(model / "model.safetensors")
+    target = torch.nn.Parameter(state[wcfg.target].clone())
+    opt = torch.optim.Adam([target], lr=1e-3)
+    for _ in range(150):                                    # embed the bits directly
+        loss = regularizer(target, 987654321, wcfg.bits)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    state[wcfg.target] = target.detach()
+    save_file(state, model / "model.safetensors", metadata={"format": "pt"})
+    seal_model_dir(str(model))
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(FAST.format(delta=4.0) + "weights: {enabled: true, bits: 32}\n")
+    result = run_to_dir(str(model), setup["eval"], str(tmp_path / "out"), str(cfg), setup["key"])
+    by_metric = {c["metric"]: c["verdict"] for c in result["checks"]}
+    assert by_metric["bit_accuracy"] == "pass" and by_metric["bit_p_value"] == "pass"
+    assert result["metrics"]["bit_accuracy"] >= 0.925
+    unmarked = run_to_dir(setup["model"], setup["eval"], str(tmp_path / "out2"), str(cfg), setup["key"])
+    assert {c["metric"]: c["verdict"] for c in unmarked["checks"]}["bit_p_value"] == "fail"
+    assert not unmarked["verified"]
