@@ -8,6 +8,7 @@ import os
 import time
 
 from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.common.jsonl import iter_objects
 from kfp_llmops.components.common.progress import progress
 from kfp_llmops.components.training.base_model import verify_model_dir
 
@@ -16,24 +17,13 @@ from .gate import checks_json, evaluate_gate
 
 
 def read_eval_set(path: str) -> list[dict]:
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: eval dataset not found")
     rows = []
-    with open(path, encoding="utf-8") as handle:
-        for n, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                raise InputError(f"{path}:{n}: not valid JSON") from None
-            if not isinstance(row, dict):
-                raise InputError(f"{path}:{n}: expected a JSON object")
-            for field in ("prompt", "response"):
-                if not isinstance(row.get(field), str) or not row[field].strip():
-                    raise InputError(f"{path}:{n}: field {field!r} is missing or empty "
-                                     "(eval rows need a prompt and a reference response)")
-            rows.append({"id": str(row.get("id", f"row-{n}")), "prompt": row["prompt"], "response": row["response"]})
+    for n, row in iter_objects(path, "eval dataset"):
+        for field in ("prompt", "response"):
+            if not isinstance(row.get(field), str) or not row[field].strip():
+                raise InputError(f"{path}:{n}: field {field!r} is missing or empty "
+                                 "(eval rows need a prompt and a reference response)")
+        rows.append({"id": str(row.get("id", f"row-{n}")), "prompt": row["prompt"], "response": row["response"]})
     if not rows:
         raise InputError(f"{path}: empty eval set")
     return rows

@@ -43,6 +43,15 @@ def context_size(model) -> int:
     return int(getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", 2048))
 
 
+def left_pad(batch: list[list[int]], pad: int):
+    """input_ids and attention_mask for a batch of prompts, padded on the left."""
+    import torch
+    width = max(len(ids) for ids in batch)
+    input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch])
+    attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch])
+    return input_ids, attention
+
+
 def generate(model, tokenizer, rows: list[dict], cfg: EvalConfig, progress=None) -> list[Generated]:
     import torch
 
@@ -56,10 +65,9 @@ def generate(model, tokenizer, rows: list[dict], cfg: EvalConfig, progress=None)
             ids = tokenizer.encode(format_example(row["prompt"], "")[0])
             truncated.append(len(ids) > limit)
             encoded.append(ids[-limit:])
-        width = max(len(ids) for ids in encoded)
         pad = tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded])
-        attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded])
+        input_ids, attention = left_pad(encoded, pad)
+        width = input_ids.shape[1]
         torch.manual_seed(gen.seed + start)
         with torch.no_grad():
             result = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=gen.max_new_tokens,

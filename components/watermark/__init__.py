@@ -64,23 +64,14 @@ def run_component(model, eval_dataset, config: str, key_file: str, watermarked, 
 
 def read_texts(path: str) -> list[tuple[str, str]]:
     """(id, text) from JSONL rows with `response` or `text` (responses.jsonl works as is)."""
+    from kfp_llmops.components.common.jsonl import iter_objects
+
     out = []
-    try:
-        handle = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    with handle:
-        for n, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                raise InputError(f"{path}:{n}: not valid JSON") from None
-            text = row.get("response", row.get("text")) if isinstance(row, dict) else None
-            if not isinstance(text, str):
-                raise InputError(f"{path}:{n}: no 'response' or 'text' string field")
-            out.append((str(row.get("id", n)), text))
+    for n, row in iter_objects(path, "texts file"):
+        text = row.get("response", row.get("text"))
+        if not isinstance(text, str):
+            raise InputError(f"{path}:{n}: no 'response' or 'text' string field")
+        out.append((str(row.get("id", n)), text))
     return out
 
 

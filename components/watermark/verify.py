@@ -18,7 +18,7 @@ def _generate(model, tokenizer, prompts: list[str], cfg: WatermarkConfig, proces
     import torch
     from transformers import LogitsProcessorList
 
-    from kfp_llmops.components.evaluation.generate import context_size
+    from kfp_llmops.components.evaluation.generate import context_size, left_pad
     from kfp_llmops.components.training.data import format_example
 
     g = cfg.generation
@@ -26,10 +26,9 @@ def _generate(model, tokenizer, prompts: list[str], cfg: WatermarkConfig, proces
     out = []
     for start in range(0, len(prompts), g.batch_size):
         batch = [tokenizer.encode(format_example(p, "")[0])[-limit:] for p in prompts[start:start + g.batch_size]]
-        width = max(len(ids) for ids in batch)
         pad = tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch])
-        attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch])
+        input_ids, attention = left_pad(batch, pad)
+        width = input_ids.shape[1]
         torch.manual_seed(g.seed + start)
         with torch.no_grad():
             result = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,

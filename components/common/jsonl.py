@@ -1,0 +1,30 @@
+"""Reading small JSONL inputs (eval sets, text files) with one-line errors that name the
+file and line."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Iterator
+
+from .errors import InputError
+
+
+def iter_objects(path: str, what: str = "file") -> Iterator[tuple[int, dict]]:
+    """(1-based line number, object) for each non-blank line; any other value is an error."""
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: {what} not found")
+    try:
+        handle = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    with handle:
+        for n, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                raise InputError(f"{path}:{n}: not valid JSON") from None
+            if not isinstance(row, dict):
+                raise InputError(f"{path}:{n}: expected a JSON object")
+            yield n, row
