@@ -51,7 +51,9 @@ class LeftHashGreenLists:
         return torch.randperm(self.vocab_size, generator=gen)[: self.size]
 
     def _ensure(self, prevs: np.ndarray) -> None:
-        missing = np.unique(prevs[self._row[prevs] < 0])
+        needed = np.zeros(self.vocab_size, dtype=bool)      # presence, no sort over all tokens
+        needed[prevs] = True
+        missing = np.flatnonzero(needed & (self._row < 0))
         if not len(missing):
             return
         rows = np.zeros((len(missing), self.vocab_size), dtype=bool)
