@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(BIN)/llmops run --out $(RUN)
 
 test: $(STAMP)
+	$(BIN)/ruff check --select F,E9 components pipelines tests
 	$(BIN)/llmops compile --check
 	$(PY) -m pytest -q tests
 
@@ -33,6 +34,9 @@ compile: $(STAMP)
 
 check: $(STAMP)
 	$(BIN)/llmops compile --check
+
+lint: $(STAMP)
+	$(BIN)/ruff check --select F,E9 components pipelines tests
 
 clean:
 	rm -rf $(VENV) runs build .pytest_cache .hypothesis

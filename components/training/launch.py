@@ -14,7 +14,7 @@ from importlib import metadata
 from blake3 import blake3
 
 from kfp_llmops.components import __version__
-from kfp_llmops.components.common.errors import InputError, LlmopsError
+from kfp_llmops.components.common.errors import LlmopsError
 
 from .base_model import verify_model_dir
 from .config import TrainConfig
@@ -114,4 +114,4 @@ def _tail(log_path: str, stderr: str) -> str:
     return (errors or lines or ["(none)"])[-1][:300]
 
 
-__all__ = ["train", "environment", "config_hash", "InputError"]
+__all__ = ["train", "environment", "config_hash"]

@@ -1,11 +1,9 @@
 """Stage 4, verify_watermark: the KGW text watermark (`kgw.py`), its key (`keys.py`), and
-the verification stage (`verify.py`) with its gate. The weight watermark is not built yet.
+the verification stage (`verify.py`) with its gate, and the weight watermark (`weights.py`).
 
 `run_to_dir` serves the CLI, `run_component` the KFP component; both call `verify`.
 """
 from __future__ import annotations
-
-import json
 
 import os
 import shutil

@@ -2,7 +2,6 @@
 import json
 import os
 
-import pytest
 import yaml
 
 from kfp_llmops.components import images
