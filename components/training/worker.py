@@ -98,7 +98,8 @@ def main(spec_path: str) -> None:
         if ok:
             _, client = engine.load_checkpoint(ckpt_root, tag)
             state = client["llmops"]
-            step, sampler, prev_root = state["step"], Sampler.from_state(state["sampler"]), state["root"]
+            step, sampler = state["step"], Sampler.from_state(state["sampler"])
+            prev_root = checkpoints.load(os.path.join(ckpt_root, tag))[1]["root"]   # the chain continues here
             set_rng_state(torch, state["rng"][rank])
             resumed["tag"] = tag
             break
@@ -140,7 +141,7 @@ def main(spec_path: str) -> None:
         t0 = time.perf_counter()
         rngs = [None] * world
         dist.all_gather_object(rngs, rng_state(torch))
-        client = {"llmops": {"step": step, "sampler": sampler.state(), "rng": rngs, "root": prev_root}}
+        client = {"llmops": {"step": step, "sampler": sampler.state(), "rng": rngs}}
         hce.begin(os.path.join(staging, tag))
         engine.save_checkpoint(staging, tag=tag, client_state=client, save_latest=False)
         save_s = time.perf_counter() - t0
@@ -205,7 +206,12 @@ def main(spec_path: str) -> None:
         with open(spec["result"], "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2)
     dist.barrier()
-    dist.destroy_process_group()
+    # Every output is written and fsynced; leave now. Tearing down gloo and DeepSpeed's
+    # CPU communication threads at interpreter exit sometimes aborts a rank
+    # ("terminate called without an active exception"), failing a finished run.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def attach_weight_watermark(model, cfg):

@@ -64,6 +64,20 @@ def test_resume_is_bit_for_bit(inputs, reference):
     assert second["resumed_from"] == "step-00000004"
     assert losses(out) == losses(reference["dir"])          # zero tolerance
     assert second["model_root"] == reference["result"]["model_root"]
+    # The hash chain continues across the restart: step 8 names step 4's root.
+    ckpt = second["checkpoint_dir"]
+    _, four = checkpoints.load(os.path.join(ckpt, "step-00000004"))
+    _, eight = checkpoints.load(os.path.join(ckpt, "step-00000008"))
+    assert eight["meta"]["previous_root"] == four["root"] == first["checkpoint_root"]
+    assert second["checkpoint_root"] == eight["root"]
+
+
+def test_resume_at_the_end_reports_the_resumed_checkpoint_root(reference, inputs, tmp_path):
+    out = str(tmp_path / "again")
+    shutil.copytree(reference["dir"], out, ignore=shutil.ignore_patterns("result.json"))
+    again = train(inputs["clean"], inputs["base"], out, TrainConfig(**SMALL))
+    assert again["resumed_from"] == "step-00000008" and again["saves"] == []
+    assert again["checkpoint_root"] == reference["result"]["checkpoint_root"]
 
 
 def test_manifest_records_lineage_and_forms_a_hash_chain(reference):
