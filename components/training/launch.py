@@ -109,8 +109,10 @@ def _show(chunk: bytes) -> bool:
 
 
 def _tail(log_path: str, stderr: str) -> str:
-    lines = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith(" ")]
-    errors = [ln for ln in lines if "Error" in ln or "error" in ln]
+    """The rank's own exception line, not torchrun's summary of it."""
+    lines = [ln.replace("[rank0]: ", "").replace("[rank1]: ", "") for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ("Error" in ln or "error" in ln) and not ln.startswith(" ")
+              and "ChildFailedError" not in ln and "elastic" not in ln]
     return (errors or lines or ["(none)"])[-1][:300]
 
 

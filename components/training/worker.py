@@ -167,7 +167,7 @@ def main(spec_path: str) -> None:
         for micro in range(cfg.grad_accum):
             lo = (micro * world + rank) * cfg.micro_batch
             rows = torch.from_numpy(batch[lo:lo + cfg.micro_batch])
-            out = engine(input_ids=input_ids[rows], labels=labels[rows])
+            out = engine(input_ids=input_ids[rows].to(engine.device), labels=labels[rows].to(engine.device))
             engine.backward(out.loss + watermark_loss())
             engine.step()
             losses.append(out.loss.detach().float())
