@@ -137,12 +137,14 @@ def write_manifest(path: str, manifest: merkle.Manifest, extra: dict | None = No
 
 def verify_directory(root: str, manifest: merkle.Manifest, stated_root: str | None = None,
                      expected_root: str | None = None, only: list[str] | None = None,
-                     threads: int | None = None, exclude: tuple[str, ...] = (MANIFEST_NAME,)) -> VerifyReport:
+                     threads: int | None = None, exclude: tuple[str, ...] = (MANIFEST_NAME,),
+                     extras: bool | None = None) -> VerifyReport:
     """Check `root` against `manifest`, the manifest against the root it states, and that
     root against `expected_root` (pinned elsewhere: `latest`, artifact metadata, a chain).
 
     With `only`, just those files are read and each is proven against the root through
-    its audit path; extra files are not looked for.
+    its audit path; extra files are looked for only when `extras` says so (by default,
+    when every file is read).
     """
     started = time.perf_counter()
     problems: list[Problem] = []
@@ -173,7 +175,9 @@ def verify_directory(root: str, manifest: merkle.Manifest, stated_root: str | No
             targets.append(rel)
         else:
             problems.append(Problem("missing", rel, "not in the manifest"))
-    if only is None:
+    if extras is None:
+        extras = only is None
+    if extras:
         for rel in present:
             if rel not in by_path and not any(rel == e for e in exclude):
                 problems.append(Problem("extra", rel, f"{present[rel]:,} bytes not in the manifest"))

@@ -135,7 +135,7 @@ def load(tag_dir: str) -> tuple[merkle.Manifest, dict]:
 
 
 def verify(tag_dir: str, expected_root: str | None = None, only: list[str] | None = None,
-           threads: int | None = None) -> integrity.VerifyReport:
+           threads: int | None = None, extras: bool | None = None) -> integrity.VerifyReport:
     """Files against the manifest, the manifest against its root, and the root against
     `expected_root` when one is pinned."""
     started = time.perf_counter()
@@ -146,7 +146,7 @@ def verify(tag_dir: str, expected_root: str | None = None, only: list[str] | Non
     except (ValueError, KeyError, TypeError) as exc:
         return _failed(tag_dir, "manifest", f"unreadable manifest: {exc}", started)
     report = integrity.verify_directory(tag_dir, manifest, stated_root=stated["files_root"], only=only,
-                                        threads=threads)
+                                        threads=threads, extras=extras)
     root = checkpoint_root(stated["files_root"] or "", stated["meta"] or {}) if stated["files_root"] else ""
     if root != stated["root"]:
         report.problems.append(integrity.Problem("manifest", None, "root does not match files root + metadata"))

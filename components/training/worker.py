@@ -240,15 +240,7 @@ def verify_shared(checkpoints, tag_dir: str, rank: int, world: int, dist) -> tup
     try:
         manifest, _ = checkpoints.load(tag_dir)
         mine = [f.path for i, f in enumerate(sorted(manifest.files, key=lambda f: f.path)) if i % world == rank]
-        report = checkpoints.verify(tag_dir, only=mine)
-        if rank == 0 and report.ok:
-            full_set = checkpoints.verify(tag_dir, only=[])   # manifest and roots, no file reads
-            from kfp_llmops.components.common import integrity
-            extra = set(integrity.list_files(tag_dir)) - {f.path for f in manifest.files}
-            report = full_set if not full_set.ok else report
-            if extra:
-                report.ok = False
-                report.problems.append(integrity.Problem("extra", sorted(extra)[0], "not in the manifest"))
+        report = checkpoints.verify(tag_dir, only=mine, extras=rank == 0)
         verdict = (report.ok, report.summary())
     except Exception as exc:  # noqa: BLE001 - a broken manifest is a failed check, not a crash
         verdict = (False, f"unreadable: {exc}")

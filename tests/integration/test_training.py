@@ -238,6 +238,15 @@ def test_truncation_deletion_extra_and_rename_are_named(reference, tmp_path):
     assert (("corrupted", d) not in kinds) and not any(p.path == d for p in report.problems)
 
 
+def test_a_share_of_the_files_can_still_look_for_extras(reference, tmp_path):
+    tag_dir = _copy_tag(reference, tmp_path)
+    with open(os.path.join(tag_dir, "stray.bin"), "wb") as handle:
+        handle.write(b"x")
+    assert checkpoints.verify(tag_dir, only=[]).ok                        # a share alone: no listing
+    report = checkpoints.verify(tag_dir, only=[], extras=True)
+    assert [(p.kind, p.path) for p in report.problems] == [("extra", "stray.bin")]
+
+
 def test_older_shard_swapped_in_is_detected(reference, tmp_path):
     tag_dir = _copy_tag(reference, tmp_path)
     old = os.path.join(reference["result"]["checkpoint_dir"], "step-00000004")
