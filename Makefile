@@ -11,11 +11,15 @@ RUN ?= runs/demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e ".[data,train,eval,dev]"
+	$(PY) -m pip install -q -e ".[data,train,eval,deploy,dev]"
+	$(PY) -m pip install -q --no-deps nvidia-pytriton==0.7.0
+	command -v nginx >/dev/null || test -x /usr/sbin/nginx || apt-get install -y -q nginx >/dev/null \
+	  || (apt-get update -q >/dev/null && apt-get install -y -q nginx >/dev/null)
+	$(BIN)/llmops deploy setup
 	touch $(STAMP)
 
 $(VENV)/.bench: $(STAMP)
-	$(PY) -m pip install -q -e ".[data,train,eval,dev,bench]"
+	$(PY) -m pip install -q -e ".[data,train,eval,deploy,dev,bench]"
 	touch $@
 
 demo: $(STAMP)

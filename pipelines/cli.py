@@ -240,6 +240,108 @@ def checkpoint_verify(ckpt_dir, tag, expected_root, only, as_json) -> None:
         raise SystemExit(1)
 
 
+@cli.group()
+def deploy() -> None:
+    """Stage 5: Triton model repository, canary rollout with SLA analysis and rollback."""
+
+
+def _blessed_root(blessing: str | None, blessed_root: str | None) -> str | None:
+    if blessing:
+        try:
+            with open(blessing, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except (OSError, ValueError) as exc:
+            raise LlmopsError(f"{blessing}: unreadable blessing: {exc}") from None
+        if not data.get("blessed"):
+            raise LlmopsError(f"{blessing}: the model was not blessed; refusing to deploy")
+        if blessed_root and blessed_root != data.get("model_root"):
+            raise LlmopsError(f"--blessed-root {blessed_root} disagrees with {blessing}")
+        return data.get("model_root")
+    return blessed_root
+
+
+@deploy.command("setup")
+def deploy_setup() -> None:
+    """Create the serving environment the local Triton servers run model.py in."""
+    from kfp_llmops.components.deploy.serving_env import ensure_env, triton_paths
+
+    path = ensure_env()
+    triton_paths()
+    click.echo(f"serving environment ready: {path}")
+
+
+@deploy.command("repository")
+@click.option("--model", "model_dir", required=True, type=click.Path(file_okay=False))
+@click.option("--blessing", type=click.Path(dir_okay=False), help="blessing.json from evaluate_llm.")
+@click.option("--blessed-root", help="The blessed model's Merkle root (instead of --blessing).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Deploy config YAML.")
+@click.option("--state", "state_dir", default="runs/serving", show_default=True, help="Local deployment state.")
+def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, state_dir) -> None:
+    """Build a sealed Triton model repository from exactly the blessed model."""
+    from kfp_llmops.components.deploy import DeployConfig, build_repository
+
+    built = build_repository(model_dir, _blessed_root(blessing, blessed_root), out_dir,
+                             DeployConfig.load(config_path), state_dir)
+    click.echo(f"{out_dir}: {built['model_name']} version {built['version']}, repository root "
+               f"{built['repository_root']}, model root {built['model_root']}")
+
+
+@deploy.command("canary")
+@click.option("--repository", "repo_dir", type=click.Path(file_okay=False), help="A sealed repository.")
+@click.option("--model", "model_dir", type=click.Path(file_okay=False), help="Or a model folder to build one from.")
+@click.option("--blessing", type=click.Path(dir_okay=False), help="blessing.json from evaluate_llm.")
+@click.option("--blessed-root", help="The blessed model's Merkle root (instead of --blessing).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
+@click.option("--state", "state_dir", default="runs/serving", show_default=True,
+              help="Local deployment state: the promoted repository and its predecessor.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Deploy config YAML.")
+@click.option("--key-file", help="Watermark key file (else $LLMOPS_WATERMARK_KEY or the mounted Secret).")
+@click.option("--drill-failure-rate", type=float, help="Rehearsal: the canary fails this fraction of requests.")
+@click.option("--drill-latency-ms", type=float, help="Rehearsal: the canary adds this latency per request.")
+def deploy_canary(repo_dir, model_dir, blessing, blessed_root, out_dir, state_dir, config_path, key_file,
+                  drill_failure_rate, drill_latency_ms) -> None:
+    """Roll a repository out progressively; exit 0 promoted, 1 rolled back, 2 bad input."""
+    from kfp_llmops.components.deploy import DeployConfig, build_repository, deploy, raise_unless_promoted
+
+    cfg = DeployConfig.load(config_path, {"drill.failure_rate": drill_failure_rate,
+                                          "drill.added_latency_ms": drill_latency_ms})
+    root = _blessed_root(blessing, blessed_root)
+    if bool(repo_dir) == bool(model_dir):
+        raise LlmopsError("give exactly one of --repository and --model")
+    if model_dir:
+        repo_dir = os.path.join(out_dir, "repository")
+        build_repository(model_dir, root, repo_dir, cfg, state_dir)
+    record = deploy(repo_dir, root, out_dir, cfg, state_dir, key_file, log=click.echo)
+    click.echo(f"decision={record['decision']} version={record['version']} reason: {record['reason']}")
+    click.echo(f"record {os.path.join(out_dir, 'record.json')}, report {os.path.join(out_dir, 'report.html')}")
+    raise_unless_promoted(record, cfg)
+
+
+@deploy.command("render")
+@click.option("--repository-root", required=True, help="Root of the repository to roll out.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Deploy config YAML (target, cluster).")
+@click.option("--target", type=click.Choice(["kserve", "gateway"]), default="kserve", show_default=True)
+def deploy_render(repository_root, config_path, target) -> None:
+    """Print the manifests the cluster target applies at each step (YAML stream)."""
+    from kfp_llmops.components.deploy import DeployConfig
+    from kfp_llmops.components.deploy.cluster import rollout_manifests, to_yaml
+
+    cfg = DeployConfig.load(config_path, {"target": target})
+    steps = rollout_manifests(cfg, repository_root)
+    click.echo(to_yaml([m for _, m in steps]), nl=False)
+
+
+@deploy.command("undo")
+@click.option("--state", "state_dir", default="runs/serving", show_default=True)
+def deploy_undo(state_dir) -> None:
+    """One-step rollback of the last local promotion (previous/ becomes stable/)."""
+    from kfp_llmops.components.deploy.local_target import undo
+
+    state = undo(state_dir)
+    click.echo(f"stable is version {state['stable']['version']} again (root {state['stable']['repository_root']})")
+
+
 @cli.command("compile")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Output folder (default: the package's pipelines/compiled).")

@@ -17,6 +17,12 @@ from .release import PIPELINES
 DEMO_WATERMARK = "delta: 4.0\ngeneration: {max_new_tokens: 112, min_new_tokens: 112}\n"
 
 
+# Short intervals keep the demo quick; the watermark settings match DEMO_WATERMARK. The
+# serving state persists in the run folder, so a second `make demo` rolls out a canary
+# against the version the first one promoted.
+DEMO_DEPLOY = "interval_s: 5\nsteps: [25, 50, 100]\nwatermark: {delta: 4.0}\nsmoke: {max_new_tokens: 64}\n"
+
+
 def _demo_key(out_dir: str) -> str:
     """A per-run-folder random key file (a Secret's role locally); never in pipeline YAML."""
     import secrets
@@ -31,7 +37,7 @@ def _demo_key(out_dir: str) -> str:
 def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_policy: str = "balanced",
               data_config: str = "", dataset: str | None = None, train_config: str = "",
               base_model_size: str = "demo", eval_dataset: str | None = None, eval_config: str = "",
-              watermark_config: str = DEMO_WATERMARK) -> dict:
+              watermark_config: str = DEMO_WATERMARK, deploy_config: str = DEMO_DEPLOY) -> dict:
     """Run `pipeline` locally; returns (and writes) the run summary built from the task outputs."""
     from kfp import local
 
@@ -53,7 +59,8 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
         PIPELINES[pipeline](dataset_uri=data["train"], eval_dataset_uri=data["eval"], data_config=data_config,
                             pii_policy=pii_policy, train_config=train_config, base_model_size=base_model_size,
-                            eval_config=eval_config, watermark_config=watermark_config, watermark_key_file=key_file)
+                            eval_config=eval_config, watermark_config=watermark_config, watermark_key_file=key_file,
+                            deploy_config=deploy_config, serving_state_dir=os.path.join(out_dir, "serving"))
     summary = {"pipeline": pipeline, "run_folder": out_dir, "elapsed_s": round(time.time() - started, 1),
                "dataset": data["train"], "eval_dataset": data.get("eval"), "stages": collect_stages(root)}
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as handle:
@@ -117,6 +124,15 @@ def collect_stages(pipeline_root: str) -> list[dict]:
                        "merkle_root": m.get("model_root"),
                        "outputs": {"report": w["artifacts"]["report"]["uri"],
                                    "watermarked": w["artifacts"]["watermarked"]["uri"]}})
+    d = _task_outputs(run_dir, "triton-canary-deploy")
+    if d:
+        rec = d["artifacts"]["record"]["metadata"]
+        m = d["artifacts"]["metrics"]["metadata"]
+        stages.append({"stage": "triton_canary_deploy", "gate": rec.get("decision", "?"),
+                       "detail": f"version {rec.get('version')}: {m.get('reason', '')}"[:90],
+                       "merkle_root": rec.get("repository_root"),
+                       "outputs": {"report": d["artifacts"]["report"]["uri"], "record": d["artifacts"]["record"]["uri"],
+                                   "repository": d["artifacts"]["repository"]["uri"]}})
     return stages
 
 

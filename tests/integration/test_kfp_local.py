@@ -18,7 +18,7 @@ TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
 def test_release_pipeline_runs_through_kfp_local(tmp_path):
     summary = run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny",
                         eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n")
-    validate, train, evaluate, watermark = summary["stages"]
+    validate, train, evaluate, watermark, deployed = summary["stages"]
     assert validate["stage"] == "validate_dataset" and validate["gate"] == "passed"
     clean = validate["outputs"]["clean"]
     digest = merkle.hash_file(clean, "clean.jsonl")
@@ -39,6 +39,15 @@ def test_release_pipeline_runs_through_kfp_local(tmp_path):
     assert blessing["blessed"] and blessing["baseline_note"] == "no baseline: change thresholds skipped"
     assert len(open(evaluate["outputs"]["responses"]).readlines()) == 200
     assert watermark["stage"] == "verify_watermark" and watermark["merkle_root"] == train["merkle_root"]
+    assert watermark["gate"] == "verified"
+    # First release into an empty serving state: smoke tests and one interval at 100 %, then promoted.
+    assert deployed["stage"] == "triton_canary_deploy" and deployed["gate"] == "promoted"
+    record = json.load(open(deployed["outputs"]["record"]))
+    assert record["model_root"] == train["merkle_root"] and record["first_release"]      # deployed what was blessed
+    assert record["repository_root"] == deployed["merkle_root"]
+    assert all(c["passed"] for c in record["smoke"][0]["checks"])                        # watermark found in serving
+    state = json.load(open(tmp_path / "run" / "serving" / "state.json"))
+    assert state["stable"]["repository_root"] == record["repository_root"]
     assert "watermark.key" not in open(os.path.join(compile_mod.COMPILED_DIR, "release.yaml")).read()
     assert "train_zero3" in format_summary(summary)
 

@@ -1,0 +1,122 @@
+"""Stage 5, triton_canary_deploy: a Triton model repository built from exactly the
+blessed model (`repository.py`), a progressive canary with SLA analysis and automatic
+rollback (`canary.py`, `analysis.py`) on a target: two real Triton servers behind nginx
+(`local_target.py`) or KServe / Gateway API on a cluster (`cluster.py`).
+
+`run_to_dir` serves the CLI, `run_component` the KFP component; both call `deploy`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from kfp_llmops.components.common.errors import GateFailed, InputError
+
+from .config import DeployConfig
+
+__all__ = ["DeployConfig", "deploy", "build_repository", "run_component", "raise_unless_promoted"]
+
+
+def next_version(cfg: DeployConfig, state_dir: str) -> int:
+    from .local_target import read_state
+    if cfg.version:
+        return cfg.version
+    stable = read_state(state_dir).get("stable") if cfg.target == "local" else None
+    return (stable["version"] + 1) if stable else 1
+
+
+def build_repository(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig,
+                     state_dir: str) -> dict:
+    from . import repository
+    return repository.build(model_dir, blessed_root, out_dir, cfg, next_version(cfg, state_dir))
+
+
+def make_target(cfg: DeployConfig, state_dir: str, work: str, key_file: str | None):
+    if cfg.target == "local":
+        from .local_target import LocalTarget
+        return LocalTarget(cfg, state_dir, work, key_file)
+    from .cluster import ClusterTarget
+    return ClusterTarget(cfg)
+
+
+def deploy(repo_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig, state_dir: str,
+           key_file: str | None = None, before_interval=None, log=print) -> dict:
+    """Verify the repository is the blessed model, roll it out, write record and report."""
+    from . import repository
+    from .canary import rollout
+    from .report import render_html, timeline_png
+
+    info = repository.verify(repo_dir, blessed_root)
+    key, tokenizer = None, None
+    if cfg.watermark.enabled:
+        from transformers import AutoTokenizer
+
+        from kfp_llmops.components.watermark.keys import load_key
+        key = load_key(key_file)
+        tokenizer = AutoTokenizer.from_pretrained(info["weights"])
+    os.makedirs(out_dir, exist_ok=True)
+    target = make_target(cfg, state_dir, os.path.join(out_dir, "work"), key_file)
+    stable = target.stable_info() if hasattr(target, "stable_info") else None
+    try:
+        target.start(repo_dir)
+        record = rollout(target, cfg, info, key, tokenizer, before_interval, log)
+    finally:
+        target.close()
+    record.update({"target": cfg.target, "model_name": info["model_name"], "version": info["version"],
+                   "repository_root": info["repository_root"], "model_root": info["model_root"],
+                   "stable_version": stable["version"] if stable else None,
+                   "stable_repository_root": stable["repository_root"] if stable else None,
+                   "drill": cfg.drill.model_dump(), "steps": cfg.steps, "interval_s": cfg.interval_s})
+    requests = record.pop("requests")
+    with open(os.path.join(out_dir, "requests.jsonl"), "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(r) + "\n" for r in requests)
+    with open(os.path.join(out_dir, "record.json"), "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=2, default=lambda v: None)
+    png = timeline_png({**record, "requests": requests})
+    with open(os.path.join(out_dir, "timeline.png"), "wb") as handle:
+        handle.write(png)
+    with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as handle:
+        handle.write(render_html(record, png))
+    record["metrics"] = summary_metrics(record, requests)
+    return record
+
+
+def summary_metrics(record: dict, requests: list[dict]) -> dict:
+    canary = [r for r in requests if r["backend"] == "canary"]
+    return {"promoted": float(record["decision"] == "promoted"), "intervals": float(len(record["intervals"])),
+            "rollout_seconds": float(record.get("seconds", 0.0)), "canary_requests": float(len(canary)),
+            "canary_failed_requests": float(sum(not r["ok"] for r in canary)),
+            "requests_total": float(len(requests))}
+
+
+def raise_unless_promoted(record: dict, cfg: DeployConfig) -> None:
+    if record["decision"] != "promoted" and cfg.fail_on_rollback:
+        raise GateFailed(f"canary rolled back: {record['reason']}")
+
+
+def run_component(model, blessing, config: str, key_file: str, state_dir: str, repository_out, record_out,
+                  metrics, report) -> str:
+    """KFP entry: only a blessed model whose root matches the blessing is deployed."""
+    cfg = DeployConfig.load(config)
+    blessed_root = blessing.metadata.get("model_root")
+    if not blessing.metadata.get("blessed"):
+        raise InputError("blessing: the model was not blessed by evaluate_llm; refusing to deploy")
+    if model.metadata.get("merkle_root") and model.metadata["merkle_root"] != blessed_root:
+        raise InputError(f"model root {model.metadata['merkle_root']} is not the blessed root {blessed_root}")
+    state = state_dir or os.path.join(os.path.dirname(report.path), "serving-state")
+    built = build_repository(model.path, blessed_root, repository_out.path, cfg, state)
+    repository_out.metadata.update({"merkle_root": built["repository_root"], "model_root": built["model_root"],
+                                    "model_name": built["model_name"], "version": built["version"]})
+    work = os.path.join(os.path.dirname(report.path), "deploy")
+    record = deploy(repository_out.path, blessed_root, work, cfg, state, key_file or None)
+    shutil.copyfile(os.path.join(work, "record.json"), record_out.path)
+    with open(report.path, "w", encoding="utf-8") as handle:
+        handle.write(open(os.path.join(work, "report.html"), encoding="utf-8").read())
+    record_out.metadata.update({"decision": record["decision"], "repository_root": record["repository_root"],
+                                "model_root": record["model_root"], "version": record["version"]})
+    for k, v in record["metrics"].items():
+        metrics.log_metric(k, v)
+    metrics.metadata.update({"decision": record["decision"], "reason": record["reason"][:500]})
+    raise_unless_promoted(record, cfg)
+    return record["decision"]

@@ -1,0 +1,178 @@
+"""Canary analysis, independent of where the numbers come from (real servers or recorded
+traces): per-interval checks against absolute SLA bounds and relative to stable, a
+minimum-traffic rule, Flagger's failed-check threshold, and a sequential test.
+
+The sequential tests are Wald's likelihood ratios on single canary requests: one on
+"failed", one on "slower than stable's p95 by more than the latency tolerance". Under a
+healthy canary each ratio is a nonnegative martingale, so by Ville's inequality the
+chance it ever reaches 2/alpha -- over the whole rollout, however often it is looked
+at -- is at most alpha/2: a bounded false-rollback rate, with a bad canary caught within
+a few dozen of its requests instead of after `threshold` full intervals.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .config import DeployConfig
+
+
+@dataclass
+class RoleStats:
+    requests: int
+    errors: int
+    error_rate: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    server: dict | None = None     # Triton counter deltas, None when the scrape failed
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    return float(np.quantile(np.asarray(values), q)) if values else float("nan")
+
+
+def role_stats(samples, role: str, server: dict | None = None) -> RoleStats:
+    """Client view of one role's requests; the error rate is the worse of client and server.
+    Where responses cannot be attributed (KServe), the server's counters stand in and its
+    mean request duration stands in for the quantiles."""
+    mine = [s for s in samples if s.backend == role]
+    if not mine and server is not None and server["success"] + server["failure"] > 0:
+        m = server["mean_ms"]
+        return RoleStats(int(server["success"] + server["failure"]), int(server["failure"]), server["error_rate"],
+                         m, m, m, server)
+    lat = [s.latency_ms for s in mine if s.ok]
+    errors = sum(not s.ok for s in mine)
+    rate = errors / len(mine) if mine else float("nan")
+    if server is not None and server.get("error_rate") == server.get("error_rate"):
+        rate = server["error_rate"] if rate != rate else max(rate, server["error_rate"])
+    return RoleStats(len(mine), errors, rate, _quantile(lat, 0.5), _quantile(lat, 0.95), _quantile(lat, 0.99), server)
+
+
+@dataclass
+class Check:
+    name: str
+    value: float | None
+    bound: float | None
+    passed: bool
+    reason: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def interval_checks(canary: RoleStats, stable: RoleStats | None, cfg: DeployConfig,
+                    metrics_ok: bool = True, relative: bool = True) -> list[Check]:
+    sla = cfg.sla
+    checks = [Check("canary_requests", canary.requests, sla.min_requests, canary.requests >= sla.min_requests,
+                    "" if canary.requests >= sla.min_requests else "too little canary traffic to judge")]
+    if not metrics_ok:
+        checks.append(Check("canary_metrics", None, None, False, "no values from the canary's metrics endpoint"))
+    if canary.requests == 0:
+        return checks
+    er, p99 = canary.error_rate, canary.p99_ms
+    checks.append(Check("error_rate", er, sla.max_error_rate, er <= sla.max_error_rate))
+    checks.append(Check("p99_ms", p99, sla.max_p99_ms, p99 <= sla.max_p99_ms if p99 == p99 else False,
+                        "" if p99 == p99 else "no successful canary request"))
+    if relative:
+        if stable is None or stable.requests < sla.min_requests:
+            checks.append(Check("vs_stable", None, None, True, "skipped: no stable baseline measured"))
+        else:
+            bound = stable.error_rate + sla.error_rate_tolerance
+            checks.append(Check("error_rate_vs_stable", er, bound, er <= bound))
+            bound = stable.p99_ms * (1 + sla.latency_tolerance)
+            checks.append(Check("p99_vs_stable", p99, bound, p99 <= bound if p99 == p99 else False))
+    return checks
+
+
+class Sprt:
+    """One-sided sequential probability ratio test on Bernoulli 'bad' outcomes."""
+
+    def __init__(self, name: str, p0: float, p1: float, alpha: float):
+        if not p0 < p1:
+            raise ValueError(f"sequential: {name} p0 must be below p1")
+        self.name = name
+        self.up = math.log(p1 / p0)
+        self.down = math.log((1 - p1) / (1 - p0))
+        self.threshold = math.log(1 / alpha)
+        self.llr = 0.0
+        self.n = 0
+        self.bad = 0
+
+    @property
+    def fired(self) -> bool:
+        return self.llr >= self.threshold
+
+    def update(self, bad: bool) -> bool:
+        self.n += 1
+        self.bad += bad
+        self.llr += self.up if bad else self.down
+        return self.fired
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.bad} of {self.n} canary requests"
+
+
+def latency_bound(stable_latencies: list[float], cfg: DeployConfig) -> float:
+    """A canary request slower than this counts as bad for the sequential test."""
+    if len(stable_latencies) >= cfg.sla.min_requests:
+        return min(cfg.sla.max_p99_ms, _quantile(stable_latencies, 0.95) * (1 + cfg.sla.latency_tolerance))
+    return cfg.sla.max_p99_ms
+
+
+@dataclass
+class Decider:
+    """The rollout state machine: hold a step on a failed interval, roll back at
+    `threshold` failed checks or when the sequential test fires, promote after 100 %."""
+
+    cfg: DeployConfig
+    sequential: bool = True
+    relative: bool = True
+    step: int = 0
+    failed: int = 0
+    stable_ref: list[float] = field(default_factory=list)     # recent stable latencies
+    tests: list[Sprt] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        s = self.cfg.sequential
+        if self.sequential and s.enabled:
+            self.tests = [Sprt("errors", s.error_p0, s.error_p1, s.alpha / 2),
+                          Sprt("slow requests", s.slow_p0, s.slow_p1, s.alpha / 2)]
+
+    @property
+    def fired(self) -> Sprt | None:
+        return next((t for t in self.tests if t.fired), None)
+
+    @property
+    def percent(self) -> int:
+        return self.cfg.steps[self.step]
+
+    def observe(self, backend: str, ok: bool, latency_ms: float) -> bool:
+        """Feed one request; True when the sequential test says roll back now."""
+        if backend == "stable":
+            if ok:
+                self.stable_ref.append(latency_ms)
+                del self.stable_ref[:-500]
+            return False
+        if backend != "canary" or not self.tests:
+            return False
+        errors, slow = self.tests
+        errors.update(not ok)
+        if ok:
+            slow.update(latency_ms > latency_bound(self.stable_ref, self.cfg))
+        return self.fired is not None
+
+    def end_interval(self, checks: list[Check]) -> str:
+        """advance | hold | rollback | promote."""
+        if all(c.passed for c in checks):
+            if self.step == len(self.cfg.steps) - 1:
+                return "promote"
+            self.step += 1
+            return "advance"
+        self.failed += 1
+        return "rollback" if self.failed >= self.cfg.threshold else "hold"

@@ -1,0 +1,99 @@
+"""The progressive rollout: interface check, smoke tests, traffic steps with analysis
+intervals, then promote or roll back. Works on any target with the LocalTarget's methods."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from . import interface
+from . import metrics as prom
+from .analysis import Check, Decider, interval_checks, role_stats
+from .config import DeployConfig
+
+
+def _watermark(cfg: DeployConfig, key: int | None, tokenizer):
+    if not cfg.watermark.enabled or key is None or tokenizer is None:
+        return None
+    from kfp_llmops.components.watermark.kgw import Watermark
+    w = cfg.watermark
+    return Watermark(key, len(tokenizer), w.scheme, gamma=w.gamma, delta=w.delta, z_threshold=w.z_threshold,
+                     min_tokens=w.min_tokens)
+
+
+def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, tokenizer=None,
+            before_interval: Callable[[int, object], None] | None = None, log=print) -> dict:
+    """Run the canary on a started target; returns the record (decision, intervals, requests)."""
+    record: dict = {"decision": None, "reason": "", "intervals": [], "smoke": [], "interface": [],
+                    "requests": [], "first_release": target.stable is None}
+    watermark = _watermark(cfg, key, tokenizer)
+    t0 = time.monotonic()
+
+    def finish(decision: str, reason: str) -> dict:
+        record.update(decision=decision, reason=reason, seconds=round(time.monotonic() - t0, 3))
+        log(f"[deploy] {decision}: {reason}")
+        return record
+
+    shapes = target.interfaces()
+    if shapes is not None:
+        diffs = interface.compare(*shapes)
+        record["interface"] = diffs
+        breaking = [d["what"] for d in diffs if d["breaking"]]
+        if breaking and not cfg.allow_breaking_change:
+            record["rollback"] = target.rollback()
+            return finish("rolled_back", "breaking interface change, blocked before any traffic moved: " + "; ".join(breaking))
+
+    decider = Decider(cfg)
+    steps = cfg.steps if shapes is not None else [100]          # first release: nothing to compare with
+    if steps != cfg.steps:
+        decider.cfg = cfg.model_copy(update={"steps": steps})
+    stable_baseline = None
+    n = 0
+    while True:
+        percent = decider.percent
+        if before_interval is not None:
+            before_interval(n, target)
+        alive = target.canary_alive()
+        if alive is False:
+            record["rollback"] = target.rollback()
+            return finish("rolled_back", f"canary server down at {percent} % (interval {n})")
+        target.set_canary_percent(percent)
+        log(f"[deploy] interval {n}: {percent} % to canary")
+        smoke_result = target.smoke(watermark, tokenizer)
+        record["smoke"].append({"interval": n, "percent": percent, **{k: smoke_result[k] for k in ("passed", "checks")}})
+        before = {r: target.scrape(r) for r in ("stable", "canary")}
+        offset = time.monotonic() - t0
+        samples = target.load().run(cfg.interval_s, on_sample=lambda s: decider.observe(s.backend, s.ok, s.latency_ms),
+                                    desc=f"interval {n} ({percent} % canary)")
+        after = {r: target.scrape(r) for r in ("stable", "canary")}
+        deltas = {r: prom.delta(before[r], after[r]) for r in before}
+        canary = role_stats(samples, "canary", deltas["canary"])
+        stable = role_stats(samples, "stable", deltas["stable"])
+        if stable.requests >= cfg.sla.min_requests:
+            stable_baseline = stable
+        checks = interval_checks(canary, stable if stable.requests >= cfg.sla.min_requests else stable_baseline, cfg,
+                                 metrics_ok=deltas["canary"] is not None, relative=shapes is not None)
+        checks.append(Check("smoke", None, None, smoke_result["passed"],
+                            "; ".join(f"{c['check']}: {c['detail']}" for c in smoke_result["checks"] if not c["passed"])))
+        fired = decider.fired
+        if fired:
+            checks.append(Check("sequential", round(fired.llr, 3), round(fired.threshold, 3), False, fired.describe()))
+        action = "rollback" if fired else decider.end_interval(checks)
+        record["intervals"].append({"interval": n, "percent": percent, "start_s": round(offset, 3),
+                                    "seconds": round(max((s.t for s in samples), default=0.0), 3),
+                                    "canary": canary.to_json(), "stable": stable.to_json(),
+                                    "checks": [c.to_json() for c in checks], "action": action,
+                                    "failed_checks": decider.failed})
+        record["requests"].extend({**s.to_json(), "t": round(s.t + offset, 4), "interval": n} for s in samples)
+        failed = [c.name for c in checks if not c.passed]
+        log(f"[deploy]   canary {canary.requests} req, errors {canary.error_rate:.3f}, p99 {canary.p99_ms:.0f} ms; "
+            f"stable {stable.requests} req, p99 {stable.p99_ms:.0f} ms -> {action}"
+            + (f" (failed: {', '.join(failed)})" if failed else ""))
+        if action == "rollback":
+            record["rollback"] = target.rollback()
+            why = (f"sequential test on {fired.describe()}" if fired
+                   else f"{decider.failed} failed checks (threshold {cfg.threshold}): {', '.join(failed)}")
+            return finish("rolled_back", f"{why} at {percent} %")
+        if action == "promote":
+            target.promote(info)
+            return finish("promoted", f"all {len(steps)} steps passed")
+        n += 1

@@ -1,0 +1,27 @@
+"""KFP interface of triton_canary_deploy. The logic lives in this package's other modules."""
+from kfp import dsl
+from kfp.dsl import HTML, Artifact, Input, Metrics, Model, Output
+
+from kfp_llmops.components import images
+
+
+@dsl.component(base_image=images.DEPLOY, install_kfp_package=False)
+def triton_canary_deploy(
+    model: Input[Model],
+    blessing: Input[Artifact],
+    repository: Output[Model],
+    record: Output[Artifact],
+    metrics: Output[Metrics],
+    report: Output[HTML],
+    config: str = "",
+    key_file: str = "",
+    state_dir: str = "",
+) -> str:
+    """Build the Triton repository from exactly the blessed model, roll it out as a canary
+    (steps, SLA analysis against stable, smoke tests with watermark detection), and
+    promote or roll back. Returns `promoted` or `rolled_back`; fails on rollback unless
+    `fail_on_rollback: false`. `state_dir` (local target) holds the promoted repositories.
+    """
+    from kfp_llmops.components.deploy import run_component
+
+    return run_component(model, blessing, config, key_file, state_dir, repository, record, metrics, report)

@@ -1,0 +1,133 @@
+"""The deploy stage's one config model: repository layout, canary steps, SLA bounds,
+analysis, load, drills and the target. Defaults suit the bundled demo model on CPU."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from kfp_llmops.components.common.config import StageConfig
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Serving(_Section):
+    model_name: str = Field("llm", pattern=r"^[A-Za-z0-9_.-]+$")
+    instance_kind: Literal["KIND_CPU", "KIND_GPU"] = "KIND_CPU"
+    instance_count: int = Field(1, ge=1)
+    max_batch_size: int = Field(8, ge=1)
+    max_queue_delay_us: int = Field(2000, ge=0, description="Dynamic batching window.")
+    max_new_tokens: int = Field(32, ge=1, description="Default when a request does not say.")
+    temperature: float = Field(1.0, gt=0)
+    key_file: str = Field("/var/run/secrets/kfp-llmops/watermark/key",
+                          description="Where model.py reads the watermark key (a mounted Secret).")
+
+
+class Watermark(_Section):
+    """Must match verify_watermark's settings: the detector recomputes the same green lists."""
+    enabled: bool = True
+    scheme: Literal["lefthash", "selfhash"] = "lefthash"
+    gamma: float = Field(0.25, gt=0, lt=1)
+    delta: float = Field(2.0, ge=0)
+    z_threshold: float = Field(4.0, gt=0)
+    min_tokens: int = Field(16, ge=1)
+
+
+class Drill(_Section):
+    """Rehearse a bad rollout: the version being deployed fails this fraction of requests
+    and/or sleeps this long per request. Written into that version's serving.json."""
+    failure_rate: float = Field(0.0, ge=0, le=1)
+    added_latency_ms: float = Field(0.0, ge=0)
+    seed: int = 0
+
+
+class Sla(_Section):
+    max_error_rate: float = Field(0.01, ge=0, le=1)
+    max_p99_ms: float = Field(5000.0, gt=0)
+    error_rate_tolerance: float = Field(0.01, ge=0, le=1, description="Canary may exceed stable's error rate by this much.")
+    latency_tolerance: float = Field(0.5, ge=0, description="canary p99 <= stable p99 * (1 + tolerance).")
+    min_requests: int = Field(20, ge=1, description="Fewer canary requests in an interval is a failed check.")
+
+
+class Sequential(_Section):
+    """Two one-sided SPRTs on single canary requests: one on errors, one on being slower
+    than stable's p95 by more than the latency tolerance. Each rolls back as soon as its
+    evidence is strong enough; together they falsely roll back at most `alpha` of
+    healthy canaries (alpha/2 each)."""
+    enabled: bool = True
+    error_p0: float = Field(0.01, gt=0, lt=1, description="Error rate of a healthy canary (H0).")
+    error_p1: float = Field(0.05, gt=0, lt=1, description="Error rate that must be caught (H1).")
+    slow_p0: float = Field(0.05, gt=0, lt=1, description="Share of slow requests of a healthy canary.")
+    slow_p1: float = Field(0.25, gt=0, lt=1, description="Share of slow requests that must be caught.")
+    alpha: float = Field(0.01, gt=0, lt=0.5, description="False-rollback bound for the pair.")
+
+
+class Traffic(_Section):
+    concurrency: int = Field(4, ge=1)
+    max_new_tokens: int = Field(8, ge=1, description="Short generations keep load requests cheap.")
+    prompts: list[str] = Field(default_factory=lambda: ["Summarize the release notes.", "What is a canary rollout?",
+                                                        "Explain gradient accumulation.", "Write a haiku about GPUs."])
+    timeout_s: float = Field(30.0, gt=0)
+
+
+class Smoke(_Section):
+    prompt: str = "Explain why checkpoints are hashed."
+    max_new_tokens: int = Field(48, ge=1, description="Long enough for the watermark z-test.")
+    requests: int = Field(3, ge=1, description="Watermark is judged on their concatenated tokens.")
+
+
+class Local(_Section):
+    state_dir: str = Field("", description="Where the promoted repositories live; default next to the outputs.")
+    startup_timeout_s: float = Field(120.0, gt=0)
+    host: str = "127.0.0.1"
+
+
+class Cluster(_Section):
+    namespace: str = "kfp-llmops"
+    service_name: str = "llm"
+    storage_uri: str = Field("pvc://model-repository/", description="Where the cluster reads the repository.")
+    gateway_name: str = "llm-gateway"
+    hostname: str = "llm.example.com"
+    stable_service: str = "llm-stable"
+    canary_service: str = "llm-canary"
+    port: int = 8000
+    mode: Literal["Serverless", "RawDeployment"] = Field("Serverless", description="RawDeployment ignores "
+                                                         "canaryTrafficPercent: use target gateway there.")
+    url: str = Field("", description="Where the load generator and smoke tests reach the model.")
+    stable_metrics_url: str = ""
+    canary_metrics_url: str = ""
+    key_secret: str = Field("llmops-watermark-key", description="Secret holding the watermark key (never its value).")
+    service_account: str = "llmops-deploy"
+    cpu: str = "2"
+    memory: str = "8Gi"
+    gpus: int = Field(0, ge=0)
+
+
+class DeployConfig(StageConfig):
+    target: Literal["local", "kserve", "gateway"] = "local"
+    version: int = Field(0, ge=0, description="Model version; 0 means stable's + 1.")
+    steps: list[int] = Field(default_factory=lambda: [5, 25, 50, 100])
+    interval_s: float = Field(10.0, gt=0)
+    threshold: int = Field(2, ge=1, description="Failed checks before rollback (Flagger's threshold).")
+    allow_breaking_change: bool = False
+    fail_on_rollback: bool = True
+    serving: Serving = Field(default_factory=Serving)
+    watermark: Watermark = Field(default_factory=Watermark)
+    drill: Drill = Field(default_factory=Drill)
+    sla: Sla = Field(default_factory=Sla)
+    sequential: Sequential = Field(default_factory=Sequential)
+    traffic: Traffic = Field(default_factory=Traffic)
+    smoke: Smoke = Field(default_factory=Smoke)
+    local: Local = Field(default_factory=Local)
+    cluster: Cluster = Field(default_factory=Cluster)
+
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, steps: list[int]) -> list[int]:
+        if not steps or any(not 0 < s <= 100 for s in steps) or steps != sorted(set(steps)):
+            raise ValueError("steps must be increasing percentages in 1..100")
+        if steps[-1] != 100:
+            raise ValueError("the last step must be 100")
+        return steps

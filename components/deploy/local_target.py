@@ -1,0 +1,184 @@
+"""The embedded target: stable and canary as two real Triton servers behind nginx.
+
+Promoted repositories live in a state folder: `stable/` (serving), `previous/` (kept for
+a one-step rollback) and `state.json` with their roots. Everything started here is
+stopped by `close()`: nothing is left running.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+from kfp_llmops.components.common.errors import InputError
+
+from . import metrics as prom
+from . import repository, smoke
+from .config import DeployConfig
+from .loadgen import LoadGenerator
+from .nginx_split import NginxSplit
+from .triton_local import TritonServer, http_get
+
+STATE = "state.json"
+
+
+def read_state(state_dir: str) -> dict:
+    path = os.path.join(state_dir, STATE)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable deployment state: {exc}") from None
+
+
+def write_state(state_dir: str, state: dict) -> None:
+    tmp = os.path.join(state_dir, STATE + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(state, handle, indent=2, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, os.path.join(state_dir, STATE))
+
+
+def _copy_repository(src: str, dst: str) -> None:
+    """Hard links where the file system allows (repositories are never modified)."""
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+    shutil.copytree(src, dst, copy_function=link)
+
+
+class LocalTarget:
+    name = "local"
+
+    def __init__(self, cfg: DeployConfig, state_dir: str, work: str, key_file: str | None = None):
+        self.server_env = {"LLMOPS_WATERMARK_KEY_FILE": os.path.abspath(key_file)} if key_file else {}
+        self.cfg, self.state_dir, self.work = cfg, os.path.abspath(state_dir), os.path.abspath(work)
+        os.makedirs(self.state_dir, exist_ok=True)
+        os.makedirs(self.work, exist_ok=True)
+        self.state = read_state(self.state_dir)
+        self.stable: TritonServer | None = None
+        self.canary: TritonServer | None = None
+        self.split: NginxSplit | None = None
+        self.canary_repo: str | None = None
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def stable_info(self) -> dict | None:
+        """The promoted repository, verified against the root recorded at promotion."""
+        if not self.state.get("stable"):
+            return None
+        repo = os.path.join(self.state_dir, "stable")
+        rec = self.state["stable"]
+        return repository.verify(repo, rec["model_root"], rec["repository_root"])
+
+    def start(self, canary_repo: str) -> None:
+        self.canary_repo = canary_repo
+        has_stable = self.stable_info() is not None
+        timeout = self.cfg.local.startup_timeout_s
+        host = self.cfg.local.host
+        if has_stable:
+            self.stable = TritonServer(os.path.join(self.state_dir, "stable"), self.work, "stable", host, self.server_env).start()
+        self.canary = TritonServer(canary_repo, self.work, "canary", host, self.server_env).start()
+        for server in (self.stable, self.canary):       # both load in parallel, then wait
+            if server is not None:
+                server.wait_ready(timeout)
+        self.split = NginxSplit(self.work, self.stable.address if self.stable else None, self.canary.address, host)
+        self.split.start(0 if has_stable else 100)
+
+    def close(self) -> None:
+        for part in (self.split, self.canary, self.stable):
+            if part is not None:
+                part.stop()
+
+    # -- traffic and observations -----------------------------------------------------
+
+    def set_canary_percent(self, percent: int) -> None:
+        self.split.set_canary_percent(percent)
+
+    def canary_alive(self) -> bool | None:
+        return self.canary is not None and self.canary.alive() and self.canary.ready()
+
+    def scrape(self, role: str) -> dict | None:
+        server = self.stable if role == "stable" else self.canary
+        if server is None:
+            return None
+        try:
+            return prom.parse(server.metrics_text(), self.cfg.serving.model_name)
+        except OSError:
+            return None
+
+    def load(self) -> LoadGenerator:
+        roles = {self.canary.address: "canary"}
+        if self.stable is not None:
+            roles[self.stable.address] = "stable"
+        ld = self.cfg.traffic
+        return LoadGenerator(self.split.host, self.split.port, self.cfg.serving.model_name, roles, ld.prompts,
+                             ld.max_new_tokens, ld.concurrency, ld.timeout_s)
+
+    def smoke(self, watermark=None, tokenizer=None) -> dict:
+        return smoke.run(self.split.url, self.cfg, watermark, tokenizer)
+
+    def interfaces(self) -> tuple[dict, dict, dict, dict] | None:
+        """(stable metadata, stable config, canary metadata, canary config), straight from the servers."""
+        if self.stable is None:
+            return None
+        name = self.cfg.serving.model_name
+        out = []
+        for server in (self.stable, self.canary):
+            for path in (f"/v2/models/{name}", f"/v2/models/{name}/config"):
+                status, body = http_get(server.url + path)
+                if status != 200:
+                    raise InputError(f"{server.role} server answered {status} for {path}")
+                out.append(json.loads(body))
+        return tuple(out)
+
+    # -- decisions --------------------------------------------------------------------
+
+    def rollback(self) -> dict:
+        """Canary traffic to 0, canary stopped (no idle accelerator), stable untouched."""
+        if self.stable is not None and self.split is not None:
+            self.split.set_canary_percent(0)
+        if self.canary is not None:
+            self.canary.stop()
+        return {"canary_percent": self.split.canary_percent if self.split else 0,
+                "canary_running": bool(self.canary and self.canary.alive()),
+                "stable_ready": bool(self.stable and self.stable.ready())}
+
+    def promote(self, info: dict) -> None:
+        """Canary becomes stable; the old stable is kept as `previous/` for one-step rollback."""
+        self.split.set_canary_percent(100)
+        stable_dir, previous_dir = os.path.join(self.state_dir, "stable"), os.path.join(self.state_dir, "previous")
+        staging = os.path.join(self.state_dir, f".incoming-{os.getpid()}-{time.time_ns()}")
+        _copy_repository(self.canary_repo, staging)
+        if os.path.exists(previous_dir):
+            shutil.rmtree(previous_dir)
+        if os.path.exists(stable_dir):
+            os.replace(stable_dir, previous_dir)
+        os.replace(staging, stable_dir)
+        record = {k: info[k] for k in ("model_name", "version", "repository_root", "model_root")}
+        self.state = {"stable": record, "previous": self.state.get("stable"),
+                      "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        write_state(self.state_dir, self.state)
+        if self.stable is not None:
+            self.stable.stop()
+
+
+def undo(state_dir: str) -> dict:
+    """One-step rollback of the last promotion: previous/ becomes stable/ again."""
+    state = read_state(state_dir)
+    if not state.get("previous"):
+        raise InputError(f"{state_dir}: no previous version to roll back to")
+    stable_dir, previous_dir = os.path.join(state_dir, "stable"), os.path.join(state_dir, "previous")
+    repository.verify(previous_dir, state["previous"]["model_root"], state["previous"]["repository_root"])
+    shutil.rmtree(stable_dir)
+    os.replace(previous_dir, stable_dir)
+    new = {"stable": state["previous"], "previous": None,
+           "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "undone": state["stable"]}
+    write_state(state_dir, new)
+    return new

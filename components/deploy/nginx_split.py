@@ -1,0 +1,136 @@
+"""nginx in front of stable and canary: weighted upstreams (reloaded at each step, no
+dropped traffic), `X-Canary: always|never` to pin a request, and the serving upstream
+echoed in `X-Upstream` so clients can attribute every response."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+from kfp_llmops.components.common.errors import InputError, LlmopsError
+
+from .triton_local import free_ports, http_get
+
+_CONF = """worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 512; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/tmp/body;
+    proxy_temp_path {dir}/tmp/proxy;
+    fastcgi_temp_path {dir}/tmp/fastcgi;
+    uwsgi_temp_path {dir}/tmp/uwsgi;
+    scgi_temp_path {dir}/tmp/scgi;
+    upstream weighted {{
+        {weighted}
+        keepalive 16;
+    }}
+    upstream stable {{ server {stable}; keepalive 8; }}
+    upstream canary {{ server {canary}; keepalive 8; }}
+    map $http_x_canary $pool {{ default weighted; always canary; never stable; }}
+    server {{
+        listen {host}:{port};
+        location = /nginx-health {{ return 200 "ok"; }}
+        location / {{
+            proxy_pass http://$pool;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_next_upstream error timeout;
+            proxy_read_timeout 120s;
+            client_max_body_size 16m;
+            add_header X-Upstream $upstream_addr always;
+        }}
+    }}
+}}
+"""
+
+
+def find_nginx() -> str:
+    path = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+    if not path:
+        raise InputError("nginx not found: install it (`apt-get install -y nginx`; make does)")
+    return path
+
+
+def upstream_lines(stable: str | None, canary: str, canary_percent: int) -> str:
+    """Weights as percentages; a 0 % side is marked down (nginx has no weight 0)."""
+    if stable is None:                      # first release: nothing to split with
+        return f"server {canary};"
+    rows = []
+    for addr, weight in ((stable, 100 - canary_percent), (canary, canary_percent)):
+        rows.append(f"server {addr} weight={max(weight, 1)}{' down' if weight == 0 else ''};")
+    return "\n        ".join(rows)
+
+
+class NginxSplit:
+    def __init__(self, work: str, stable: str | None, canary: str, host: str = "127.0.0.1"):
+        self.dir = os.path.abspath(os.path.join(work, "nginx"))
+        self.stable, self.canary, self.host = stable, canary, host
+        self.port = 0
+        self.canary_percent = 0
+        self.proc: subprocess.Popen | None = None
+        self.nginx = find_nginx()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _write(self) -> None:
+        for sub in ("tmp/body", "tmp/proxy", "tmp/fastcgi", "tmp/uwsgi", "tmp/scgi"):
+            os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
+        stable = self.stable or f"{self.canary} down"
+        text = _CONF.format(dir=self.dir, host=self.host, port=self.port, stable=stable, canary=self.canary,
+                            weighted=upstream_lines(self.stable, self.canary, self.canary_percent))
+        tmp = os.path.join(self.dir, "nginx.conf.tmp")
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, os.path.join(self.dir, "nginx.conf"))
+
+    def _cmd(self, *extra: str) -> list[str]:
+        return [self.nginx, "-p", self.dir, "-c", os.path.join(self.dir, "nginx.conf"), *extra]
+
+    def start(self, canary_percent: int = 0) -> "NginxSplit":
+        self.port = free_ports(1, self.host)[0]
+        self.canary_percent = canary_percent
+        self._write()
+        check = subprocess.run(self._cmd("-t", "-q"), capture_output=True, text=True)
+        if check.returncode:
+            raise LlmopsError(f"nginx config rejected: {check.stderr.strip().splitlines()[-1:]}")
+        self.proc = subprocess.Popen(self._cmd("-g", "daemon off;"), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if http_get(f"{self.url}/nginx-health", 1.0)[0] == 200:
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise LlmopsError(f"nginx did not start: see {self.dir}/error.log")
+
+    def set_canary_percent(self, percent: int) -> None:
+        """Rewrite the weights and reload: old workers finish their requests, new ones split."""
+        self.canary_percent = percent
+        self._write()
+        result = subprocess.run(self._cmd("-s", "reload"), capture_output=True, text=True)
+        if result.returncode:
+            raise LlmopsError(f"nginx reload failed: {result.stderr.strip()}")
+        time.sleep(0.2)   # the master starts new workers asynchronously
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGQUIT)
+                self.proc.wait(timeout=5)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()

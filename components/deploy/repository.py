@@ -1,0 +1,103 @@
+"""A Triton model repository built from exactly the blessed model, and its verification.
+
+Layout (the artifact's folder):
+    manifest.json                  Merkle manifest of everything below (the repository root)
+    <name>/config.pbtxt            python backend, BYTES in/out, dynamic batching
+    <name>/<version>/model.py      triton_model.py
+    <name>/<version>/serving.json  generation defaults, watermark settings, drill, model root
+    <name>/<version>/weights/      the model folder, with its own manifest (the model root)
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from kfp_llmops.components.common import integrity
+from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.training.base_model import verify_model_dir
+
+from .config import DeployConfig
+
+# name -> (datatype, optional); dims are [1] per batch row for each.
+INPUTS = {"text_input": ("TYPE_STRING", False), "max_new_tokens": ("TYPE_INT32", True),
+          "temperature": ("TYPE_FP32", True), "seed": ("TYPE_INT64", True)}
+OUTPUTS = {"text_output": "TYPE_STRING"}
+
+
+def render_config(cfg: DeployConfig, version: int) -> str:
+    s = cfg.serving
+    inputs = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: [ 1 ]{" optional: true" if opt else ""} }}'
+                        for n, (t, opt) in INPUTS.items())
+    outputs = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: [ 1 ] }}' for n, t in OUTPUTS.items())
+    return (f'name: "{s.model_name}"\nbackend: "python"\nmax_batch_size: {s.max_batch_size}\n'
+            f"version_policy: {{ specific: {{ versions: [ {version} ] }} }}\n"
+            f"input [\n{inputs}\n]\noutput [\n{outputs}\n]\n"
+            f"instance_group [ {{ kind: {s.instance_kind} count: {s.instance_count} }} ]\n"
+            f"dynamic_batching {{ max_queue_delay_microseconds: {s.max_queue_delay_us} }}\n")
+
+
+def serving_settings(cfg: DeployConfig, model_root: str, version: int) -> dict:
+    return {"version": version, "model_root": model_root, "max_new_tokens": cfg.serving.max_new_tokens,
+            "temperature": cfg.serving.temperature, "key_file": cfg.serving.key_file,
+            "watermark": cfg.watermark.model_dump(), "drill": cfg.drill.model_dump(), "threads": 1}
+
+
+def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig, version: int) -> dict:
+    """Verify the model against the blessed root, then write and seal the repository."""
+    if not blessed_root:
+        raise InputError(f"{model_dir}: no blessed model root given; deploy only what evaluate_llm blessed")
+    model_root = verify_model_dir(model_dir, blessed_root)
+    name = cfg.serving.model_name
+    version_dir = os.path.join(out_dir, name, str(version))
+    if os.path.exists(out_dir) and os.listdir(out_dir):
+        raise InputError(f"{out_dir}: repository folder is not empty")
+    shutil.copytree(model_dir, os.path.join(version_dir, "weights"))
+    shutil.copyfile(os.path.join(os.path.dirname(__file__), "triton_model.py"), os.path.join(version_dir, "model.py"))
+    with open(os.path.join(version_dir, "serving.json"), "w", encoding="utf-8") as handle:
+        json.dump(serving_settings(cfg, model_root, version), handle, indent=2, sort_keys=True)
+    with open(os.path.join(out_dir, name, "config.pbtxt"), "w", encoding="utf-8") as handle:
+        handle.write(render_config(cfg, version))
+    root = seal(out_dir)
+    return {"repository_root": root, "model_root": model_root, "model_name": name, "version": version}
+
+
+def seal(repo_dir: str) -> str:
+    return integrity.write_manifest(os.path.join(repo_dir, integrity.MANIFEST_NAME), integrity.hash_directory(repo_dir))
+
+
+def describe(repo_dir: str) -> dict:
+    """Model name, version and the serving settings of a repository (after verify)."""
+    names = [n for n in sorted(os.listdir(repo_dir)) if os.path.isdir(os.path.join(repo_dir, n))]
+    if len(names) != 1:
+        raise InputError(f"{repo_dir}: expected one model folder, found {names or 'none'}")
+    versions = [v for v in os.listdir(os.path.join(repo_dir, names[0])) if v.isdigit()]
+    if len(versions) != 1:
+        raise InputError(f"{repo_dir}/{names[0]}: expected one version folder, found {sorted(versions) or 'none'}")
+    path = os.path.join(repo_dir, names[0], versions[0], "serving.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            settings = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable serving settings: {exc}") from None
+    return {"model_name": names[0], "version": int(versions[0]), "settings": settings,
+            "weights": os.path.join(repo_dir, names[0], versions[0], "weights")}
+
+
+def verify(repo_dir: str, blessed_root: str | None, repository_root: str | None = None) -> dict:
+    """Refuse a repository that is damaged or whose weights are not the blessed model."""
+    path = os.path.join(repo_dir, integrity.MANIFEST_NAME)
+    if not os.path.isfile(path):
+        raise InputError(f"{repo_dir}: no {integrity.MANIFEST_NAME}; not a sealed model repository")
+    manifest, stated = integrity.load_manifest(path)
+    report = integrity.verify_directory(repo_dir, manifest, stated_root=stated, expected_root=repository_root)
+    if not report.ok:
+        raise InputError(f"{repo_dir}: repository does not verify: {report.summary()}")
+    info = describe(repo_dir)
+    if not blessed_root:
+        raise InputError(f"{repo_dir}: no blessed model root to check the weights against")
+    try:
+        weights_root = verify_model_dir(info["weights"], blessed_root)
+    except InputError as exc:
+        raise InputError(f"refusing to deploy: weights are not the blessed model ({exc})") from None
+    return {**info, "repository_root": report.root, "model_root": weights_root}

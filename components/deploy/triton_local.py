@@ -1,0 +1,129 @@
+"""One real Triton Inference Server process on this machine: start on free ports, wait
+until the model is ready, scrape its metrics, stop it with everything it started."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from kfp_llmops.components.common.errors import LlmopsError
+
+from . import serving_env
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+class TritonServer:
+    """`role` names it in logs and errors (stable, canary)."""
+
+    def __init__(self, repository: str, work: str, role: str, host: str = "127.0.0.1", env: dict | None = None):
+        self.repository, self.work, self.role, self.host = repository, work, role, host
+        self.extra_env = env or {}
+        self.proc: subprocess.Popen | None = None
+        self.http_port = self.grpc_port = self.metrics_port = 0
+        self.log_path = os.path.join(work, f"tritonserver-{role}.log")
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def start(self) -> "TritonServer":
+        env_path = serving_env.check_env()
+        paths = serving_env.triton_paths()
+        os.makedirs(self.work, exist_ok=True)
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3, self.host)
+        cmd = [paths["server"], "--model-repository", os.path.abspath(self.repository),
+               "--backend-directory", serving_env.backend_dir(self.work),
+               "--http-address", self.host, "--http-port", str(self.http_port),
+               "--grpc-address", self.host, "--grpc-port", str(self.grpc_port),
+               "--metrics-address", self.host, "--metrics-port", str(self.metrics_port),
+               "--allow-gpu-metrics", "false", "--allow-cpu-metrics", "false", "--log-verbose", "0",
+               "--exit-timeout-secs", "5"]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**serving_env.server_environment(env_path), **self.extra_env},
+                                     start_new_session=True, cwd=self.work)
+        log.close()
+        return self
+
+    def log_tail(self, lines: int = 6) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as handle:
+                tail = [ln.strip() for ln in handle.readlines() if ln.strip()][-lines:]
+        except OSError:
+            return ""
+        return " | ".join(tail)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def ready(self) -> bool:
+        try:
+            return http_get(f"{self.url}/v2/health/ready", 2.0)[0] == 200
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise LlmopsError(f"{self.role} tritonserver exited with {self.proc.returncode}: {self.log_tail()}")
+            if self.ready():
+                return
+            time.sleep(0.25)
+        self.stop()
+        raise LlmopsError(f"{self.role} tritonserver not ready after {timeout:.0f} s: {self.log_tail()}")
+
+    def metrics_text(self) -> str:
+        status, body = http_get(f"http://{self.host}:{self.metrics_port}/metrics", 3.0)
+        if status != 200:
+            raise OSError(f"metrics endpoint answered {status}")
+        return body.decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        """SIGKILL the server and its backend stubs (a crash, for drills and tests)."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL the whole process group: a stub in a bad state can keep
+        tritonserver alive past SIGTERM."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=grace)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        self.kill()

@@ -1,0 +1,161 @@
+"""triton_canary_deploy against real Triton servers (tritonserver from nvidia-pytriton)
+behind real nginx: first release, promotion, rollbacks on failures, latency and a crash,
+a blocked interface change, and refused repositories. Every server is stopped after."""
+import json
+import os
+import re
+import shutil
+import threading
+
+import pytest
+
+from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.deploy import DeployConfig, build_repository, deploy, repository
+from kfp_llmops.components.deploy.local_target import read_state, undo
+from kfp_llmops.components.training.base_model import build_base_model
+from kfp_llmops.pipelines.cli import main
+
+pytestmark = pytest.mark.timeout(300)
+
+FAST = ("interval_s: 3\nsteps: [50, 100]\nwatermark: {delta: 4.0}\nsla: {min_requests: 10}\n"
+        "smoke: {max_new_tokens: 48, requests: 3}\nlocal: {startup_timeout_s: 150}\n")
+
+
+def _cfg(**drill) -> DeployConfig:
+    cfg = DeployConfig.load(FAST)
+    return cfg.model_copy(update={"drill": cfg.drill.model_copy(update=drill)})
+
+
+def _no_servers_left() -> bool:
+    procs = os.popen("ps -eo args").read()
+    return "tritonserver --model-repository" not in procs and "triton_python_backend_stub" not in procs
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory):
+    """A tiny blessed model, a key, and a serving state where version 1 was released."""
+    root = tmp_path_factory.mktemp("deploy")
+    rows = [{"prompt": f"Tell me about item {i} and its color.", "response": f"Item {i} is blue and round."}
+            for i in range(40)]
+    clean = root / "clean.jsonl"
+    clean.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = str(root / "model")
+    model_root = build_base_model(str(clean), model, size="tiny")
+    key = root / "key"
+    key.write_text("987654321")
+    state = str(root / "state")
+    build_repository(model, model_root, str(root / "repo-v1"), _cfg(), state)
+    record = deploy(str(root / "repo-v1"), model_root, str(root / "out-v1"), _cfg(), state, str(key))
+    return {"root": root, "model": model, "model_root": model_root, "key": str(key), "state": state,
+            "first": record}
+
+
+def _canary(released, tmp_path, cfg, tamper=None, before_interval=None):
+    state = str(tmp_path / "state")
+    shutil.copytree(released["state"], state)
+    repo = str(tmp_path / "repo")
+    built = build_repository(released["model"], released["model_root"], repo, cfg, state)
+    if tamper:
+        tamper(repo, built)
+    record = deploy(repo, released["model_root"], str(tmp_path / "out"), cfg, state, released["key"],
+                    before_interval=before_interval)
+    return record, state
+
+
+def test_first_release_is_promoted_with_watermark_found_in_serving(released):
+    record = released["first"]
+    assert record["decision"] == "promoted" and record["first_release"] and record["version"] == 1
+    assert [iv["percent"] for iv in record["intervals"]] == [100]
+    smoke = {c["check"]: c for c in record["smoke"][0]["checks"]}
+    assert smoke["watermark"]["passed"], smoke["watermark"]["detail"]
+    assert read_state(released["state"])["stable"]["repository_root"] == record["repository_root"]
+    assert _no_servers_left()
+
+
+def test_healthy_canary_is_promoted_and_one_step_undo_restores_stable(released, tmp_path):
+    record, state = _canary(released, tmp_path, _cfg())
+    assert record["decision"] == "promoted", record["reason"]
+    assert [iv["percent"] for iv in record["intervals"]] == [50, 100]
+    assert record["interface"] == [] and record["stable_version"] == 1
+    half = record["intervals"][0]
+    assert half["canary"]["requests"] >= 10 and half["stable"]["requests"] >= 10       # the split really split
+    requests = [json.loads(line) for line in open(tmp_path / "out" / "requests.jsonl")]
+    assert all(r["ok"] for r in requests)
+    s = read_state(state)
+    assert s["stable"]["version"] == 2 and s["previous"]["version"] == 1
+    repository.verify(os.path.join(state, "stable"), released["model_root"], s["stable"]["repository_root"])
+    assert undo(state)["stable"]["version"] == 1
+    assert os.path.getsize(tmp_path / "out" / "timeline.png") > 5000
+    assert "Canary: promoted" in open(tmp_path / "out" / "report.html").read()
+    assert _no_servers_left()
+
+
+def test_canary_failing_ten_percent_is_rolled_back_and_stable_untouched(released, tmp_path):
+    before = read_state(released["state"])
+    record, state = _canary(released, tmp_path, _cfg(failure_rate=0.10))
+    assert record["decision"] == "rolled_back"
+    assert record["rollback"] == {"canary_percent": 0, "canary_running": False, "stable_ready": True}
+    assert read_state(state)["stable"] == before["stable"]
+    requests = [json.loads(line) for line in open(tmp_path / "out" / "requests.jsonl")]
+    assert all(r["ok"] for r in requests if r["backend"] == "stable")
+    assert any(not r["ok"] for r in requests if r["backend"] == "canary")
+    assert _no_servers_left()
+
+
+def test_canary_with_added_latency_is_rolled_back(released, tmp_path):
+    record, _ = _canary(released, tmp_path, _cfg(added_latency_ms=250))
+    assert record["decision"] == "rolled_back"
+    failed = {c["name"] for iv in record["intervals"] for c in iv["checks"] if not c["passed"]}
+    assert failed & {"p99_vs_stable", "sequential"}, failed
+    assert _no_servers_left()
+
+
+def test_canary_killed_mid_rollout_is_rolled_back_while_stable_serves(released, tmp_path):
+    def crash(n, target):
+        if n == 0:
+            threading.Timer(1.0, target.canary.kill).start()
+
+    record, state = _canary(released, tmp_path, _cfg(), before_interval=crash)
+    assert record["decision"] == "rolled_back"
+    requests = [json.loads(line) for line in open(tmp_path / "out" / "requests.jsonl")]
+    stable = [r for r in requests if r["backend"] == "stable"]
+    assert stable and all(r["ok"] for r in stable)                      # no request routed to stable failed
+    assert read_state(state)["stable"]["version"] == 1
+    assert _no_servers_left()
+
+
+def test_breaking_interface_change_is_blocked_before_traffic_moves(released, tmp_path):
+    def make_input_required(repo, built):
+        path = os.path.join(repo, built["model_name"], "config.pbtxt")
+        text = open(path).read()
+        text = re.sub(r'(name: "max_new_tokens" data_type: TYPE_INT32 dims: \[ 1 \]) optional: true', r"\1", text)
+        open(path, "w").write(text)
+        repository.seal(repo)             # a sealed repository, same blessed weights, new interface
+
+    record, _ = _canary(released, tmp_path, _cfg(), tamper=make_input_required)
+    assert record["decision"] == "rolled_back" and "breaking interface" in record["reason"]
+    assert record["intervals"] == [] and record["smoke"] == []          # no traffic moved
+    assert any("max_new_tokens" in d["what"] and d["breaking"] for d in record["interface"])
+    assert _no_servers_left()
+
+
+def test_repository_not_matching_the_blessed_root_is_refused(released, tmp_path, capsys):
+    cfg = _cfg()
+    repo = str(tmp_path / "repo")
+    built = build_repository(released["model"], released["model_root"], repo, cfg, released["state"])
+    with pytest.raises(InputError, match="weights are not the blessed model"):
+        repository.verify(repo, "0" * 64)
+    with pytest.raises(InputError, match="no blessed model root"):
+        build_repository(released["model"], None, str(tmp_path / "r2"), cfg, released["state"])
+    weights = os.path.join(repo, built["model_name"], str(built["version"]), "weights", "model.safetensors")
+    with open(weights, "r+b") as handle:
+        handle.seek(100)
+        handle.write(b"\x00\x01")
+    with pytest.raises(InputError, match="repository does not verify"):
+        repository.verify(repo, released["model_root"])
+    repository.seal(repo)                 # re-sealed around swapped weights: the blessed root still says no
+    with pytest.raises(InputError, match="weights are not the blessed model"):
+        repository.verify(repo, released["model_root"])
+    code = main(["deploy", "canary", "--repository", repo, "--blessed-root", released["model_root"],
+                 "--out", str(tmp_path / "cli"), "--state", str(tmp_path / "st"), "--key-file", released["key"]])
+    assert code == 2 and "weights are not the blessed model" in capsys.readouterr().err
