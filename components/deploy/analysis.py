@@ -87,6 +87,10 @@ def interval_checks(canary: RoleStats, stable: RoleStats | None, cfg: DeployConf
             checks.append(Check("error_rate_vs_stable", er, bound, er <= bound))
             bound = stable.p99_ms * (1 + sla.latency_tolerance)
             checks.append(Check("p99_vs_stable", p99, bound, p99 <= bound if p99 == p99 else False))
+            mine, theirs = (canary.server or {}).get("mean_ms", math.nan), (stable.server or {}).get("mean_ms", math.nan)
+            if mine == mine and theirs == theirs:      # Triton's own duration counters, queueing included
+                bound = theirs * (1 + sla.latency_tolerance)
+                checks.append(Check("server_latency_vs_stable", mine, bound, mine <= bound))
     return checks
 
 

@@ -16,7 +16,6 @@ import os
 import random
 import statistics
 import tempfile
-import time
 
 from kfp_llmops.components.deploy import DeployConfig, build_repository
 from kfp_llmops.components.deploy.analysis import Decider, interval_checks, role_stats

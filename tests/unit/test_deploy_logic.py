@@ -35,6 +35,9 @@ def test_interval_checks_absolute_relative_and_min_traffic():
     assert {c.name for c in slow if not c.passed} == {"p99_vs_stable"}          # inside the absolute SLA
     few = interval_checks(_stats(requests=3), _stats(), cfg)
     assert [c.name for c in few if not c.passed] == ["canary_requests"]          # too little traffic fails
+    server = interval_checks(RoleStats(100, 0, 0.0, 10, 20, 30, {"mean_ms": 40.0}),
+                             RoleStats(100, 0, 0.0, 10, 20, 30, {"mean_ms": 20.0}), cfg)
+    assert [c.name for c in server if not c.passed] == ["server_latency_vs_stable"]   # Triton's duration counters
     dead = interval_checks(_stats(requests=0), _stats(), cfg, metrics_ok=False)
     assert {c.name for c in dead if not c.passed} == {"canary_requests", "canary_metrics"}
 
