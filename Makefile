@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	command -v nginx >/dev/null || test -x /usr/sbin/nginx || apt-get install -y -q nginx >/dev/null \
 	  || (apt-get update -q >/dev/null && apt-get install -y -q nginx >/dev/null)
 	$(BIN)/llmops deploy setup
+	$(PYTHON) -m venv $(VENV)/checkov
+	$(VENV)/checkov/bin/pip install -q checkov==3.3.30
 	touch $(STAMP)
 
 $(VENV)/.bench: $(STAMP)

@@ -342,20 +342,94 @@ def deploy_undo(state_dir) -> None:
     click.echo(f"stable is version {state['stable']['version']} again (root {state['stable']['repository_root']})")
 
 
+@cli.group()
+def lineage() -> None:
+    """Lineage across stages: dataset -> checkpoints -> model -> deployed repository."""
+
+
+@lineage.command("verify")
+@click.argument("record_path", metavar="RECORD", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
+def lineage_verify(record_path, as_json) -> None:
+    """Prove (exit 0) or refute (exit 1, naming the broken link) that what serves traffic
+    descends from the validated dataset; artifacts still on disk are re-hashed."""
+    from kfp_llmops.components.release.lineage import load_record, verify
+
+    ok, links = verify(load_record(record_path))
+    if as_json:
+        click.echo(json.dumps({"ok": ok, "links": [link.to_json() for link in links]}, indent=2))
+    else:
+        for link in links:
+            click.echo(f"  {'ok ' if link.ok else 'BROKEN'} {link.link:<24} {link.detail}")
+        broken = next((link for link in links if not link.ok), None)
+        click.echo("lineage proven: what serves traffic descends from the validated dataset" if ok
+                   else f"lineage refuted at '{broken.link}': {broken.detail}")
+    if not ok:
+        raise SystemExit(1)
+
+
+@cli.group()
+def stage() -> None:
+    """Run a release stage without the KFP backend (what the Argo target runs)."""
+
+
+@stage.command("run")
+@click.argument("name")
+@click.option("--work", required=True, type=click.Path(file_okay=False), help="Work folder shared by the stages.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A pipeline parameter.")
+def stage_run(name, work, params) -> None:
+    """Run stage NAME with its inputs from earlier stages' outputs under --work."""
+    from .standalone import run_stage
+
+    values = {}
+    for item in params:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise LlmopsError(f"--param {item!r}: expected KEY=VALUE")
+        values[key] = value
+    click.echo(f"{name}: {run_stage(name, work, values)}")
+
+
 @cli.command("compile")
+@click.option("--target", "targets", multiple=True, type=click.Choice(["kfp", "k8s", "argo"]),
+              help="kfp: KFP IR YAML; k8s: Pipeline + PipelineVersion manifests; argo: standalone "
+                   "WorkflowTemplate. Repeatable; default all.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Output folder (default: the package's pipelines/compiled).")
-@click.option("--check", is_flag=True, help="Exit 1 if the committed YAML differs (GitOps drift gate).")
-def compile_cmd(out_dir, check) -> None:
-    """Compile every pipeline to KFP IR YAML (byte-deterministic)."""
-    from .compile import COMPILED_DIR, compile_all
+@click.option("--check", is_flag=True, help="Exit 1 if the committed output differs (GitOps drift gate).")
+def compile_cmd(targets, out_dir, check) -> None:
+    """Compile every pipeline to each target (byte-deterministic)."""
+    from .compile import COMPILED_DIR, TARGETS, compile_all
 
     target = out_dir or COMPILED_DIR
-    stale = compile_all(target, check=check)
+    stale = compile_all(target, check=check, targets=tuple(targets) or TARGETS)
+    if not out_dir and not targets:          # in a source checkout, manifests/ is kept in step too
+        from .manifests import MANIFESTS_DIR, write_all
+        if os.path.isdir(MANIFESTS_DIR):
+            stale += write_all(MANIFESTS_DIR, check=check)
     if check and stale:
         raise LlmopsError(f"compiled pipelines are stale: {', '.join(stale)}; run `llmops compile`")
     click.echo(f"{'checked' if check else 'compiled'} into {target}: "
                f"{'up to date' if not stale else 'updated ' + ', '.join(stale)}")
+
+
+@cli.command("submit")
+@click.option("--pipeline", default="release", show_default=True, help="A compiled pipeline's name.")
+@click.option("--package", type=click.Path(dir_okay=False), help="Compiled KFP IR YAML (default: the committed one).")
+@click.option("--host", envvar="KFP_HOST", required=True, help="KFP API endpoint (or $KFP_HOST).")
+@click.option("--namespace", envvar="KFP_NAMESPACE", help="Kubeflow profile namespace (or $KFP_NAMESPACE).")
+@click.option("--experiment", default="kfp-llmops", show_default=True)
+@click.option("--run-name", help="Run name (default: KFP's).")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="A pipeline parameter.")
+def submit_cmd(pipeline, package, host, namespace, experiment, run_name, params) -> None:
+    """Submit a compiled pipeline through kfp.Client and print the run URL.
+    The token comes from $LLMOPS_KFP_TOKEN or $KF_PIPELINES_TOKEN."""
+    from .compile import COMPILED_DIR
+    from .submit import parse_params, submit
+
+    result = submit(package or os.path.join(COMPILED_DIR, f"{pipeline}.yaml"), host, namespace, experiment,
+                    parse_params(params), run_name)
+    click.echo(f"run {result['run_id']}: {result['url']}")
 
 
 @cli.command("run")

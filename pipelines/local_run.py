@@ -9,7 +9,7 @@ import time
 import warnings
 
 from .demo_data import make_demo_dataset
-from .release import PIPELINES
+from .release import LOCAL_PIPELINES
 
 
 # The demo model has a 128-token context, so its texts are shorter than the ~200 tokens
@@ -51,17 +51,21 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
     if eval_dataset:
         data["eval"] = os.path.abspath(eval_dataset)
     key_file = _demo_key(out_dir)
+    release_dir = os.path.join(out_dir, "release")
+    shutil.rmtree(release_dir, ignore_errors=True)
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=root,
                workspace_root=os.path.join(out_dir, "workspace"))
     started = time.time()
     with warnings.catch_warnings():
         # The stage images hold this package; locally the current venv plays that role.
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
-        PIPELINES[pipeline](dataset_uri=data["train"], eval_dataset_uri=data["eval"], data_config=data_config,
+        LOCAL_PIPELINES[pipeline](dataset_uri=data["train"], eval_dataset_uri=data["eval"], data_config=data_config,
                             pii_policy=pii_policy, train_config=train_config, base_model_size=base_model_size,
                             eval_config=eval_config, watermark_config=watermark_config, watermark_key_file=key_file,
-                            deploy_config=deploy_config, serving_state_dir=os.path.join(out_dir, "serving"))
+                            deploy_config=deploy_config, serving_state_dir=os.path.join(out_dir, "serving"),
+                            release_dir=release_dir)
     summary = {"pipeline": pipeline, "run_folder": out_dir, "elapsed_s": round(time.time() - started, 1),
+               "release_record": os.path.join(release_dir, "record.json"),
                "dataset": data["train"], "eval_dataset": data.get("eval"), "stages": collect_stages(root)}
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=2)
@@ -148,5 +152,6 @@ def format_summary(summary: dict) -> str:
     for s in summary["stages"]:
         if "report" in s["outputs"]:
             lines.append(f"{s['stage']} report: {s['outputs']['report']}")
+    lines.append(f"release record: {summary['release_record']} (llmops lineage verify it)")
     lines.append(f"summary: {os.path.join(summary['run_folder'], 'summary.json')}")
     return "\n".join(lines)

@@ -27,4 +27,16 @@ def sft(i, prompt=None, response=None):
     return {"prompt": prompt or f"Question number {i}?", "response": response or f"Answer number {i}."}
 
 
-__all__ = ["write_lines", "validate_lines", "read_jsonl", "sft", "os"]
+def tiny_model(root, rows: int = 40):
+    """A tiny tokenizer + model built on a few fixed pairs: (rows, clean path, model dir, model root)."""
+    from kfp_llmops.components.training.base_model import build_base_model
+
+    pairs = [{"prompt": f"Tell me about item {i} and its color.", "response": f"Item {i} is blue and round."}
+             for i in range(rows)]
+    clean = os.path.join(str(root), "clean.jsonl")
+    write_lines(clean, pairs)
+    model = os.path.join(str(root), "model")
+    return pairs, clean, model, build_base_model(clean, model, size="tiny")
+
+
+__all__ = ["write_lines", "validate_lines", "read_jsonl", "sft", "tiny_model", "os"]

@@ -115,6 +115,21 @@ def _check_segment(path: str, chunk_size: int, first: int, leaves: list[bytes], 
     return bad
 
 
+def verify_sealed(folder: str, expected_root: str | None = None, what: str = "folder") -> str:
+    """The root of a folder sealed with its own manifest, after every file is checked;
+    InputError naming the folder and what is wrong otherwise."""
+    from .errors import InputError
+
+    path = os.path.join(folder, MANIFEST_NAME)
+    if not os.path.isfile(path):
+        raise InputError(f"{folder}: no {MANIFEST_NAME}; not a sealed {what}")
+    manifest, stated = load_manifest(path)
+    report = verify_directory(folder, manifest, stated_root=stated, expected_root=expected_root)
+    if not report.ok:
+        raise InputError(f"{folder}: {what} does not verify: {report.summary()}")
+    return report.root
+
+
 def load_manifest(path: str) -> tuple[merkle.Manifest, str]:
     """The manifest and the root it states (compared with its entries by the verifier)."""
     with open(path, encoding="utf-8") as handle:

@@ -43,7 +43,7 @@ def run_to_dir(input_path: str, out_dir: str, config_source: str | None = None,
 
 
 def run_component(raw_path: str, config: str, policy: str, reference_stats: str | None,
-                  clean, quarantine, stats, metrics, report) -> bool:
+                  clean, quarantine, stats, metrics, report, release_dir: str = "") -> bool:
     """KFP entry: writes into the artifacts' paths and stamps the lineage metadata."""
     cfg = DataValidationConfig.load(config, {"pii.policy": policy or None})
     for artifact in (clean, quarantine, stats, metrics, report):
@@ -67,6 +67,11 @@ def run_component(raw_path: str, config: str, policy: str, reference_stats: str 
     for kind, count in m["pii_found"].items():
         metrics.log_metric(f"pii_{kind}", count)
     metrics.metadata["merkle_root"] = m["merkle_root"]
+    from kfp_llmops.components.common.lineage import note
+    note(release_dir, "validate_dataset", {
+        "result": "passed" if result.passed else "failed",
+        "outputs": {"clean": {"root": m["merkle_root"], "path": clean.path, "merkle_file": CLEAN_NAME,
+                              "rows": m["rows_out"]}}})
     if not result.passed:
         print(f"validate_dataset gate failed: {'; '.join(result.gate_reasons)}")
     return result.passed

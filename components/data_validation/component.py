@@ -18,13 +18,14 @@ def validate_dataset(
     config: str = "",
     policy: str = "balanced",
     reference_stats: Optional[Input[Artifact]] = None,
+    release_dir: str = "",
 ) -> bool:
     """Validate SFT JSONL: schema, PII redaction, dedup, drift; returns the gate verdict.
 
     `config` is the stage's YAML (empty for defaults); `reference_stats` is the `stats`
-    output of an earlier run, for drift.
+    output of an earlier run, for drift. `release_dir` receives the stage's lineage note.
     """
     from kfp_llmops.components.data_validation import run_component
 
     return run_component(raw.path, config, policy, reference_stats.path if reference_stats else None,
-                         clean, quarantine, stats, metrics, report)
+                         clean, quarantine, stats, metrics, report, release_dir)

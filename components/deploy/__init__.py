@@ -96,7 +96,7 @@ def raise_unless_promoted(record: dict, cfg: DeployConfig) -> None:
 
 
 def run_component(model, blessing, config: str, key_file: str, state_dir: str, repository_out, record_out,
-                  metrics, report) -> str:
+                  metrics, report, release_dir: str = "") -> str:
     """KFP entry: only a blessed model whose root matches the blessing is deployed."""
     cfg = DeployConfig.load(config)
     blessed_root = blessing.metadata.get("model_root")
@@ -118,5 +118,12 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
     for k, v in record["metrics"].items():
         metrics.log_metric(k, v)
     metrics.metadata.update({"decision": record["decision"], "reason": record["reason"][:500]})
+    from kfp_llmops.components.common.lineage import note
+    note(release_dir, "triton_canary_deploy", {
+        "result": record["decision"], "reason": record["reason"],
+        "inputs": {"model_root": record["model_root"], "blessed_root": blessed_root},
+        "outputs": {"repository": {"root": record["repository_root"], "path": repository_out.path,
+                                   "version": record["version"]},
+                    "serving_state": {"path": os.path.abspath(state) if cfg.target == "local" else None}}})
     raise_unless_promoted(record, cfg)
     return record["decision"]

@@ -81,7 +81,9 @@ def interval_checks(canary: RoleStats, stable: RoleStats | None, cfg: DeployConf
                         "" if p99 == p99 else "no successful canary request"))
     if relative:
         if stable is None or stable.requests < sla.min_requests:
-            checks.append(Check("vs_stable", None, None, True, "skipped: no stable baseline measured"))
+            # Latency depends on load: a baseline from another interval (another split) would
+            # compare unlike with unlike, so at 100 % only the absolute bounds apply.
+            checks.append(Check("vs_stable", None, None, True, "skipped: stable not measured in this interval"))
         else:
             bound = stable.error_rate + sla.error_rate_tolerance
             checks.append(Check("error_rate_vs_stable", er, bound, er <= bound))
@@ -151,6 +153,10 @@ class Decider:
     @property
     def fired(self) -> Sprt | None:
         return next((t for t in self.tests if t.fired), None)
+
+    def new_interval(self) -> None:
+        """Stable's latencies are a reference only within the interval they were measured in."""
+        self.stable_ref.clear()
 
     @property
     def percent(self) -> int:

@@ -46,7 +46,6 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
     steps = cfg.steps if shapes is not None else [100]          # first release: nothing to compare with
     if steps != cfg.steps:
         decider.cfg = cfg.model_copy(update={"steps": steps})
-    stable_baseline = None
     n = 0
     while True:
         percent = decider.percent
@@ -60,6 +59,7 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
         log(f"[deploy] interval {n}: {percent} % to canary")
         smoke_result = target.smoke(watermark, tokenizer)
         record["smoke"].append({"interval": n, "percent": percent, **{k: smoke_result[k] for k in ("passed", "checks")}})
+        decider.new_interval()
         before = {r: target.scrape(r) for r in ("stable", "canary")}
         offset = time.monotonic() - t0
         samples = target.load().run(cfg.interval_s, on_sample=lambda s: decider.observe(s.backend, s.ok, s.latency_ms),
@@ -68,10 +68,8 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
         deltas = {r: prom.delta(before[r], after[r]) for r in before}
         canary = role_stats(samples, "canary", deltas["canary"])
         stable = role_stats(samples, "stable", deltas["stable"])
-        if stable.requests >= cfg.sla.min_requests:
-            stable_baseline = stable
-        checks = interval_checks(canary, stable if stable.requests >= cfg.sla.min_requests else stable_baseline, cfg,
-                                 metrics_ok=deltas["canary"] is not None, relative=shapes is not None)
+        checks = interval_checks(canary, stable, cfg, metrics_ok=deltas["canary"] is not None,
+                                 relative=shapes is not None)
         checks.append(Check("smoke", None, None, smoke_result["passed"],
                             "; ".join(f"{c['check']}: {c['detail']}" for c in smoke_result["checks"] if not c["passed"])))
         fired = decider.fired

@@ -16,6 +16,7 @@ def triton_canary_deploy(
     config: str = "",
     key_file: str = "",
     state_dir: str = "",
+    release_dir: str = "",
 ) -> str:
     """Build the Triton repository from exactly the blessed model, roll it out as a canary
     (steps, SLA analysis against stable, smoke tests with watermark detection), and
@@ -24,4 +25,5 @@ def triton_canary_deploy(
     """
     from kfp_llmops.components.deploy import run_component
 
-    return run_component(model, blessing, config, key_file, state_dir, repository, record, metrics, report)
+    return run_component(model, blessing, config, key_file, state_dir, repository, record, metrics, report,
+                         release_dir)

@@ -44,13 +44,8 @@ def write_state(state_dir: str, state: dict) -> None:
 
 
 def _copy_repository(src: str, dst: str) -> None:
-    """Hard links where the file system allows (repositories are never modified)."""
-    def link(a: str, b: str) -> None:
-        try:
-            os.link(a, b)
-        except OSError:
-            shutil.copy2(a, b)
-    shutil.copytree(src, dst, copy_function=link)
+    """A real copy: hard links would let a later edit of the artifact reach what is served."""
+    shutil.copytree(src, dst)
 
 
 class LocalTarget:

@@ -86,13 +86,7 @@ def describe(repo_dir: str) -> dict:
 
 def verify(repo_dir: str, blessed_root: str | None, repository_root: str | None = None) -> dict:
     """Refuse a repository that is damaged or whose weights are not the blessed model."""
-    path = os.path.join(repo_dir, integrity.MANIFEST_NAME)
-    if not os.path.isfile(path):
-        raise InputError(f"{repo_dir}: no {integrity.MANIFEST_NAME}; not a sealed model repository")
-    manifest, stated = integrity.load_manifest(path)
-    report = integrity.verify_directory(repo_dir, manifest, stated_root=stated, expected_root=repository_root)
-    if not report.ok:
-        raise InputError(f"{repo_dir}: repository does not verify: {report.summary()}")
+    root = integrity.verify_sealed(repo_dir, repository_root, "model repository")
     info = describe(repo_dir)
     if not blessed_root:
         raise InputError(f"{repo_dir}: no blessed model root to check the weights against")
@@ -100,4 +94,4 @@ def verify(repo_dir: str, blessed_root: str | None, repository_root: str | None 
         weights_root = verify_model_dir(info["weights"], blessed_root)
     except InputError as exc:
         raise InputError(f"refusing to deploy: weights are not the blessed model ({exc})") from None
-    return {**info, "repository_root": report.root, "model_root": weights_root}
+    return {**info, "repository_root": root, "model_root": weights_root}

@@ -45,7 +45,8 @@ def raise_unless_blessed(result: dict) -> None:
         raise GateFailed("not blessed: " + "; ".join(failed))
 
 
-def run_component(model, eval_dataset, baseline_metrics, config: str, responses, metrics, blessing, report) -> bool:
+def run_component(model, eval_dataset, baseline_metrics, config: str, responses, metrics, blessing, report,
+                  release_dir: str = "") -> bool:
     """KFP entry: verifies the model against its root, evaluates, writes the artifacts."""
     from .evaluate import evaluate
 
@@ -66,6 +67,11 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
     metrics.metadata["model_root"] = result["model_root"]
     with open(f"{metrics.path}.json", "w", encoding="utf-8") as handle:
         json.dump({"metrics": result["metrics"], "model_root": result["model_root"]}, handle)
+    from kfp_llmops.components.common.lineage import note
+    note(release_dir, "evaluate_llm", {"result": "blessed" if result["blessed"] else "not blessed",
+                                       "inputs": {"model_root": result["model_root"]},
+                                       "outputs": {"blessing": {"root": result["model_root"], "path": blessing.path,
+                                                                "blessed": result["blessed"]}}})
     if not result["blessed"]:
         print("evaluate_llm: model NOT blessed: " + "; ".join(
             c["metric"] for c in result["checks"] if c["verdict"] == "fail"))

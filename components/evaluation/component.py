@@ -17,6 +17,7 @@ def evaluate_llm(
     report: Output[HTML],
     config: str = "",
     baseline_metrics: Optional[Input[Artifact]] = None,
+    release_dir: str = "",
 ) -> bool:
     """Generate, score (BERTScore, Detoxify + alt-profanity-check, perplexity) and bless.
 
@@ -25,4 +26,5 @@ def evaluate_llm(
     """
     from kfp_llmops.components.evaluation import run_component
 
-    return run_component(model, eval_dataset, baseline_metrics, config, responses, metrics, blessing, report)
+    return run_component(model, eval_dataset, baseline_metrics, config, responses, metrics, blessing, report,
+                         release_dir)

@@ -54,7 +54,7 @@ def _seed_from(resume_dir: str, ckpt_dir: str) -> str | None:
 
 
 def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir: str,
-                  model, checkpoints_out, metrics, report, train_log) -> str:
+                  model, checkpoints_out, metrics, report, train_log, release_dir: str = "") -> str:
     """KFP entry: verifies the inputs' roots from their metadata, trains, stamps lineage."""
     from .launch import train
 
@@ -88,14 +88,25 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
     if saves:
         metrics.log_metric("checkpoint_save_seconds", sum(s["save_seconds"] for s in saves) / len(saves))
         metrics.log_metric("checkpoint_commit_seconds", sum(s["commit_seconds"] for s in saves) / len(saves))
+    from kfp_llmops.components.common.lineage import note
+    note(release_dir, "train_zero3", {
+        "result": "trained",
+        "inputs": {"dataset_root": result["dataset_root"], "base_model_root": result["base_model_root"]},
+        "outputs": {"model": {"root": result["model_root"], "path": model.path,
+                              "checkpoint_root": result["checkpoint_root"]},
+                    "checkpoints": {"root": result["checkpoint_root"], "path": ckpt_dir,
+                                    "tag": checkpoints_out.metadata["tag"]}}})
     return result["model_root"]
 
 
-def build_base_component(dataset, base_model, size: str) -> str:
+def build_base_component(dataset, base_model, size: str, release_dir: str = "") -> str:
     from .base_model import build_base_model
     from .data import verify_dataset
 
     verify_dataset(dataset.path, dataset.metadata.get("merkle_root"))
     root = build_base_model(dataset.path, base_model.path, size=size)
     base_model.metadata.update({"merkle_root": root, "size": size, "format": "safetensors"})
+    from kfp_llmops.components.common.lineage import note
+    note(release_dir, "build_base_model", {"result": "built", "inputs": {"dataset_root": dataset.metadata.get("merkle_root")},
+                                           "outputs": {"base_model": {"root": root, "path": base_model.path}}})
     return root

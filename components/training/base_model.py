@@ -60,13 +60,4 @@ def seal_model_dir(model_dir: str) -> str:
 
 def verify_model_dir(model_dir: str, expected_root: str | None = None) -> str:
     """The model directory's root, after checking every file against its manifest."""
-    from kfp_llmops.components.common.errors import InputError
-
-    path = os.path.join(model_dir, integrity.MANIFEST_NAME)
-    if not os.path.isfile(path):
-        raise InputError(f"{model_dir}: no {integrity.MANIFEST_NAME}; not a sealed model directory")
-    manifest, stated = integrity.load_manifest(path)
-    report = integrity.verify_directory(model_dir, manifest, stated_root=stated, expected_root=expected_root)
-    if not report.ok:
-        raise InputError(f"{model_dir}: model does not verify: {report.summary()}")
-    return report.root
+    return integrity.verify_sealed(model_dir, expected_root, "model directory")

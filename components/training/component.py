@@ -8,11 +8,12 @@ from kfp_llmops.components import images
 
 
 @dsl.component(base_image=images.TRAIN, install_kfp_package=False)
-def build_base_model(dataset: Input[Dataset], base_model: Output[Model], size: str = "demo") -> str:
+def build_base_model(dataset: Input[Dataset], base_model: Output[Model], size: str = "demo",
+                     release_dir: str = "") -> str:
     """Demo base model: a BPE tokenizer trained on the clean data and a small GPT-2-style LM."""
     from kfp_llmops.components.training import build_base_component
 
-    return build_base_component(dataset, base_model, size)
+    return build_base_component(dataset, base_model, size, release_dir)
 
 
 @dsl.component(base_image=images.TRAIN, install_kfp_package=False)
@@ -27,6 +28,7 @@ def train_zero3(
     config: str = "",
     checkpoint_dir: str = "",
     resume_from: Optional[Input[Artifact]] = None,
+    release_dir: str = "",
 ) -> str:
     """DeepSpeed ZeRO-3 training with Merkle-verified checkpoints; returns the model's root.
 
@@ -36,4 +38,4 @@ def train_zero3(
     from kfp_llmops.components.training import run_component
 
     return run_component(dataset, base_model, config, resume_from, checkpoint_dir,
-                         model, checkpoints, metrics, report, train_log)
+                         model, checkpoints, metrics, report, train_log, release_dir)

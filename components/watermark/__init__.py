@@ -41,7 +41,8 @@ def raise_unless_verified(result: dict) -> None:
             f"{c['metric']} {c['value']:.3g} (needs {c['bound']})" for c in result["checks"] if c["verdict"] == "fail"))
 
 
-def run_component(model, eval_dataset, config: str, key_file: str, watermarked, metrics, report) -> bool:
+def run_component(model, eval_dataset, config: str, key_file: str, watermarked, metrics, report,
+                  release_dir: str = "") -> bool:
     """KFP entry: the key comes from `key_file` (a mounted Secret) or the environment."""
     from .keys import load_key
     from .verify import verify
@@ -57,6 +58,10 @@ def run_component(model, eval_dataset, config: str, key_file: str, watermarked, 
         if value == value:
             metrics.log_metric(key, value)
     metrics.metadata.update({"verified": result["verified"], "model_root": result["model_root"]})
+    from kfp_llmops.components.common.lineage import note
+    note(release_dir, "verify_watermark", {"result": "verified" if result["verified"] else "not verified",
+                                           "inputs": {"model_root": result["model_root"]},
+                                           "metrics": {k: v for k, v in result["metrics"].items() if v == v}})
     return result["verified"]
 
 

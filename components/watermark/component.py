@@ -14,6 +14,7 @@ def verify_watermark(
     report: Output[HTML],
     config: str = "",
     key_file: str = "",
+    release_dir: str = "",
 ) -> bool:
     """Generate with the KGW watermark, measure TPR, FPR and robustness, and gate.
 
@@ -22,4 +23,4 @@ def verify_watermark(
     """
     from kfp_llmops.components.watermark import run_component
 
-    return run_component(model, eval_dataset, config, key_file, watermarked, metrics, report)
+    return run_component(model, eval_dataset, config, key_file, watermarked, metrics, report, release_dir)

@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import json
 import os
 import random
 import statistics
@@ -21,24 +20,15 @@ from kfp_llmops.components.deploy import DeployConfig, build_repository
 from kfp_llmops.components.deploy.analysis import Decider, interval_checks, role_stats
 from kfp_llmops.components.deploy.loadgen import LoadGenerator, Sample
 from kfp_llmops.components.deploy.local_target import LocalTarget
-from kfp_llmops.components.training.base_model import build_base_model
+from tests.helpers import tiny_model
 
 KINDS = {"healthy": {}, "errors_10pct": {"failure_rate": 0.10}, "latency_+60ms": {"added_latency_ms": 60.0},
          "latency_+20ms": {"added_latency_ms": 20.0}}
 
 
-def _model(root: str) -> tuple[str, str]:
-    rows = [{"prompt": f"Tell me about item {i}.", "response": f"Item {i} is blue."} for i in range(40)]
-    clean = os.path.join(root, "clean.jsonl")
-    with open(clean, "w") as handle:
-        handle.writelines(json.dumps(r) + "\n" for r in rows)
-    model = os.path.join(root, "model")
-    return model, build_base_model(clean, model, size="tiny")
-
-
 def record_traces(root: str, seconds: float) -> tuple[dict, dict]:
     """Per kind: the canary's and stable's (ok, latency) at 50 %; plus the nginx overhead."""
-    model, model_root = _model(root)
+    _, _, model, model_root = tiny_model(root)
     base = DeployConfig.load("watermark: {enabled: false}\n")
     state = os.path.join(root, "state")
     traces, overhead = {}, {}
@@ -86,9 +76,9 @@ def simulate(trace: dict, cfg: DeployConfig, flagger: bool, rng: random.Random) 
     d = Decider(cfg, sequential=not flagger, relative=not flagger)
     rate = trace["rate"]
     t, canary_seen, canary_failed, n = 0.0, 0, 0, 0
-    baseline = None
     while True:
         pct = d.percent
+        d.new_interval()
         samples = []
         fired = False
         for _ in range(int(rate * cfg.interval_s)):
@@ -105,9 +95,7 @@ def simulate(trace: dict, cfg: DeployConfig, flagger: bool, rng: random.Random) 
         if fired:
             return {"decision": "rolled_back", "t": t, "canary_requests": canary_seen, "canary_failed": canary_failed}
         canary, stable = role_stats(samples, "canary"), role_stats(samples, "stable")
-        if stable.requests >= cfg.sla.min_requests:
-            baseline = stable
-        action = d.end_interval(interval_checks(canary, baseline, cfg, relative=not flagger))
+        action = d.end_interval(interval_checks(canary, stable, cfg, relative=not flagger))
         n += 1
         if action in ("rollback", "promote"):
             return {"decision": "rolled_back" if action == "rollback" else "promoted", "t": t,

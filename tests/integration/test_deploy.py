@@ -12,8 +12,8 @@ import pytest
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.deploy import DeployConfig, build_repository, deploy, repository
 from kfp_llmops.components.deploy.local_target import read_state, undo
-from kfp_llmops.components.training.base_model import build_base_model
 from kfp_llmops.pipelines.cli import main
+from helpers import tiny_model
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,12 +35,7 @@ def _no_servers_left() -> bool:
 def released(tmp_path_factory):
     """A tiny blessed model, a key, and a serving state where version 1 was released."""
     root = tmp_path_factory.mktemp("deploy")
-    rows = [{"prompt": f"Tell me about item {i} and its color.", "response": f"Item {i} is blue and round."}
-            for i in range(40)]
-    clean = root / "clean.jsonl"
-    clean.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    model = str(root / "model")
-    model_root = build_base_model(str(clean), model, size="tiny")
+    _, _, model, model_root = tiny_model(root)
     key = root / "key"
     key.write_text("987654321")
     state = str(root / "state")
@@ -151,7 +146,7 @@ def test_repository_not_matching_the_blessed_root_is_refused(released, tmp_path,
     with open(weights, "r+b") as handle:
         handle.seek(100)
         handle.write(b"\x00\x01")
-    with pytest.raises(InputError, match="repository does not verify"):
+    with pytest.raises(InputError, match="model repository does not verify"):
         repository.verify(repo, released["model_root"])
     repository.seal(repo)                 # re-sealed around swapped weights: the blessed root still says no
     with pytest.raises(InputError, match="weights are not the blessed model"):

@@ -50,6 +50,49 @@ def test_release_pipeline_runs_through_kfp_local(tmp_path):
     assert state["stable"]["repository_root"] == record["repository_root"]
     assert "watermark.key" not in open(os.path.join(compile_mod.COMPILED_DIR, "release.yaml")).read()
     assert "train_zero3" in format_summary(summary)
+    _lineage_is_proven_then_refuted_at_the_broken_link(summary["release_record"], tmp_path)
+    _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_path)
+
+
+def _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_path):
+    from kfp_llmops.pipelines.local_run import DEMO_WATERMARK
+    from kfp_llmops.pipelines.release import LOCAL_PIPELINES
+    run = tmp_path / "run"
+    LOCAL_PIPELINES["evaluate-deploy"](
+        model_uri=train["outputs"]["model"], model_root=train["merkle_root"],
+        eval_dataset_uri=str(run / "data" / "eval.jsonl"), eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
+        watermark_config=DEMO_WATERMARK, watermark_key_file=str(run / "watermark.key"),
+        deploy_config="interval_s: 3\nsteps: [50, 100]\nwatermark: {delta: 4.0}\nsmoke: {max_new_tokens: 64}\n"
+                      "sla: {min_requests: 10}\n",
+        serving_state_dir=str(run / "serving"), release_dir=str(tmp_path / "release2"))
+    record = json.load(open(tmp_path / "release2" / "record.json"))
+    assert list(record["stages"]) == ["evaluate_llm", "verify_watermark", "triton_canary_deploy"]
+    assert record["decision"] == "promoted", record["stages"]["triton_canary_deploy"]["reason"]
+    state = json.load(open(run / "serving" / "state.json"))
+    assert state["stable"]["version"] == 2 and state["previous"]["version"] == 1     # a real canary against v1
+
+
+def _lineage_is_proven_then_refuted_at_the_broken_link(record_path, tmp_path):
+    from kfp_llmops.pipelines.cli import main
+    record = json.load(open(record_path))
+    assert record["status"] == "SUCCEEDED" and record["decision"] == "promoted"
+    assert list(record["stages"]) == ["validate_dataset", "build_base_model", "train_zero3", "evaluate_llm",
+                                      "verify_watermark", "triton_canary_deploy"]
+    assert "| triton_canary_deploy | promoted |" in open(record_path.replace(".json", ".md")).read()
+    assert main(["lineage", "verify", record_path]) == 0
+    # A record claiming training used another dataset: refuted at that link.
+    forged = json.loads(json.dumps(record))
+    forged["stages"]["train_zero3"]["inputs"]["dataset_root"] = "00" * 32
+    (tmp_path / "forged.json").write_text(json.dumps(forged))
+    assert main(["lineage", "verify", str(tmp_path / "forged.json")]) == 1
+    # The deployed repository changed on disk after the release: refuted, the link named.
+    repo = record["stages"]["triton_canary_deploy"]["outputs"]["repository"]["path"]
+    config = os.path.join(repo, "llm", "config.pbtxt")
+    with open(config, "a") as handle:
+        handle.write("# edited after release\n")
+    from kfp_llmops.components.release.lineage import verify
+    ok, links = verify(record)
+    assert not ok and [link.link for link in links if not link.ok] == ["deployed repository"]
 
 
 def test_gate_failure_skips_training(tmp_path):
@@ -58,22 +101,28 @@ def test_gate_failure_skips_training(tmp_path):
     summary = run_local(str(tmp_path / "run"), dataset=str(bad))
     assert [(s["stage"], s["gate"]) for s in summary["stages"]] == [("validate_dataset", "failed"),
                                                                    ("train_zero3", "skipped")]
+    record = json.load(open(summary["release_record"]))          # the exit handler ran all the same
+    assert record["stages"]["validate_dataset"]["result"] == "failed" and record["decision"] is None
+    from kfp_llmops.components.release.lineage import verify
+    ok, links = verify(record)
+    assert not ok and links[0].link == "validated dataset" and "did not pass" in links[0].detail
 
 
 def test_compile_is_deterministic_and_check_detects_drift(tmp_path):
     first = compile_mod.compile_one("release")
     assert compile_mod.compile_one("release") == first
-    assert compile_mod.compile_all(str(tmp_path)) == ["release"]
+    written = compile_mod.compile_all(str(tmp_path))
+    assert {"release.yaml", "k8s/release.yaml", "argo/release.yaml", "evaluate-deploy.yaml"} <= set(written)
     assert compile_mod.compile_all(str(tmp_path), check=True) == []
     path = tmp_path / "release.yaml"
     path.write_text(path.read_text().replace("balanced", "strict", 1))
-    assert compile_mod.compile_all(str(tmp_path), check=True) == ["release"]
+    assert compile_mod.compile_all(str(tmp_path), check=True) == ["release.yaml"]
 
 
 def test_committed_yaml_is_current_and_uses_the_versioned_image():
     assert compile_mod.compile_all(compile_mod.COMPILED_DIR, check=True) == []
-    spec = yaml.safe_load(open(os.path.join(compile_mod.COMPILED_DIR, "release.yaml")))
+    spec = next(yaml.safe_load_all(open(os.path.join(compile_mod.COMPILED_DIR, "release.yaml"))))
     executors = spec["deploymentSpec"]["executors"]
     images_used = {e["container"]["image"] for e in executors.values() if "container" in e}
-    assert images_used == {images.DATA, images.TRAIN, images.EVAL}
+    assert images_used == {images.BASE, images.DATA, images.TRAIN, images.EVAL, images.DEPLOY}
     assert "pip install" not in json.dumps(executors)   # air-gapped clusters: nothing installed at run time

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from kfp_llmops.components.common.errors import InputError
-from kfp_llmops.components.training.base_model import build_base_model
+from helpers import tiny_model
 from kfp_llmops.components.watermark import raise_unless_verified, run_to_dir
 
 pytestmark = pytest.mark.timeout(600)
@@ -14,12 +14,7 @@ FAST = "delta: {delta}\ngeneration: {{max_new_tokens: 80, min_new_tokens: 80, ba
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("wm")
-    rows = [{"prompt": f"Tell me about item {i} and its color.", "response": f"Item {i} is blue and round."}
-            for i in range(40)]
-    clean = root / "clean.jsonl"
-    clean.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    model = str(root / "model")
-    build_base_model(str(clean), model, size="tiny")
+    rows, _, model, _ = tiny_model(root)
     eval_path = root / "eval.jsonl"
     eval_path.write_text("".join(json.dumps({"id": f"e{i}", **r}) + "\n" for i, r in enumerate(rows)))
     key = root / "key"

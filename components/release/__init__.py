@@ -1,0 +1,23 @@
+"""The release record (written by the pipeline's exit handler, whatever happened) and
+lineage verification: does what serves traffic descend from the validated dataset?"""
+from __future__ import annotations
+
+import os
+import shutil
+
+
+def run_component(status, release_dir: str, record, report) -> str:
+    """KFP exit-handler entry: the record of this run, whatever happened in it."""
+    from .record import write
+
+    fields = status if isinstance(status, dict) else {
+        "state": getattr(status, "state", None), "pipeline_job_resource_name": getattr(status, "pipeline_job_resource_name", None),
+        "pipeline_task_name": getattr(status, "pipeline_task_name", None),
+        "error": getattr(status, "error_message", None)}
+    folder = release_dir or os.path.dirname(record.path)
+    result = write(release_dir, fields, os.path.join(folder, "record.json"), os.path.join(folder, "record.md"))
+    shutil.copyfile(os.path.join(folder, "record.json"), record.path)
+    shutil.copyfile(os.path.join(folder, "record.md"), report.path)
+    record.metadata.update({"status": result["status"], "decision": result["decision"] or "none",
+                            "stages": sorted(result["stages"])})
+    return result["status"]

@@ -1,0 +1,15 @@
+"""KFP interface of the release record, the release pipeline's exit handler."""
+from kfp import dsl
+from kfp.dsl import Artifact, Markdown, Output
+
+from kfp_llmops.components import images
+
+
+@dsl.component(base_image=images.BASE, install_kfp_package=False)
+def write_release_record(status: dsl.PipelineTaskFinalStatus, record: Output[Artifact], report: Output[Markdown],
+                         release_dir: str = "") -> str:
+    """Runs whatever happened: collects every stage's lineage note from `release_dir`
+    into record.json and record.md (check it with `llmops lineage verify`)."""
+    from kfp_llmops.components.release import run_component
+
+    return run_component(status, release_dir, record, report)

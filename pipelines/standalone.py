@@ -1,0 +1,97 @@
+"""Run one stage of the release pipeline without the KFP backend, through the same
+`run_component` entry points the KFP components call. Artifacts are files or folders
+under a work folder (a PVC in Argo), each with a `<name>.metadata.json` beside it, so
+the next stage sees the Merkle roots exactly as it would from KFP metadata. This is what
+the standalone Argo WorkflowTemplate (`llmops compile --target argo`) runs."""
+from __future__ import annotations
+
+import json
+import os
+
+from kfp_llmops.components.common.errors import InputError
+
+
+class FileArtifact:
+    """The slice of a KFP artifact the stages use: path, metadata, log_metric."""
+
+    def __init__(self, path: str):
+        self.path = self.uri = path
+        sidecar = f"{path}.metadata.json"
+        self.metadata = json.load(open(sidecar, encoding="utf-8")) if os.path.exists(sidecar) else {}
+
+    def log_metric(self, key: str, value: float) -> None:
+        self.metadata[key] = value
+
+    def save(self) -> None:
+        with open(f"{self.path}.metadata.json", "w", encoding="utf-8") as handle:
+            json.dump(self.metadata, handle, indent=2, sort_keys=True, default=str)
+
+
+def _inputs(work: str, stage: str, name: str) -> FileArtifact:
+    path = os.path.join(work, stage, name)
+    if not os.path.exists(path):
+        raise InputError(f"{path}: missing; did stage {stage} run in this work folder?")
+    return FileArtifact(path)
+
+
+def _run(stage: str, work: str, p: dict, out) -> object:
+    from kfp_llmops.components import data_validation, deploy, evaluation, release, training, watermark
+
+    rd = p.get("release_dir", "")
+    if stage == "validate_dataset":
+        return data_validation.run_component(p["dataset"], p.get("data_config", ""), p.get("pii_policy", "balanced"),
+                                             None, out("clean"), out("quarantine"), out("stats"), out("metrics"),
+                                             out("report"), rd)
+    if stage == "build_base_model":
+        return training.build_base_component(_inputs(work, "validate_dataset", "clean"), out("base_model"),
+                                             p.get("base_model_size", "demo"), rd)
+    if stage == "train_zero3":
+        return training.run_component(_inputs(work, "validate_dataset", "clean"),
+                                      _inputs(work, "build_base_model", "base_model"), p.get("train_config", ""),
+                                      None, p.get("checkpoint_dir", ""), out("model"), out("checkpoints"),
+                                      out("metrics"), out("report"), out("train_log"), rd)
+    model = lambda: _inputs(work, "train_zero3", "model")  # noqa: E731
+    if stage == "evaluate_llm":
+        return evaluation.run_component(model(), FileArtifact(p["eval_dataset"]), None, p.get("eval_config", ""),
+                                        out("responses"), out("metrics"), out("blessing"), out("report"), rd)
+    if stage == "verify_watermark":
+        return watermark.run_component(model(), FileArtifact(p["eval_dataset"]), p.get("watermark_config", ""),
+                                       p.get("watermark_key_file", ""), out("watermarked"), out("metrics"),
+                                       out("report"), rd)
+    if stage == "triton_canary_deploy":
+        return deploy.run_component(model(), _inputs(work, "evaluate_llm", "blessing"), p.get("deploy_config", ""),
+                                    p.get("watermark_key_file", ""), p.get("serving_state_dir", ""),
+                                    out("repository"), out("record"), out("metrics"), out("report"), rd)
+    if stage == "release_record":
+        return release.run_component({"state": p.get("status", "UNKNOWN"), "pipeline_job_resource_name": p.get("run"),
+                                      "error": p.get("error") or None}, rd, out("record"), out("report"))
+    raise InputError(f"unknown stage {stage!r}")
+
+
+STAGES = ["validate_dataset", "build_base_model", "train_zero3", "evaluate_llm", "verify_watermark",
+          "triton_canary_deploy", "release_record"]
+
+
+def run_stage(stage: str, work: str, params: dict) -> str:
+    """Run `stage`; outputs under `<work>/<stage>/`; the return value in `<work>/<stage>/result`."""
+    if stage not in STAGES:
+        raise InputError(f"unknown stage {stage!r}; one of {', '.join(STAGES)}")
+    folder = os.path.join(work, stage)
+    os.makedirs(folder, exist_ok=True)
+    made: list[FileArtifact] = []
+
+    def out(name: str) -> FileArtifact:
+        art = FileArtifact(os.path.join(folder, name))
+        made.append(art)
+        return art
+
+    try:
+        value = _run(stage, work, params, out)
+    finally:
+        for art in made:
+            if os.path.exists(art.path):
+                art.save()
+    text = json.dumps(value) if isinstance(value, bool) else str(value)
+    with open(os.path.join(folder, "result"), "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return text
