@@ -60,4 +60,4 @@ def seal_model_dir(model_dir: str) -> str:
 
 def verify_model_dir(model_dir: str, expected_root: str | None = None) -> str:
     """The model directory's root, after checking every file against its manifest."""
-    return integrity.verify_sealed(model_dir, expected_root, "model directory")
+    return integrity.verify_sealed(model_dir, expected_root, "model")
