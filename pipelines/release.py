@@ -12,8 +12,9 @@
 
 `PIPELINES` are the compiled, cluster forms: GPU type and count, a GPU toleration, the
 checkpoint and release PVCs (a folder per run on each; `checkpoint_dir` and
-`release_dir` apply to local runs), the watermark-key Secret and the registry pull
-secret come from kfp-kubernetes. `LOCAL_PIPELINES` are the same DAGs without those settings, for
+`release_dir` apply to local runs), the watermark-key Secret, object-storage credentials
+(for DVC and the model repository) and the registry pull secret come from
+kfp-kubernetes. `LOCAL_PIPELINES` are the same DAGs without those settings, for
 kfp.local.
 """
 
@@ -27,6 +28,9 @@ from kfp_llmops.components.training.component import build_base_model, train_zer
 from kfp_llmops.components.watermark.component import verify_watermark
 
 KEY_SECRET, KEY_MOUNT = "llmops-watermark-key", "/var/run/secrets/kfp-llmops/watermark"
+# Object-storage credentials (DVC remote, model repository upload) as environment variables.
+STORAGE_SECRET = "llmops-storage"
+STORAGE_ENV = {"access_key_id": "AWS_ACCESS_KEY_ID", "secret_access_key": "AWS_SECRET_ACCESS_KEY"}
 PULL_SECRET = "llmops-registry"
 CHECKPOINT_MOUNT, RELEASE_MOUNT = "/mnt/checkpoints", "/mnt/release"
 
@@ -41,7 +45,7 @@ class _Cluster:
         """On a cluster: a per-run folder on the PVC (retries of a task find it again)."""
         return f"{mount}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}" if self.enabled else param
 
-    def task(self, task, key: bool = False):
+    def task(self, task, key: bool = False, storage: bool = False):
         if not self.enabled:
             return task
         from kfp import kubernetes
@@ -49,6 +53,8 @@ class _Cluster:
         kubernetes.mount_pvc(task, pvc_name=self.release_pvc, mount_path=RELEASE_MOUNT)
         if key:
             kubernetes.use_secret_as_volume(task, secret_name=KEY_SECRET, mount_path=KEY_MOUNT)
+        if storage:
+            kubernetes.use_secret_as_env(task, secret_name=STORAGE_SECRET, secret_key_to_env=STORAGE_ENV)
         return task
 
     def training(self, task, gpu_type, gpu_count, checkpoint_pvc):
@@ -74,7 +80,8 @@ def _tail(c: _Cluster, model, eval_set, release_dir, eval_config, watermark_conf
             deployed = triton_canary_deploy(model=model, blessing=evaluated.outputs["blessing"], config=deploy_config,
                                             key_file=watermark_key_file, state_dir=serving_state_dir,
                                             release_dir=release_dir)
-            c.task(deployed.set_display_name("triton-canary-deploy").set_caching_options(False), key=True)
+            c.task(deployed.set_display_name("triton-canary-deploy").set_caching_options(False), key=True,
+                   storage=True)
 
 
 def _train(c: _Cluster, dataset, base_model, resume_from, train_config, checkpoint_dir, release_dir, gpu_type,
@@ -115,7 +122,7 @@ def make_pipelines(cluster: bool) -> dict:
             eval_set = _import(eval_dataset_uri, dsl.Dataset, "import-eval-dataset")
             validated = validate_dataset(raw=raw.output, config=data_config, policy=pii_policy,
                                          release_dir=release_dir)
-            c.task(validated.set_display_name("validate-dataset").set_caching_options(False))
+            c.task(validated.set_display_name("validate-dataset").set_caching_options(False), storage=True)
             with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
                 base = build_base_model(dataset=validated.outputs["clean"], size=base_model_size,
                                         release_dir=release_dir)
@@ -144,7 +151,7 @@ def make_pipelines(cluster: bool) -> dict:
             ckpt = _import(checkpoint_uri, dsl.Artifact, "import-checkpoints")
             validated = validate_dataset(raw=raw.output, config=data_config, policy=pii_policy,
                                          release_dir=release_dir)
-            c.task(validated.set_display_name("validate-dataset").set_caching_options(False))
+            c.task(validated.set_display_name("validate-dataset").set_caching_options(False), storage=True)
             with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
                 trained = _train(c, validated.outputs["clean"], model.output, ckpt.output, train_config,
                                  checkpoint_dir, release_dir, gpu_type, gpu_count, checkpoint_pvc)

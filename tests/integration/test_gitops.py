@@ -131,5 +131,7 @@ def test_cluster_form_mounts_secret_pvcs_and_requests_gpus():
     for task in ("exec-verify-watermark", "exec-triton-canary-deploy"):
         assert platform[task]["secretAsVolume"][0]["mountPath"] == "/var/run/secrets/kfp-llmops/watermark"
     assert "secretAsVolume" not in platform["exec-evaluate-llm"]                # the key only where it is used
+    assert "AWS_ACCESS_KEY_ID" in json.dumps(platform["exec-validate-dataset"]["secretAsEnv"])
+    assert "secretAsEnv" not in platform["exec-train-zero3"]
     resources = docs[0]["deploymentSpec"]["executors"]["exec-train-zero3"]["container"]["resources"]
     assert "accelerator" in json.dumps(resources)
