@@ -85,6 +85,21 @@ class LocalTarget:
                 server.wait_ready(timeout)
         self.split = NginxSplit(self.work, self.stable.address if self.stable else None, self.canary.address, host)
         self.split.start(0 if has_stable else 100)
+        self.warm_up()
+
+    def warm_up(self, requests: int = 8) -> None:
+        """A few requests to each server first: a fresh server's first inferences are slow
+        (lazy initialisation), which would read as a latency regression of whichever side
+        is colder."""
+        for server in (self.stable, self.canary):
+            if server is None:
+                continue
+            host, port = server.address.rsplit(":", 1)
+            ld = self.cfg.traffic
+            seen: list = []
+            LoadGenerator(host, int(port), self.cfg.serving.model_name, {}, ld.prompts, ld.max_new_tokens,
+                          min(ld.concurrency, requests), ld.timeout_s).run(
+                30.0, on_sample=lambda s: seen.append(s) or len(seen) >= requests, desc="warm-up")
 
     def close(self) -> None:
         for part in (self.split, self.canary, self.stable):

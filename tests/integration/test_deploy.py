@@ -70,7 +70,8 @@ def test_first_release_is_promoted_with_watermark_found_in_serving(released):
 def test_healthy_canary_is_promoted_and_one_step_undo_restores_stable(released, tmp_path):
     record, state = _canary(released, tmp_path, _cfg())
     assert record["decision"] == "promoted", record["reason"]
-    assert [iv["percent"] for iv in record["intervals"]] == [50, 100]
+    percents = [iv["percent"] for iv in record["intervals"]]
+    assert percents[-1] == 100 and set(percents) == {50, 100}          # a noisy interval may hold a step
     assert record["interface"] == [] and record["stable_version"] == 1
     half = record["intervals"][0]
     assert half["canary"]["requests"] >= 10 and half["stable"]["requests"] >= 10       # the split really split

@@ -52,6 +52,29 @@ def test_release_pipeline_runs_through_kfp_local(tmp_path):
     assert "train_zero3" in format_summary(summary)
     _lineage_is_proven_then_refuted_at_the_broken_link(summary["release_record"], tmp_path)
     _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_path)
+    _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path)
+
+
+def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
+    from kfp_llmops.pipelines.local_run import DEMO_WATERMARK
+    from kfp_llmops.pipelines.release import LOCAL_PIPELINES
+    run = tmp_path / "run"
+    LOCAL_PIPELINES["continue-training"](
+        dataset_uri=str(run / "data" / "train.jsonl"), eval_dataset_uri=str(run / "data" / "eval.jsonl"),
+        model_uri=train["outputs"]["model"], model_root=train["merkle_root"],
+        checkpoint_uri=train["outputs"]["checkpoints"], train_config=TRAIN.replace("steps: 6", "steps: 9"),
+        eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n", watermark_config=DEMO_WATERMARK,
+        watermark_key_file=str(run / "watermark.key"),
+        deploy_config="interval_s: 3\nsteps: [50, 100]\nwatermark: {delta: 4.0}\nsmoke: {max_new_tokens: 64}\n"
+                      "sla: {min_requests: 10}\nfail_on_rollback: false\n",
+        serving_state_dir=str(run / "serving"), release_dir=str(tmp_path / "release3"))
+    record = json.load(open(tmp_path / "release3" / "record.json"))
+    trained = record["stages"]["train_zero3"]
+    assert trained["outputs"]["checkpoints"]["tag"] == "step-00000009"          # resumed at 6, ran to 9
+    ckpt = trained["outputs"]["checkpoints"]["path"]
+    _, stated = checkpoints.load(os.path.join(ckpt, "step-00000009"))
+    assert stated["meta"]["previous_root"] == train["checkpoint_root"]          # the hash chain continues
+    assert record["stages"]["triton_canary_deploy"]["result"] in ("promoted", "rolled_back")
 
 
 def _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_path):
