@@ -368,6 +368,17 @@ def lineage_verify(record_path, as_json) -> None:
         raise SystemExit(1)
 
 
+def _params(items: tuple[str, ...]) -> dict[str, str]:
+    """`--param NAME=VALUE` options as a dict (stage runs and submitted runs alike)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise LlmopsError(f"--param {item!r}: expected NAME=VALUE")
+        out[key] = value
+    return out
+
+
 @cli.group()
 def stage() -> None:
     """Run a release stage without the KFP backend (what the Argo target runs)."""
@@ -381,13 +392,7 @@ def stage_run(name, work, params) -> None:
     """Run stage NAME with its inputs from earlier stages' outputs under --work."""
     from .standalone import run_stage
 
-    values = {}
-    for item in params:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise LlmopsError(f"--param {item!r}: expected KEY=VALUE")
-        values[key] = value
-    click.echo(f"{name}: {run_stage(name, work, values)}")
+    click.echo(f"{name}: {run_stage(name, work, _params(params))}")
 
 
 @cli.command("compile")
@@ -425,10 +430,10 @@ def submit_cmd(pipeline, package, host, namespace, experiment, run_name, params)
     """Submit a compiled pipeline through kfp.Client and print the run URL.
     The token comes from $LLMOPS_KFP_TOKEN or $KF_PIPELINES_TOKEN."""
     from .compile import COMPILED_DIR
-    from .submit import parse_params, submit
+    from .submit import submit
 
     result = submit(package or os.path.join(COMPILED_DIR, f"{pipeline}.yaml"), host, namespace, experiment,
-                    parse_params(params), run_name)
+                    _params(params), run_name)
     click.echo(f"run {result['run_id']}: {result['url']}")
 
 

@@ -9,16 +9,6 @@ from kfp_llmops.components.common.errors import InputError, LlmopsError
 TOKEN_VARS = ("LLMOPS_KFP_TOKEN", "KF_PIPELINES_TOKEN")
 
 
-def parse_params(items: tuple[str, ...] | list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InputError(f"--param {item!r}: expected NAME=VALUE")
-        out[key] = value
-    return out
-
-
 def submit(package: str, host: str, namespace: str | None, experiment: str, params: dict,
            run_name: str | None = None) -> dict:
     import warnings

@@ -52,8 +52,14 @@ def list_files(root: str, exclude: tuple[str, ...] = (MANIFEST_NAME,)) -> dict[s
 
 
 def hash_directory(root: str, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE,
-                   exclude: tuple[str, ...] = (MANIFEST_NAME,)) -> merkle.Manifest:
-    files = [merkle.hash_file(os.path.join(root, rel), rel, chunk_size) for rel in list_files(root, exclude)]
+                   exclude: tuple[str, ...] = (MANIFEST_NAME,),
+                   known: dict[str, merkle.FileDigest] | None = None) -> merkle.Manifest:
+    """`known`: digests (same chunk size) of files whose bytes were just verified elsewhere,
+    e.g. a verified folder copied in; those are not read again."""
+    known = known or {}
+    files = [known[rel] if rel in known and known[rel].size == size
+             else merkle.hash_file(os.path.join(root, rel), rel, chunk_size)
+             for rel, size in list_files(root, exclude).items()]
     return merkle.Manifest(chunk_size, files)
 
 

@@ -57,12 +57,12 @@ def deploy(repo_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
         tokenizer = AutoTokenizer.from_pretrained(info["weights"])
     os.makedirs(out_dir, exist_ok=True)
     target = make_target(cfg, state_dir, os.path.join(out_dir, "work"), key_file)
-    stable = target.stable_info() if hasattr(target, "stable_info") else None
     try:
         target.start(repo_dir)
         record = rollout(target, cfg, info, key, tokenizer, before_interval, log)
     finally:
         target.close()
+    stable = target.stable_at_start
     record.update({"target": cfg.target, "model_name": info["model_name"], "version": info["version"],
                    "repository_root": info["repository_root"], "model_root": info["model_root"],
                    "stable_version": stable["version"] if stable else None,

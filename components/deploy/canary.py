@@ -42,10 +42,8 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
             record["rollback"] = target.rollback()
             return finish("rolled_back", "breaking interface change, blocked before any traffic moved: " + "; ".join(breaking))
 
-    decider = Decider(cfg)
     steps = cfg.steps if shapes is not None else [100]          # first release: nothing to compare with
-    if steps != cfg.steps:
-        decider.cfg = cfg.model_copy(update={"steps": steps})
+    decider = Decider(cfg if steps == cfg.steps else cfg.model_copy(update={"steps": steps}))
     n = 0
     while True:
         percent = decider.percent

@@ -104,6 +104,7 @@ class ClusterTarget:
 
     name = "cluster"
     stable = "cluster"       # a stable revision is assumed to be serving
+    stable_at_start = None   # not verifiable from here
 
     def __init__(self, cfg: DeployConfig):
         if not cfg.cluster.url:

@@ -61,6 +61,7 @@ class LocalTarget:
         self.canary: TritonServer | None = None
         self.split: NginxSplit | None = None
         self.canary_repo: str | None = None
+        self.stable_at_start: dict | None = None     # the verified stable this rollout met
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -74,7 +75,8 @@ class LocalTarget:
 
     def start(self, canary_repo: str) -> None:
         self.canary_repo = canary_repo
-        has_stable = self.stable_info() is not None
+        self.stable_at_start = self.stable_info()
+        has_stable = self.stable_at_start is not None
         timeout = self.cfg.local.startup_timeout_s
         host = self.cfg.local.host
         if has_stable:

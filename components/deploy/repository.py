@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 
-from kfp_llmops.components.common import integrity
+from kfp_llmops.components.common import integrity, merkle
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.training.base_model import verify_model_dir
 
@@ -48,6 +48,7 @@ def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
     if not blessed_root:
         raise InputError(f"{model_dir}: no blessed model root given; deploy only what evaluate_llm blessed")
     model_root = verify_model_dir(model_dir, blessed_root)
+    model_manifest, _ = integrity.load_manifest(os.path.join(model_dir, integrity.MANIFEST_NAME))
     name = cfg.serving.model_name
     version_dir = os.path.join(out_dir, name, str(version))
     if os.path.exists(out_dir) and os.listdir(out_dir):
@@ -58,12 +59,18 @@ def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
         json.dump(serving_settings(cfg, model_root, version), handle, indent=2, sort_keys=True)
     with open(os.path.join(out_dir, name, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render_config(cfg, version))
-    root = seal(out_dir)
+    # The weights were verified a moment ago: their digests seal the copy without a
+    # third read. `verify` reads the copy once before any traffic moves.
+    prefix = f"{name}/{version}/weights/"
+    known = {prefix + f.path: merkle.FileDigest(prefix + f.path, f.size, f.root, f.leaves)
+             for f in model_manifest.files} if model_manifest.chunk_size == merkle.DEFAULT_CHUNK_SIZE else {}
+    root = seal(out_dir, known)
     return {"repository_root": root, "model_root": model_root, "model_name": name, "version": version}
 
 
-def seal(repo_dir: str) -> str:
-    return integrity.write_manifest(os.path.join(repo_dir, integrity.MANIFEST_NAME), integrity.hash_directory(repo_dir))
+def seal(repo_dir: str, known: dict | None = None) -> str:
+    return integrity.write_manifest(os.path.join(repo_dir, integrity.MANIFEST_NAME),
+                                    integrity.hash_directory(repo_dir, known=known))
 
 
 def describe(repo_dir: str) -> dict:

@@ -41,9 +41,8 @@ def _dataset(stages: dict, links: list[Link]) -> str | None:
     if v.get("result") != "passed":
         links.append(Link("validated dataset", False, f"the data gate did not pass ({v.get('result')})"))
     elif _exists(clean.get("path")):
-        from kfp_llmops.components.common import merkle
-        digest = merkle.hash_file(clean["path"], os.path.basename(clean.get("merkle_file") or "clean.jsonl"))
-        found = merkle.Manifest(merkle.DEFAULT_CHUNK_SIZE, [digest]).root.hex()
+        from kfp_llmops.components.training.data import dataset_root
+        found = dataset_root(clean["path"])
         links.append(Link("validated dataset", found == clean["root"],
                           f"clean data re-hashed: {found}" + ("" if found == clean["root"] else f" != recorded {clean['root']}")))
     else:

@@ -75,7 +75,7 @@ def simulate(trace: dict, cfg: DeployConfig, flagger: bool, rng: random.Random) 
     """One rollout over a request stream resampled from the trace."""
     d = Decider(cfg, sequential=not flagger, relative=not flagger)
     rate = trace["rate"]
-    t, canary_seen, canary_failed, n = 0.0, 0, 0, 0
+    t, canary_seen, canary_failed = 0.0, 0, 0
     while True:
         pct = d.percent
         d.new_interval()
@@ -96,7 +96,6 @@ def simulate(trace: dict, cfg: DeployConfig, flagger: bool, rng: random.Random) 
             return {"decision": "rolled_back", "t": t, "canary_requests": canary_seen, "canary_failed": canary_failed}
         canary, stable = role_stats(samples, "canary"), role_stats(samples, "stable")
         action = d.end_interval(interval_checks(canary, stable, cfg, relative=not flagger))
-        n += 1
         if action in ("rollback", "promote"):
             return {"decision": "rolled_back" if action == "rollback" else "promoted", "t": t,
                     "canary_requests": canary_seen, "canary_failed": canary_failed}
