@@ -3,6 +3,11 @@
 DeepSpeed calls `save(state_dict, path)` on every rank for the files that rank owns;
 here `torch.save` streams into a writer that feeds a Merkle hasher chunk by chunk, so
 each rank hashes exactly what it wrote and nobody reads the checkpoint back.
+
+torch's zip writer also computes a CRC-32 of every record, single-threaded at about
+1 GB/s, which `torch.load` never checks (a flipped payload byte loads silently; a test
+shows it). The BLAKE3 leaves cover every byte and are what verify checks, so this
+engine skips the CRC by default (`zip_crc32=True` keeps it; zip tools then stop warning).
 """
 from __future__ import annotations
 
@@ -54,10 +59,11 @@ class HashingWriter(io.RawIOBase):
 class HashingCheckpointEngine(TorchCheckpointEngine):
     """Torch serialization, plus a FileDigest per written file (relative to `base`)."""
 
-    def __init__(self, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE, durable: bool = True):
+    def __init__(self, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE, durable: bool = True,
+                 zip_crc32: bool = False):
         super().__init__(None)
         self.zipfile_serialization = True
-        self.chunk_size, self.durable = chunk_size, durable
+        self.chunk_size, self.durable, self.zip_crc32 = chunk_size, durable, zip_crc32
         self.base: str | None = None
         self.digests: dict[str, merkle.FileDigest] = {}
         self.hashing = True
@@ -71,7 +77,12 @@ class HashingCheckpointEngine(TorchCheckpointEngine):
             return
         rel = os.path.relpath(path, self.base).replace(os.sep, "/")
         writer = HashingWriter(path, self.chunk_size, self.durable)
-        torch.save(state_dict, writer)
+        crc = torch.serialization.get_crc32_options()
+        torch.serialization.set_crc32_options(self.zip_crc32)
+        try:
+            torch.save(state_dict, writer)
+        finally:
+            torch.serialization.set_crc32_options(crc)
         self.digests[rel] = writer.finish(rel)
 
     def load(self, path: str, map_location=None):

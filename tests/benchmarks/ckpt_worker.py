@@ -1,6 +1,7 @@
 """One rank of the checkpoint benchmark (run by torchrun from bench_ckpt.py): a ~2 GB
-ZeRO-3 checkpoint saved by DeepSpeed's plain engine and by the hashing engine, in
-alternating rounds, then a durable commit; rank 0 writes the timings."""
+ZeRO-3 checkpoint saved by DeepSpeed's stock engine, by the hashing engine, and by the
+hashing engine with torch's zip CRC-32 kept, in rotating order, then a durable commit;
+rank 0 writes the timings."""
 from __future__ import annotations
 
 import json
@@ -42,23 +43,24 @@ def main(out_dir: str, width: int, layers: int, rounds: int) -> None:
         dist.barrier()
         return time.perf_counter() - start
 
-    plain, hashed = [], []
     stock = engine.checkpoint_engine          # DeepSpeed's own engine, as configured
-    hce = HashingCheckpointEngine(durable=False)
-    for r in range(rounds):
-        for mode in (("plain", "hashed") if r % 2 == 0 else ("hashed", "plain")):
+    engines = {"plain": stock, "hashed": HashingCheckpointEngine(durable=False),
+               "hashed_crc": HashingCheckpointEngine(durable=False, zip_crc32=True)}
+    times: dict[str, list[float]] = {mode: [] for mode in engines}
+    order = list(engines)
+    for r in range(rounds + 1):               # round 0 warms the allocator and page cache, untimed
+        for mode in order[r % 3:] + order[:r % 3]:
             target = os.path.join(out_dir, mode)
             if rank == 0:
                 shutil.rmtree(target, ignore_errors=True)
                 os.sync()                      # no writeback of an earlier round in this one
             dist.barrier()
-            if mode == "plain":
-                engine.checkpoint_engine = stock
-                plain.append(timed(lambda: engine.save_checkpoint(target, tag="t", save_latest=False)))
-            else:
-                engine.checkpoint_engine = hce
-                hce.begin(os.path.join(target, "t"))
-                hashed.append(timed(lambda: engine.save_checkpoint(target, tag="t", save_latest=False)))
+            engine.checkpoint_engine = engines[mode]
+            if mode != "plain":
+                engines[mode].begin(os.path.join(target, "t"))
+            seconds = timed(lambda: engine.save_checkpoint(target, tag="t", save_latest=False))
+            if r:
+                times[mode].append(seconds)
 
     # The durable path: hashing engine with fsync, then rank 0's commit (manifest, fsyncs, renames).
     durable = HashingCheckpointEngine(durable=True)
@@ -80,11 +82,12 @@ def main(out_dir: str, width: int, layers: int, rounds: int) -> None:
         commit_s = res.commit_seconds
         size = res.bytes
         with open(os.path.join(out_dir, "save.json"), "w") as handle:
-            json.dump({"params": params, "bytes": size, "plain_s": plain, "hashed_s": hashed,
+            json.dump({"params": params, "bytes": size, "plain_s": times["plain"], "hashed_s": times["hashed"],
+                       "hashed_crc_s": times["hashed_crc"],
                        "durable_save_s": save_s, "durable_commit_s": commit_s,
                        "tag_dir": os.path.join(root, "step-00000001")}, handle, indent=2)
     dist.barrier()
-    for mode in ("plain", "hashed"):
+    for mode in engines:
         if rank == 0:
             shutil.rmtree(os.path.join(out_dir, mode), ignore_errors=True)
 
