@@ -189,9 +189,12 @@ class Watermark:
                                        or [np.zeros(0, np.uint64)])
             with np.errstate(over="ignore"):
                 keyed = _mix64(grams ^ (text_id.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))
-            _, first = np.unique(keyed, return_index=True)
+            # Any member of a group may stand for it (repeats share their flag), so an
+            # unstable sort does: 3-4x faster than np.unique's stable one on 1 M tokens.
+            order = np.argsort(keyed)
+            ranked = keyed[order]
             keep = np.zeros(len(flags), dtype=bool)
-            keep[first] = True
+            keep[order[np.concatenate(([True], ranked[1:] != ranked[:-1]))]] = True
         t = np.bincount(text_id[keep], minlength=len(arrays))
         g = np.bincount(text_id[keep], weights=flags[keep], minlength=len(arrays)).astype(np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
