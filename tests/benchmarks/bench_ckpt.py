@@ -63,16 +63,17 @@ def merkle_verify(tag_dir: str) -> float:
 
 
 def _read_verify_sha(tag_dir: str, drop: bool) -> dict:
-    """Median seconds of each reader over 3 alternating rounds, cold or warm page cache."""
+    """Median seconds of each reader over 5 alternating rounds, cold or warm page cache
+    (the shared disk's speed drifts within a minute; alternation spreads it evenly)."""
     runs = {"read": [], "verify": [], "sha256": []}
-    for _ in range(3):
+    for _ in range(5):
         for name, fn in (("read", plain_read), ("verify", merkle_verify), ("sha256", serial_sha256)):
             if drop:
                 _drop_page_cache()
             else:
                 plain_read(tag_dir)
             runs[name].append(fn(tag_dir))
-    return {k: statistics.median(v) for k, v in runs.items()}
+    return dict({k: statistics.median(v) for k, v in runs.items()}, rounds=runs)
 
 
 def _peak_rss_mb(code: str) -> float:
@@ -130,6 +131,7 @@ def main(work: str = "build/bench/ckpt", width: int = 4096, layers: int = 12, ro
         "verify_peak_rss_mb": rss_verify, "import_peak_rss_mb": rss_base,
         "verify_extra_rss_mb": rss_verify - rss_base, "largest_file_mb": largest / MB,
         "verify_small_extra_rss_mb": rss_small - rss_base,
+        "cold_rounds_s": med["rounds"], "warm_rounds_s": warm["rounds"],
     }
 
 
