@@ -11,7 +11,7 @@ import time
 
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 
-from .triton_local import free_ports, http_get
+from .triton_local import free_ports, http_get, stop_group
 
 _CONF = """worker_processes 1;
 pid {dir}/nginx.pid;
@@ -121,16 +121,5 @@ class NginxSplit:
         time.sleep(0.2)   # the master starts new workers asynchronously
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGQUIT)
-                self.proc.wait(timeout=5)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        """SIGQUIT lets workers finish their requests; SIGKILL after 5 s."""
+        stop_group(self.proc, signal.SIGQUIT, 5.0)

@@ -36,6 +36,24 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
+def stop_group(proc: subprocess.Popen | None, first: signal.Signals | None, grace: float = 10.0) -> None:
+    """Send `first` to the process group started with `start_new_session` and give it
+    `grace` seconds, then SIGKILL the group (children included) and reap the leader."""
+    if proc is None:
+        return
+    if first is not None and proc.poll() is None:
+        try:
+            os.killpg(proc.pid, first)
+            proc.wait(timeout=grace)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 class TritonServer:
     """`role` names it in logs and errors (stable, canary)."""
 
@@ -108,22 +126,9 @@ class TritonServer:
 
     def kill(self) -> None:
         """SIGKILL the server and its backend stubs (a crash, for drills and tests)."""
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
+        stop_group(self.proc, None)
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, then SIGKILL the whole process group: a stub in a bad state can keep
         tritonserver alive past SIGTERM."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=grace)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
-        self.kill()
+        stop_group(self.proc, signal.SIGTERM, grace)
