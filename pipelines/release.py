@@ -94,6 +94,12 @@ def _train(c: _Cluster, dataset, base_model, resume_from, train_config, checkpoi
     return c.training(trained, gpu_type, gpu_count, checkpoint_pvc)
 
 
+def _validate(c: _Cluster, raw, data_config, pii_policy, release_dir):
+    """validate_dataset with the object-storage credentials; its `Output` is the data gate."""
+    validated = validate_dataset(raw=raw, config=data_config, policy=pii_policy, release_dir=release_dir)
+    return c.task(validated.set_display_name("validate-dataset").set_caching_options(False), storage=True)
+
+
 def _recorder(c: _Cluster, release_dir):
     recorder = write_release_record(release_dir=release_dir)
     return c.task(recorder.set_display_name("release-record").set_caching_options(False))
@@ -120,9 +126,7 @@ def make_pipelines(cluster: bool) -> dict:
         with dsl.ExitHandler(_recorder(c, release_dir), name="release"):
             raw = _import(dataset_uri, dsl.Dataset, "import-dataset")
             eval_set = _import(eval_dataset_uri, dsl.Dataset, "import-eval-dataset")
-            validated = validate_dataset(raw=raw.output, config=data_config, policy=pii_policy,
-                                         release_dir=release_dir)
-            c.task(validated.set_display_name("validate-dataset").set_caching_options(False), storage=True)
+            validated = _validate(c, raw.output, data_config, pii_policy, release_dir)
             with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
                 base = build_base_model(dataset=validated.outputs["clean"], size=base_model_size,
                                         release_dir=release_dir)
@@ -149,9 +153,7 @@ def make_pipelines(cluster: bool) -> dict:
             eval_set = _import(eval_dataset_uri, dsl.Dataset, "import-eval-dataset")
             model = _import(model_uri, dsl.Model, "import-model", model_root)
             ckpt = _import(checkpoint_uri, dsl.Artifact, "import-checkpoints")
-            validated = validate_dataset(raw=raw.output, config=data_config, policy=pii_policy,
-                                         release_dir=release_dir)
-            c.task(validated.set_display_name("validate-dataset").set_caching_options(False), storage=True)
+            validated = _validate(c, raw.output, data_config, pii_policy, release_dir)
             with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
                 trained = _train(c, validated.outputs["clean"], model.output, ckpt.output, train_config,
                                  checkpoint_dir, release_dir, gpu_type, gpu_count, checkpoint_pvc)
