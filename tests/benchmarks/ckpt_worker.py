@@ -49,7 +49,7 @@ def main(out_dir: str, width: int, layers: int, rounds: int) -> None:
     times: dict[str, list[float]] = {mode: [] for mode in engines}
     order = list(engines)
     for r in range(rounds + 1):               # round 0 warms the allocator and page cache, untimed
-        for mode in order[r % 3:] + order[:r % 3]:
+        for mode in order[r % len(order):] + order[:r % len(order)]:
             target = os.path.join(out_dir, mode)
             if rank == 0:
                 shutil.rmtree(target, ignore_errors=True)
