@@ -1,60 +1,104 @@
-"""`llmops compile --target argo`: the release pipeline as a standalone Argo
-WorkflowTemplate, runnable without the KFP API server or ML Metadata.
+"""`llmops compile --target argo`: each pipeline as a standalone Argo WorkflowTemplate,
+runnable without the KFP API server or ML Metadata.
 
 Each task runs `llmops stage run <stage>` in the stage's image, the same `run_component`
-entry point the KFP component calls; artifacts and their Merkle-root metadata live on a
-PVC under `/work/<workflow name>`. Gates become `when` conditions on the previous
-task's `result` output, training retries on failure, and the release record is the
-`onExit` handler, so it is written whatever happened.
+entry point the KFP component calls; artifacts and their Merkle-root metadata live on the
+release PVC under `<run>/work`, the release record under `<run>`. Parameters are the KFP
+cluster form's (`params.py`), with the same names and meanings: datasets and models come
+as URIs (s3://, gs://, http(s)://, or a path on a mounted PVC) that the stage runner
+fetches. Gates become `when` conditions on the previous task's `result` output, training
+retries on failure, the release record is the `onExit` handler.
+
+Pods run with no service-account token except where they need the API (training and
+deploy, each with its own Role); Argo's executor reports outputs with its own account
+(`executor.serviceAccountName`, allowed only `workflowtaskresults`), as Argo recommends.
+
+Built as plain dicts and checked against Argo's own JSON schema with unknown fields
+rejected (tests); Hera was not adopted: it would add a dependency to the base image for
+models the schema test already enforces.
 """
 from __future__ import annotations
 
 from kfp_llmops.components import images
+from kfp_llmops.components.common.k8s import DEFAULT_NAMESPACE
 
-WORK = "/work"
-KEY_DIR = "/var/run/secrets/kfp-llmops/watermark"
-PARAMS = {  # name -> default ("" = none); every knob a user changes per run
-    "dataset": None, "eval_dataset": None, "data_config": "", "pii_policy": "balanced",
-    "base_model_size": "demo", "train_config": "", "checkpoint_dir": "", "eval_config": "",
-    "watermark_config": "", "deploy_config": "target: kserve\n", "work_pvc": "llmops-work",
-}
-# task, stage, image, parameters it takes, the gate that must be "true" before it runs
-TASKS = [
-    ("validate-dataset", "validate_dataset", images.DATA, ["dataset", "data_config", "pii_policy"], None),
-    ("build-base-model", "build_base_model", images.TRAIN, ["base_model_size"], "validate-dataset"),
-    ("train-zero3", "train_zero3", images.TRAIN, ["train_config", "checkpoint_dir"], None),
-    ("evaluate-llm", "evaluate_llm", images.EVAL, ["eval_dataset", "eval_config"], None),
-    ("verify-watermark", "verify_watermark", images.EVAL, ["eval_dataset", "watermark_config"], "evaluate-llm"),
-    ("triton-canary-deploy", "triton_canary_deploy", images.DEPLOY, ["deploy_config"], "verify-watermark"),
-]
+from . import params as P
+from .release import (CHECKPOINT_MOUNT, FIXED_SIZE, KEY_MOUNT, KEY_SECRET, PULL_SECRET, RELEASE_MOUNT,
+                      STORAGE_ENV, STORAGE_SECRET, TIMEOUT)
+
+RUN = f"{RELEASE_MOUNT}/{{{{workflow.name}}}}"
+WORK = f"{RUN}/work"
+EXECUTOR_SA = "llmops-argo-executor"
 SERVICE_ACCOUNTS = {"train_zero3": "llmops-train", "triton_canary_deploy": "llmops-deploy"}
 SECURITY = {"runAsNonRoot": True, "runAsUser": 10001, "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": False, "capabilities": {"drop": ["ALL"]}}
+# stage -> task name, image, the parameters it reads, pod size parameters (or None: fixed)
+STAGES = {
+    "validate_dataset": ("validate-dataset", images.DATA, ["dataset_uri", "data_config", "pii_policy"], None),
+    "build_base_model": ("build-base-model", images.TRAIN, ["base_model_size"], None),
+    "train_zero3": ("train-zero3", images.TRAIN, ["train_config", "gpu_count", "model_uri", "model_root",
+                                                   "checkpoint_uri"], ("train_cpu", "train_memory")),
+    "evaluate_llm": ("evaluate-llm", images.EVAL, ["eval_dataset_uri", "eval_config", "model_uri", "model_root"],
+                     ("eval_cpu", "eval_memory")),
+    "verify_watermark": ("verify-watermark", images.EVAL, ["eval_dataset_uri", "watermark_config", "model_uri",
+                                                           "model_root"], ("eval_cpu", "eval_memory")),
+    "triton_canary_deploy": ("triton-canary-deploy", images.DEPLOY, ["deploy_config", "model_uri", "model_root"],
+                             ("deploy_cpu", "deploy_memory")),
+}
+# pipeline -> its stages in order, each with the stage whose `result` must be "true" first
+FLOWS = {
+    "release": [("validate_dataset", None), ("build_base_model", "validate_dataset"), ("train_zero3", None),
+                ("evaluate_llm", None), ("verify_watermark", "evaluate_llm"),
+                ("triton_canary_deploy", "verify_watermark")],
+    "continue-training": [("validate_dataset", None), ("train_zero3", "validate_dataset"), ("evaluate_llm", None),
+                          ("verify_watermark", "evaluate_llm"), ("triton_canary_deploy", "verify_watermark")],
+    "evaluate-deploy": [("evaluate_llm", None), ("verify_watermark", "evaluate_llm"),
+                        ("triton_canary_deploy", "verify_watermark")],
+}
 
 
-def _container(stage: str, image: str, params: list[str], extra: list[str] | None = None) -> dict:
-    run = f"{WORK}/{{{{workflow.name}}}}"
-    args = ["stage", "run", stage, "--work", run, "--param", f"release_dir={run}/release"]
-    for name in params:
-        args += ["--param", f"{name}={{{{workflow.parameters.{name}}}}}"]
-    args += extra or []
+def _param(name: str) -> str:
+    return f"{{{{workflow.parameters.{name}}}}}"
+
+
+def _container(stage: str, image: str, names: list[str], declared: set[str], extra: list[str] | None = None) -> dict:
+    args = ["stage", "run", stage, "--work", WORK, "--param", f"release_dir={RUN}"]
+    for name in names:
+        if name in declared:
+            args += ["--param", f"{name}={_param(name)}"]
+    mounts = [{"name": "release", "mountPath": RELEASE_MOUNT}]
+    env = [{"name": "HF_HUB_OFFLINE", "value": "1"}, {"name": "LLMOPS_NO_PROGRESS", "value": "1"}]
     if stage in ("verify_watermark", "triton_canary_deploy"):
-        args += ["--param", f"watermark_key_file={KEY_DIR}/key"]
-    mounts = [{"name": "work", "mountPath": WORK}]
-    if stage in ("verify_watermark", "triton_canary_deploy"):
-        mounts.append({"name": "watermark-key", "mountPath": KEY_DIR, "readOnly": True})
-    return {"image": image, "command": ["llmops"], "args": args, "volumeMounts": mounts,
-            "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}, {"name": "LLMOPS_NO_PROGRESS", "value": "1"}],
-            "securityContext": dict(SECURITY)}
+        args += ["--param", f"watermark_key_file={KEY_MOUNT}/key"]
+        mounts.append({"name": "watermark-key", "mountPath": KEY_MOUNT, "readOnly": True})
+    if stage == "triton_canary_deploy":
+        args += ["--param", "default_target=kserve"]
+    if stage == "train_zero3":
+        args += ["--param", f"checkpoint_dir={CHECKPOINT_MOUNT}/{{{{workflow.name}}}}"]
+        mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT})
+    if stage in ("validate_dataset", "triton_canary_deploy"):
+        env += [{"name": var, "valueFrom": {"secretKeyRef": {"name": STORAGE_SECRET, "key": key}}}
+                for key, var in STORAGE_ENV.items()]
+    return {"image": image, "command": ["llmops"], "args": args + (extra or []), "volumeMounts": mounts,
+            "env": env, "securityContext": dict(SECURITY)}
 
 
-def _template(task: str, stage: str, image: str, params: list[str]) -> dict:
-    t = {"name": task, "container": _container(stage, image, params),
-         "outputs": {"parameters": [{"name": "result",
-                                     "valueFrom": {"path": f"{WORK}/{{{{workflow.name}}}}/{stage}/result"}}]}}
+def _size(task: str, size: tuple[str, str] | None) -> dict:
+    cpu, memory = (_param(size[0]), _param(size[1])) if size else FIXED_SIZE[task]
+    both = {"cpu": cpu, "memory": memory}
+    return {"requests": dict(both), "limits": dict(both)}
+
+
+def _template(stage: str, declared: set[str]) -> dict:
+    task, image, names, size = STAGES[stage]
+    container = _container(stage, image, names, declared)
+    container["resources"] = _size(task, size)
+    t = {"name": task, "activeDeadlineSeconds": str(TIMEOUT[task]), "container": container,
+         "outputs": {"parameters": [{"name": "result", "valueFrom": {"path": f"{WORK}/{stage}/result"}}]}}
     if stage == "train_zero3":
         t["retryStrategy"] = {"limit": "2", "retryPolicy": "OnFailure"}
-        t["container"]["resources"] = {"limits": {"cpu": "8", "memory": "32Gi"}}
+        container["resources"]["limits"][_param("gpu_type")] = _param("gpu_count")
+        t["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     # Least privilege: only these two talk to the API, each with its own Role (manifests/rbac).
     if stage in SERVICE_ACCOUNTS:
         t["serviceAccountName"] = SERVICE_ACCOUNTS[stage]
@@ -62,33 +106,43 @@ def _template(task: str, stage: str, image: str, params: list[str]) -> dict:
     return t
 
 
-def workflow_template(name: str = "llmops-release", namespace: str = "kubeflow") -> dict:
+def workflow_template(pipeline: str, name: str, namespace: str = DEFAULT_NAMESPACE) -> dict:
+    declared = P.for_pipeline(pipeline, "cluster")
+    names = {p.name for p in declared}
     tasks, previous = [], None
-    for task, _stage, _image, _params, gate in TASKS:
-        entry = {"name": task, "template": task}
+    for stage, gate in FLOWS[pipeline]:
+        entry = {"name": STAGES[stage][0], "template": STAGES[stage][0]}
         if previous:
             entry["depends"] = f"{previous}.Succeeded"
         if gate:
-            entry["when"] = f"'{{{{tasks.{gate}.outputs.parameters.result}}}}' == 'true'"
+            entry["when"] = f"'{{{{tasks.{STAGES[gate][0]}.outputs.parameters.result}}}}' == 'true'"
         tasks.append(entry)
-        previous = task
-    templates = [{"name": "release", "dag": {"tasks": tasks}}]
-    templates += [_template(task, stage, image, params) for task, stage, image, params, _ in TASKS]
-    templates.append({"name": "release-record", "container": _container(
-        "release_record", images.BASE, [], ["--param", "status={{workflow.status}}",
-                                            "--param", "run={{workflow.name}}"])})
+        previous = entry["name"]
+    record = {"name": "release-record", "activeDeadlineSeconds": str(TIMEOUT["release-record"]),
+              "container": _container("release_record", images.BASE, [], names, [
+                  "--param", "status={{workflow.status}}", "--param", "run={{workflow.name}}"])}
+    record["container"]["resources"] = _size("release-record", None)
+    volumes = [{"name": "release", "persistentVolumeClaim": {"claimName": _param("release_pvc")}},
+               {"name": "watermark-key", "secret": {"secretName": KEY_SECRET}}]
+    if "checkpoint_pvc" in names:
+        volumes.insert(1, {"name": "checkpoints", "persistentVolumeClaim": {"claimName": _param("checkpoint_pvc")}})
     return {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "WorkflowTemplate",
         "metadata": {"name": name, "namespace": namespace,
                      "labels": {"app.kubernetes.io/part-of": "kfp-llmops", "app.kubernetes.io/version": images.TAG}},
         "spec": {
-            "entrypoint": "release",
+            "entrypoint": "main",
             "onExit": "release-record",
             "serviceAccountName": "llmops-pipeline",
-            "arguments": {"parameters": [{"name": k, **({} if v is None else {"value": v})} for k, v in PARAMS.items()]},
-            "volumes": [{"name": "work", "persistentVolumeClaim": {"claimName": "{{workflow.parameters.work_pvc}}"}},
-                        {"name": "watermark-key", "secret": {"secretName": "llmops-watermark-key"}}],
-            "templates": templates,
+            "automountServiceAccountToken": False,
+            "executor": {"serviceAccountName": EXECUTOR_SA},
+            "imagePullSecrets": [{"name": PULL_SECRET}],
+            "arguments": {"parameters": [{"name": p.name, "description": p.help,
+                                          **({} if p.default is None else {"value": p.default})}
+                                         for p in declared]},
+            "volumes": volumes,
+            "templates": [{"name": "main", "dag": {"tasks": tasks}}]
+                         + [_template(stage, names) for stage, _ in FLOWS[pipeline]] + [record],
         },
     }

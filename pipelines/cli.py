@@ -427,14 +427,15 @@ def compile_cmd(targets, out_dir, check) -> None:
 @click.option("--run-name", help="Run name (default: KFP's).")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="A pipeline parameter.")
 def submit_cmd(pipeline, package, host, namespace, experiment, run_name, params) -> None:
-    """Submit a compiled pipeline through kfp.Client and print the run URL.
-    The token comes from $LLMOPS_KFP_TOKEN or $KF_PIPELINES_TOKEN."""
-    from .compile import COMPILED_DIR
+    """Run a compiled pipeline as a run of its pipeline version (uploaded if the server
+    lacks it) and print the run URL. The token comes from $LLMOPS_KFP_TOKEN or
+    $KF_PIPELINES_TOKEN."""
     from .submit import submit
 
-    result = submit(package or os.path.join(COMPILED_DIR, f"{pipeline}.yaml"), host, namespace, experiment,
-                    _params(params), run_name)
-    click.echo(f"run {result['run_id']}: {result['url']}")
+    result = submit(pipeline, package, host, namespace, experiment, _params(params), run_name)
+    if result["uploaded"]:
+        click.echo(f"uploaded {' and '.join(result['uploaded'])} {result['version']}")
+    click.echo(f"run {result['run_id']} of {result['version']}: {result['url']}")
 
 
 @cli.command("run")

@@ -8,6 +8,8 @@ Targets: `kfp` (KFP IR, `compiled/<name>.yaml`: upload in the UI, `kfp run submi
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import os
 import re
 import tempfile
@@ -17,13 +19,20 @@ from kfp import compiler
 from kfp.compiler.compiler_utils import KubernetesManifestOptions
 
 from kfp_llmops.components import images
+from kfp_llmops.components.common.k8s import DEFAULT_NAMESPACE
 
-from . import argo
+from . import argo, ir_check
 from .release import PIPELINES
 
 COMPILED_DIR = os.path.join(os.path.dirname(__file__), "compiled")
 TARGETS = ("kfp", "k8s", "argo")
-ARGO = {"release": argo.workflow_template}
+
+
+class _NoAliases(yaml.SafeDumper):
+    """Plain YAML: anchors (`&id001`) from shared dicts confuse reviewers and some tools."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
 
 
 def _kfp(name: str, **options) -> str:
@@ -38,23 +47,40 @@ def resource_name(name: str) -> str:
     return f"llmops-{name}"
 
 
+def spec_digest(name: str) -> str:
+    """12 hex digits of SHA-256 over the compiled spec (pipeline + platform spec, as JSON
+    with sorted keys): a PipelineVersion's spec is immutable, so its name must change
+    whenever the spec does, bumped package version or not."""
+    docs = [d for d in yaml.safe_load_all(_kfp(name)) if d]
+    return hashlib.sha256(json.dumps(docs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+
+
 def version_name(name: str) -> str:
-    """PipelineVersion names follow the package version: a release is one version."""
-    return f"{resource_name(name)}-{re.sub(r'[^a-z0-9]+', '-', images.TAG.lower()).strip('-')}"
+    """`<pipeline>-<package version>-<spec digest>`: one name never means two specs."""
+    tag = re.sub(r'[^a-z0-9]+', '-', images.TAG.lower()).strip('-')
+    return f"{resource_name(name)}-{tag}-{spec_digest(name)}"
+
+
+def _resolvable(name: str, text: str) -> str:
+    """Refuse to hand out IR the KFP driver could not resolve (`ir_check`)."""
+    found = ir_check.check_documents([d for d in yaml.safe_load_all(text) if d])
+    if found:
+        raise RuntimeError(f"{name}: compiled IR the KFP driver cannot resolve: {found[0]}"
+                           + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
+    return text
 
 
 def compile_one(name: str, target: str = "kfp") -> str | None:
     """The compiled text, or None when `target` has no form of this pipeline."""
     if target == "kfp":
-        return _kfp(name)
+        return _resolvable(name, _kfp(name))
     if target == "k8s":
-        return _kfp(name, kubernetes_manifest_format=True, kubernetes_manifest_options=KubernetesManifestOptions(
-            pipeline_name=resource_name(name), pipeline_version_name=version_name(name), namespace="kubeflow",
-            include_pipeline_manifest=True))
+        return _resolvable(name, _kfp(name, kubernetes_manifest_format=True, kubernetes_manifest_options=KubernetesManifestOptions(
+            pipeline_name=resource_name(name), pipeline_version_name=version_name(name), namespace=DEFAULT_NAMESPACE,
+            include_pipeline_manifest=True)))
     if target == "argo":
-        if name not in ARGO:
-            return None
-        return yaml.safe_dump(ARGO[name](resource_name(name)), sort_keys=False, width=120)
+        return yaml.dump(argo.workflow_template(name, resource_name(name)), Dumper=_NoAliases, sort_keys=False,
+                         width=120)
     raise ValueError(f"unknown target {target!r}")
 
 

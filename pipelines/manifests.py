@@ -8,12 +8,15 @@ import os
 
 import yaml
 
+from kfp_llmops.components.common.k8s import DEFAULT_NAMESPACE
 from kfp_llmops.components.deploy import DeployConfig
 from kfp_llmops.components.deploy.cluster import LABELS, render_httproute, render_inference_service
 from kfp_llmops.components.training.trainjob import render_trainjob
 
+from .argo import EXECUTOR_SA
+
 MANIFESTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "manifests")
-NS = "kubeflow"
+NS = DEFAULT_NAMESPACE
 REPOSITORY_ROOT = "REPOSITORY_ROOT"      # replaced per release by the deploy stage
 PART_OF = {"app.kubernetes.io/part-of": "kfp-llmops"}
 REPO_URL = "https://github.com/kfp-llmops/kfp-llmops.git"
@@ -25,7 +28,7 @@ def _meta(name: str, **labels) -> dict:
 
 def _sa(name: str, component: str) -> dict:
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, **{"kfp-llmops/component": component}),
-            "automountServiceAccountToken": component != "pipeline"}
+            "automountServiceAccountToken": component not in ("pipeline", "argo-executor")}
 
 
 def _role(name: str, rules: list[dict]) -> dict:
@@ -49,9 +52,28 @@ def rbac() -> list[dict]:
     train_rules = [{"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
                     "verbs": ["create", "get", "list", "watch", "delete"]},
                    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]
+    # Argo's executor (the standalone form's `executor.serviceAccountName`) reports each
+    # task's outputs as WorkflowTaskResults; without this no `when` gate sees a result.
+    executor_rules = [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
+                       "verbs": ["create", "patch"]}]
     return [_sa("llmops-pipeline", "pipeline"),
             _sa("llmops-deploy", "deploy"), _role("llmops-deploy", deploy_rules), _binding("llmops-deploy"),
-            _sa("llmops-train", "train"), _role("llmops-train", train_rules), _binding("llmops-train")]
+            _sa("llmops-train", "train"), _role("llmops-train", train_rules), _binding("llmops-train"),
+            _sa(EXECUTOR_SA, "argo-executor"), _role(EXECUTOR_SA, executor_rules), _binding(EXECUTOR_SA)]
+
+
+# PVCs the cluster forms mount: name -> (access mode, size, what it holds)
+VOLUMES = {"llmops-release": ("ReadWriteMany", "50Gi", "release records, lineage notes, the standalone form's "
+                                                      "artifacts, the local target's serving state"),
+           "llmops-checkpoints": ("ReadWriteOnce", "500Gi", "training checkpoints, a folder per run (ReadWriteMany "
+                                                            "for multi-node training)")}
+
+
+def volumes() -> list[dict]:
+    return [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {**_meta(name), "annotations": {"kfp-llmops/holds": holds}},
+             "spec": {"accessModes": [mode], "resources": {"requests": {"storage": size}}}}
+            for name, (mode, size, holds) in VOLUMES.items()]
 
 
 def network_policies() -> list[dict]:
@@ -92,8 +114,6 @@ def serving() -> dict[str, list[dict]]:
 def training() -> list[dict]:
     job = render_trainjob("llmops-train", "/mnt/llmops/run_spec.json", num_nodes=2, procs_per_node=8)
     job["metadata"].pop("namespace", None)
-    job["spec"]["podTemplateOverrides"] = [{"targetJobs": [{"name": "node"}],
-                                            "spec": {"serviceAccountName": "llmops-train"}}]
     return [job]
 
 
@@ -104,7 +124,9 @@ def argocd_applications() -> list[dict]:
                 "spec": {"project": "default",
                          "source": {"repoURL": REPO_URL, "targetRevision": "main", "path": path},
                          "destination": {"server": "https://kubernetes.default.svc", "namespace": NS},
-                         "syncPolicy": {"automated": {"prune": True, "selfHeal": True},
+                         # No prune: a PipelineVersion is immutable and runs refer to it; an
+                         # older version leaves only when someone deletes it on purpose.
+                         "syncPolicy": {"automated": {"prune": False, "selfHeal": True},
                                         "syncOptions": ["ServerSideApply=true"]}}}
     return [app("kfp-llmops-platform", "manifests"), app("kfp-llmops-pipelines", "pipelines/compiled/k8s")]
 
@@ -119,7 +141,9 @@ def _kustomization(resources: list[str], namespace: str | None = NS) -> dict:
 
 def tree() -> dict[str, list[dict]]:
     files = {
-        "kustomization.yaml": [_kustomization(["rbac", "network"])],
+        "kustomization.yaml": [_kustomization(["rbac", "network", "storage"])],
+        "storage/kustomization.yaml": [_kustomization(["pvcs.yaml"])],
+        "storage/pvcs.yaml": volumes(),
         "rbac/kustomization.yaml": [_kustomization(["rbac.yaml"])],
         "rbac/rbac.yaml": rbac(),
         "network/kustomization.yaml": [_kustomization(["networkpolicies.yaml"])],

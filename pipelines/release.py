@@ -10,15 +10,18 @@
 - `evaluate-deploy`: an existing model (its root pinned) through evaluate, watermark
   and deploy.
 
-`PIPELINES` are the compiled, cluster forms: GPU type and count, a GPU toleration, the
-checkpoint and release PVCs (a folder per run on each; `checkpoint_dir` and
-`release_dir` apply to local runs), the watermark-key Secret, object-storage credentials
-(for DVC and the model repository) and the registry pull secret come from
-kfp-kubernetes. `LOCAL_PIPELINES` are the same DAGs without those settings, for
-kfp.local.
+`PIPELINES` are the compiled, cluster forms: pod sizes, timeouts, GPU type and count (one
+rank per GPU), a GPU toleration, the checkpoint and release PVCs (a folder per run on
+each), the watermark-key Secret, object-storage credentials and the registry pull secret
+come from kfp-kubernetes, and the deploy stage targets KServe. `LOCAL_PIPELINES` are the
+same DAGs for kfp.local, with local folders instead. Parameters: `params.py`.
 """
+from __future__ import annotations
+
+import inspect
 
 from kfp import dsl
+from kfp.dsl.pipeline_channel import PipelineChannel
 
 from kfp_llmops.components.data_validation.component import validate_dataset
 from kfp_llmops.components.deploy.component import triton_canary_deploy
@@ -27,82 +30,112 @@ from kfp_llmops.components.release.component import write_release_record
 from kfp_llmops.components.training.component import build_base_model, train_zero3
 from kfp_llmops.components.watermark.component import verify_watermark
 
+from . import params as P
+
 KEY_SECRET, KEY_MOUNT = "llmops-watermark-key", "/var/run/secrets/kfp-llmops/watermark"
 # Object-storage credentials (DVC remote, model repository upload) as environment variables.
 STORAGE_SECRET = "llmops-storage"
 STORAGE_ENV = {"access_key_id": "AWS_ACCESS_KEY_ID", "secret_access_key": "AWS_SECRET_ACCESS_KEY"}
 PULL_SECRET = "llmops-registry"
 CHECKPOINT_MOUNT, RELEASE_MOUNT = "/mnt/checkpoints", "/mnt/release"
+# The local target's promoted repositories outlive runs (on a cluster the default target is KServe).
+SERVING_STATE = f"{RELEASE_MOUNT}/serving"
+# Pod sizes of the tasks whose size is not a parameter, and every task's deadline (s).
+FIXED_SIZE = {"validate-dataset": ("2", "4Gi"), "build-base-model": ("2", "4Gi"), "release-record": ("1", "1Gi")}
+TIMEOUT = {"validate-dataset": 4 * 3600, "build-base-model": 3600, "train-zero3": 72 * 3600,
+           "evaluate-llm": 12 * 3600, "verify-watermark": 12 * 3600, "triton-canary-deploy": 6 * 3600,
+           "release-record": 1800}
 
 
-class _Cluster:
-    """kfp-kubernetes settings, applied only to the compiled (cluster) form."""
+class _Form:
+    """Settings that differ between the cluster form (kfp-kubernetes) and kfp.local."""
 
-    def __init__(self, enabled: bool, release_pvc=None):
-        self.enabled, self.release_pvc = enabled, release_pvc
+    def __init__(self, cluster: bool, p: dict):
+        self.enabled, self.p = cluster, p
 
-    def folder(self, mount: str, param):
-        """On a cluster: a per-run folder on the PVC (retries of a task find it again)."""
-        return f"{mount}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}" if self.enabled else param
+    def get(self, name: str):
+        """A parameter of the other form has a fixed value here (never a UI field)."""
+        if name in self.p:
+            return self.p[name]
+        return {"checkpoint_dir": f"{CHECKPOINT_MOUNT}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}",
+                "release_dir": f"{RELEASE_MOUNT}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}",
+                "serving_state_dir": SERVING_STATE, "watermark_key_file": f"{KEY_MOUNT}/key",
+                "gpu_count": "0"}[name]
 
-    def task(self, task, key: bool = False, storage: bool = False):
+    def size(self, task, cpu, memory):
+        """Requests equal limits: a quota'd namespace admits the pod, and it is not evicted first.
+
+        Channels used only in resource settings are not passed into nested DAGs by the KFP
+        SDK (kubeflow/pipelines #11957: "parent DAG does not have input parameter"), so
+        they are registered as the task's inputs here; `ir_check` proves the result."""
+        task.set_cpu_request(cpu).set_cpu_limit(cpu).set_memory_request(memory).set_memory_limit(memory)
+        task.register_pipeline_channels([v for v in (cpu, memory) if isinstance(v, PipelineChannel)])
+        return task
+
+    def task(self, task, name: str, key: bool = False, storage: bool = False, size=None):
+        task.set_display_name(name).set_caching_options(False)
         if not self.enabled:
             return task
         from kfp import kubernetes
+        self.size(task, *(size or FIXED_SIZE[name]))
+        kubernetes.set_timeout(task, TIMEOUT[name])
         kubernetes.set_image_pull_secrets(task, [PULL_SECRET])
-        kubernetes.mount_pvc(task, pvc_name=self.release_pvc, mount_path=RELEASE_MOUNT)
+        kubernetes.mount_pvc(task, pvc_name=self.p["release_pvc"], mount_path=RELEASE_MOUNT)
         if key:
             kubernetes.use_secret_as_volume(task, secret_name=KEY_SECRET, mount_path=KEY_MOUNT)
         if storage:
             kubernetes.use_secret_as_env(task, secret_name=STORAGE_SECRET, secret_key_to_env=STORAGE_ENV)
         return task
 
-    def training(self, task, gpu_type, gpu_count, checkpoint_pvc):
+    def training(self, task):
+        self.task(task, "train-zero3", size=(self.p.get("train_cpu"), self.p.get("train_memory")))
         if not self.enabled:
             return task
         from kfp import kubernetes
+        gpu_type, gpu_count = self.p["gpu_type"], self.p["gpu_count"]
         task.set_accelerator_type(gpu_type).set_accelerator_limit(gpu_count)
+        task.register_pipeline_channels([gpu_type, gpu_count])      # see `size`
         kubernetes.add_toleration(task, key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
-        kubernetes.mount_pvc(task, pvc_name=checkpoint_pvc, mount_path=CHECKPOINT_MOUNT)
-        return self.task(task)
+        kubernetes.mount_pvc(task, pvc_name=self.p["checkpoint_pvc"], mount_path=CHECKPOINT_MOUNT)
+        return task
+
+    def eval_size(self):
+        return (self.p.get("eval_cpu"), self.p.get("eval_memory"))
 
 
-def _tail(c: _Cluster, model, eval_set, release_dir, eval_config, watermark_config, watermark_key_file,
-          deploy_config, serving_state_dir) -> None:
+def _tail(f: _Form, model, eval_set) -> None:
     """evaluate_llm -> [blessed] -> verify_watermark -> [verified] -> triton_canary_deploy."""
-    evaluated = evaluate_llm(model=model, eval_dataset=eval_set, config=eval_config, release_dir=release_dir)
-    c.task(evaluated.set_display_name("evaluate-llm").set_caching_options(False))
+    evaluated = evaluate_llm(model=model, eval_dataset=eval_set, config=f.p["eval_config"],
+                             release_dir=f.get("release_dir"))
+    f.task(evaluated, "evaluate-llm", size=f.eval_size())
     with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712
-        marked = verify_watermark(model=model, eval_dataset=eval_set, config=watermark_config,
-                                  key_file=watermark_key_file, release_dir=release_dir)
-        c.task(marked.set_display_name("verify-watermark").set_caching_options(False), key=True)
+        marked = verify_watermark(model=model, eval_dataset=eval_set, config=f.p["watermark_config"],
+                                  key_file=f.get("watermark_key_file"), release_dir=f.get("release_dir"))
+        f.task(marked, "verify-watermark", key=True, size=f.eval_size())
         with dsl.If(marked.outputs["Output"] == True, name="verified"):  # noqa: E712
-            deployed = triton_canary_deploy(model=model, blessing=evaluated.outputs["blessing"], config=deploy_config,
-                                            key_file=watermark_key_file, state_dir=serving_state_dir,
-                                            release_dir=release_dir)
-            c.task(deployed.set_display_name("triton-canary-deploy").set_caching_options(False), key=True,
-                   storage=True)
+            deployed = triton_canary_deploy(
+                model=model, blessing=evaluated.outputs["blessing"], config=f.p["deploy_config"],
+                default_target="kserve" if f.enabled else "local", key_file=f.get("watermark_key_file"),
+                state_dir=f.get("serving_state_dir"), release_dir=f.get("release_dir"))
+            f.task(deployed, "triton-canary-deploy", key=True, storage=True,
+                   size=(f.p.get("deploy_cpu"), f.p.get("deploy_memory")))
 
 
-def _train(c: _Cluster, dataset, base_model, resume_from, train_config, checkpoint_dir, release_dir, gpu_type,
-           gpu_count, checkpoint_pvc):
+def _train(f: _Form, dataset, base_model, resume_from=None):
     """train_zero3 with its retry policy; checkpoints on the PVC survive the retries."""
     kwargs = {"resume_from": resume_from} if resume_from is not None else {}
-    trained = train_zero3(dataset=dataset, base_model=base_model, config=train_config,
-                          checkpoint_dir=c.folder(CHECKPOINT_MOUNT, checkpoint_dir), release_dir=release_dir, **kwargs)
-    trained.set_display_name("train-zero3").set_caching_options(False).set_retry(num_retries=2)
-    return c.training(trained, gpu_type, gpu_count, checkpoint_pvc)
+    trained = train_zero3(dataset=dataset, base_model=base_model, config=f.p["train_config"],
+                          checkpoint_dir=f.get("checkpoint_dir"), gpus=f.get("gpu_count"),
+                          release_dir=f.get("release_dir"), **kwargs)
+    trained.set_retry(num_retries=2)
+    return f.training(trained)
 
 
-def _validate(c: _Cluster, raw, data_config, pii_policy, release_dir):
+def _validate(f: _Form, raw):
     """validate_dataset with the object-storage credentials; its `Output` is the data gate."""
-    validated = validate_dataset(raw=raw, config=data_config, policy=pii_policy, release_dir=release_dir)
-    return c.task(validated.set_display_name("validate-dataset").set_caching_options(False), storage=True)
-
-
-def _recorder(c: _Cluster, release_dir):
-    recorder = write_release_record(release_dir=release_dir)
-    return c.task(recorder.set_display_name("release-record").set_caching_options(False))
+    validated = validate_dataset(raw=raw, config=f.p["data_config"], policy=f.p["pii_policy"],
+                                 release_dir=f.get("release_dir"))
+    return f.task(validated, "validate-dataset", storage=True)
 
 
 def _import(uri, cls, name: str, root=None):
@@ -111,72 +144,70 @@ def _import(uri, cls, name: str, root=None):
     return task.set_display_name(name)
 
 
+def _release(f: _Form) -> None:
+    raw = _import(f.p["dataset_uri"], dsl.Dataset, "import-dataset")
+    eval_set = _import(f.p["eval_dataset_uri"], dsl.Dataset, "import-eval-dataset")
+    validated = _validate(f, raw.output)
+    with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
+        base = build_base_model(dataset=validated.outputs["clean"], size=f.p["base_model_size"],
+                                release_dir=f.get("release_dir"))
+        f.task(base, "build-base-model")
+        trained = _train(f, validated.outputs["clean"], base.outputs["base_model"])
+        _tail(f, trained.outputs["model"], eval_set.output)
+
+
+def _continue_training(f: _Form) -> None:
+    raw = _import(f.p["dataset_uri"], dsl.Dataset, "import-dataset")
+    eval_set = _import(f.p["eval_dataset_uri"], dsl.Dataset, "import-eval-dataset")
+    model = _import(f.p["model_uri"], dsl.Model, "import-model", f.p["model_root"])
+    ckpt = _import(f.p["checkpoint_uri"], dsl.Artifact, "import-checkpoints")
+    validated = _validate(f, raw.output)
+    with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
+        trained = _train(f, validated.outputs["clean"], model.output, ckpt.output)
+        _tail(f, trained.outputs["model"], eval_set.output)
+
+
+def _evaluate_deploy(f: _Form) -> None:
+    model = _import(f.p["model_uri"], dsl.Model, "import-model", f.p["model_root"])
+    eval_set = _import(f.p["eval_dataset_uri"], dsl.Dataset, "import-eval-dataset")
+    _tail(f, model.output, eval_set.output)
+
+
+SHAPES = {
+    "release": ("llmops-release", _release,
+                "Validate SFT data, train with DeepSpeed ZeRO-3 and Merkle-verified checkpoints, evaluate, verify "
+                "the watermark, and roll out to Triton as a canary."),
+    "continue-training": ("llmops-continue-training", _continue_training,
+                          "Validate new data and continue training a model from a verified checkpoint, then "
+                          "evaluate, verify the watermark and deploy."),
+    "evaluate-deploy": ("llmops-evaluate-deploy", _evaluate_deploy,
+                        "Evaluate an existing model (its Merkle root pinned), verify its watermark and roll it out "
+                        "to Triton as a canary."),
+}
+
+
+def _pipeline(key: str, cluster: bool):
+    """A pipeline function whose signature and docstring come from `params.py`."""
+    name, body, description = SHAPES[key]
+    declared = P.for_pipeline(key, "cluster" if cluster else "local")
+
+    def fn(*values):
+        f = _Form(cluster, dict(zip([p.name for p in declared], values)))
+        with dsl.ExitHandler(f.task(write_release_record(release_dir=f.get("release_dir")), "release-record"),
+                             name="release"):
+            body(f)
+
+    fn.__signature__ = inspect.Signature([
+        inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str,
+                          default=inspect.Parameter.empty if p.default is None else p.default) for p in declared])
+    fn.__name__ = fn.__qualname__ = key.replace("-", "_")
+    fn.__doc__ = P.docstring(description, declared)
+    return dsl.pipeline(name=name, description=description)(fn)
+
+
 def make_pipelines(cluster: bool) -> dict:
-    @dsl.pipeline(name="llmops-release",
-                  description="Validate SFT data, train with DeepSpeed ZeRO-3 and Merkle-verified checkpoints, "
-                              "evaluate, verify the watermark, and roll out to Triton as a canary.")
-    def release(dataset_uri: str, eval_dataset_uri: str, data_config: str = "", pii_policy: str = "balanced",
-                base_model_size: str = "demo", train_config: str = "", checkpoint_dir: str = "",
-                eval_config: str = "", watermark_config: str = "", watermark_key_file: str = "",
-                deploy_config: str = "", serving_state_dir: str = "", release_dir: str = "",
-                gpu_type: str = "nvidia.com/gpu", gpu_count: str = "1",
-                checkpoint_pvc: str = "llmops-checkpoints", release_pvc: str = "llmops-release"):
-        c = _Cluster(cluster, release_pvc)
-        release_dir = c.folder(RELEASE_MOUNT, release_dir)
-        with dsl.ExitHandler(_recorder(c, release_dir), name="release"):
-            raw = _import(dataset_uri, dsl.Dataset, "import-dataset")
-            eval_set = _import(eval_dataset_uri, dsl.Dataset, "import-eval-dataset")
-            validated = _validate(c, raw.output, data_config, pii_policy, release_dir)
-            with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
-                base = build_base_model(dataset=validated.outputs["clean"], size=base_model_size,
-                                        release_dir=release_dir)
-                c.task(base.set_display_name("build-base-model").set_caching_options(False))
-                trained = _train(c, validated.outputs["clean"], base.outputs["base_model"], None, train_config,
-                                 checkpoint_dir, release_dir, gpu_type, gpu_count, checkpoint_pvc)
-                _tail(c, trained.outputs["model"], eval_set.output, release_dir, eval_config, watermark_config,
-                      watermark_key_file, deploy_config, serving_state_dir)
-
-    @dsl.pipeline(name="llmops-continue-training",
-                  description="Validate new data and continue training a model from a verified checkpoint, "
-                              "then evaluate, verify the watermark and deploy.")
-    def continue_training(dataset_uri: str, eval_dataset_uri: str, model_uri: str, model_root: str,
-                          checkpoint_uri: str, data_config: str = "", pii_policy: str = "balanced",
-                          train_config: str = "", checkpoint_dir: str = "", eval_config: str = "",
-                          watermark_config: str = "", watermark_key_file: str = "", deploy_config: str = "",
-                          serving_state_dir: str = "", release_dir: str = "", gpu_type: str = "nvidia.com/gpu",
-                          gpu_count: str = "1", checkpoint_pvc: str = "llmops-checkpoints",
-                          release_pvc: str = "llmops-release"):
-        c = _Cluster(cluster, release_pvc)
-        release_dir = c.folder(RELEASE_MOUNT, release_dir)
-        with dsl.ExitHandler(_recorder(c, release_dir), name="release"):
-            raw = _import(dataset_uri, dsl.Dataset, "import-dataset")
-            eval_set = _import(eval_dataset_uri, dsl.Dataset, "import-eval-dataset")
-            model = _import(model_uri, dsl.Model, "import-model", model_root)
-            ckpt = _import(checkpoint_uri, dsl.Artifact, "import-checkpoints")
-            validated = _validate(c, raw.output, data_config, pii_policy, release_dir)
-            with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
-                trained = _train(c, validated.outputs["clean"], model.output, ckpt.output, train_config,
-                                 checkpoint_dir, release_dir, gpu_type, gpu_count, checkpoint_pvc)
-                _tail(c, trained.outputs["model"], eval_set.output, release_dir, eval_config, watermark_config,
-                      watermark_key_file, deploy_config, serving_state_dir)
-
-    @dsl.pipeline(name="llmops-evaluate-deploy",
-                  description="Evaluate an existing model (its Merkle root pinned), verify its watermark and "
-                              "roll it out to Triton as a canary.")
-    def evaluate_deploy(model_uri: str, model_root: str, eval_dataset_uri: str, eval_config: str = "",
-                        watermark_config: str = "", watermark_key_file: str = "", deploy_config: str = "",
-                        serving_state_dir: str = "", release_dir: str = "", release_pvc: str = "llmops-release"):
-        c = _Cluster(cluster, release_pvc)
-        release_dir = c.folder(RELEASE_MOUNT, release_dir)
-        with dsl.ExitHandler(_recorder(c, release_dir), name="release"):
-            model = _import(model_uri, dsl.Model, "import-model", model_root)
-            eval_set = _import(eval_dataset_uri, dsl.Dataset, "import-eval-dataset")
-            _tail(c, model.output, eval_set.output, release_dir, eval_config, watermark_config, watermark_key_file,
-                  deploy_config, serving_state_dir)
-
-    return {"release": release, "continue-training": continue_training, "evaluate-deploy": evaluate_deploy}
+    return {key: _pipeline(key, cluster) for key in SHAPES}
 
 
 PIPELINES = make_pipelines(cluster=True)
 LOCAL_PIPELINES = make_pipelines(cluster=False)
-release_pipeline = PIPELINES["release"]

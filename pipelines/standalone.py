@@ -34,34 +34,85 @@ def _inputs(work: str, stage: str, name: str) -> FileArtifact:
     return FileArtifact(path)
 
 
+def fetch(uri: str, work: str, name: str) -> str:
+    """A local path (a mounted PVC) as it is; http(s) and fsspec URIs (s3://, gs://, ...)
+    copied once into `<work>/inputs/<name>`. The stages verify what they get by its root."""
+    if "://" not in uri:
+        if not os.path.exists(uri):
+            raise InputError(f"{uri}: no such file or folder (give a path on a mounted volume or a URI)")
+        return uri
+    dest = os.path.join(work, "inputs", name)
+    if os.path.exists(dest):
+        return dest
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    partial = dest + ".partial"
+    try:
+        if uri.startswith(("http://", "https://")):
+            import shutil
+            import urllib.request
+            with urllib.request.urlopen(uri, timeout=60) as resp, open(partial, "wb") as handle:
+                shutil.copyfileobj(resp, handle)
+        else:
+            try:
+                import fsspec
+            except ImportError:
+                raise InputError(f"{uri}: reading this URI needs fsspec and its backend (e.g. s3fs)") from None
+            fs, path = fsspec.core.url_to_fs(uri)
+            fs.get(path, partial, recursive=fs.isdir(path))
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any transport error becomes one line naming the URI
+        raise InputError(f"{uri}: cannot fetch: {exc}") from None
+    os.replace(partial, dest)
+    return dest
+
+
+def _imported(p: dict, work: str, key: str, name: str, root_key: str | None = None) -> FileArtifact:
+    art = FileArtifact(fetch(p[key], work, name))
+    if root_key:
+        art.metadata["merkle_root"] = p.get(root_key, "")
+    return art
+
+
 def _run(stage: str, work: str, p: dict, out) -> object:
     from kfp_llmops.components import data_validation, deploy, evaluation, release, training, watermark
 
     rd = p.get("release_dir", "")
+
+    def model() -> FileArtifact:
+        """The model trained in this run, else the imported one (evaluate-deploy)."""
+        if os.path.exists(os.path.join(work, "train_zero3", "model")) or not p.get("model_uri"):
+            return _inputs(work, "train_zero3", "model")
+        return _imported(p, work, "model_uri", "model", "model_root")
+
     if stage == "validate_dataset":
-        return data_validation.run_component(p["dataset"], p.get("data_config", ""), p.get("pii_policy", "balanced"),
-                                             None, out("clean"), out("quarantine"), out("stats"), out("metrics"),
-                                             out("report"), rd)
+        return data_validation.run_component(fetch(p["dataset_uri"], work, "dataset"), p.get("data_config", ""),
+                                             p.get("pii_policy", "balanced"), None, out("clean"), out("quarantine"),
+                                             out("stats"), out("metrics"), out("report"), rd)
     if stage == "build_base_model":
         return training.build_base_component(_inputs(work, "validate_dataset", "clean"), out("base_model"),
                                              p.get("base_model_size", "demo"), rd)
     if stage == "train_zero3":
-        return training.run_component(_inputs(work, "validate_dataset", "clean"),
-                                      _inputs(work, "build_base_model", "base_model"), p.get("train_config", ""),
-                                      None, p.get("checkpoint_dir", ""), out("model"), out("checkpoints"),
-                                      out("metrics"), out("report"), out("train_log"), rd)
-    model = lambda: _inputs(work, "train_zero3", "model")  # noqa: E731
+        # continue-training: the imported model and checkpoints; release: the demo base model
+        base = (_imported(p, work, "model_uri", "model", "model_root") if p.get("model_uri")
+                else _inputs(work, "build_base_model", "base_model"))
+        resume = _imported(p, work, "checkpoint_uri", "checkpoints") if p.get("checkpoint_uri") else None
+        return training.run_component(_inputs(work, "validate_dataset", "clean"), base, p.get("train_config", ""),
+                                      resume, p.get("checkpoint_dir", ""), out("model"), out("checkpoints"),
+                                      out("metrics"), out("report"), out("train_log"), rd, p.get("gpu_count", "0"))
     if stage == "evaluate_llm":
-        return evaluation.run_component(model(), FileArtifact(p["eval_dataset"]), None, p.get("eval_config", ""),
-                                        out("responses"), out("metrics"), out("blessing"), out("report"), rd)
+        return evaluation.run_component(model(), FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
+                                        None, p.get("eval_config", ""), out("responses"), out("metrics"),
+                                        out("blessing"), out("report"), rd)
     if stage == "verify_watermark":
-        return watermark.run_component(model(), FileArtifact(p["eval_dataset"]), p.get("watermark_config", ""),
-                                       p.get("watermark_key_file", ""), out("watermarked"), out("metrics"),
-                                       out("report"), rd)
+        return watermark.run_component(model(), FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
+                                       p.get("watermark_config", ""), p.get("watermark_key_file", ""),
+                                       out("watermarked"), out("metrics"), out("report"), rd)
     if stage == "triton_canary_deploy":
         return deploy.run_component(model(), _inputs(work, "evaluate_llm", "blessing"), p.get("deploy_config", ""),
                                     p.get("watermark_key_file", ""), p.get("serving_state_dir", ""),
-                                    out("repository"), out("record"), out("metrics"), out("report"), rd)
+                                    out("repository"), out("record"), out("metrics"), out("report"), rd,
+                                    p.get("default_target", "local"))
     if stage == "release_record":
         return release.run_component({"state": p.get("status", "UNKNOWN"), "pipeline_job_resource_name": p.get("run"),
                                       "error": p.get("error") or None}, rd, out("record"), out("report"))

@@ -96,9 +96,11 @@ def raise_unless_promoted(record: dict, cfg: DeployConfig) -> None:
 
 
 def run_component(model, blessing, config: str, key_file: str, state_dir: str, repository_out, record_out,
-                  metrics, report, release_dir: str = "") -> str:
+                  metrics, report, release_dir: str = "", default_target: str = "local") -> str:
     """KFP entry: only a blessed model whose root matches the blessing is deployed."""
     cfg = DeployConfig.load(config)
+    if "target" not in cfg.model_fields_set:
+        cfg = DeployConfig.load(config, {"target": default_target})
     blessed_root = blessing.metadata.get("model_root")
     if not blessing.metadata.get("blessed"):
         raise InputError("blessing: the model was not blessed by evaluate_llm; refusing to deploy")

@@ -69,8 +69,12 @@ class Check:
 def interval_checks(canary: RoleStats, stable: RoleStats | None, cfg: DeployConfig,
                     metrics_ok: bool = True, relative: bool = True) -> list[Check]:
     sla = cfg.sla
-    checks = [Check("canary_requests", canary.requests, sla.min_requests, canary.requests >= sla.min_requests,
-                    "" if canary.requests >= sla.min_requests else "too little canary traffic to judge")]
+    # No traffic is never a pass; a little (the interval already waited up to max_interval_s
+    # for min_requests) is judged on what came, not failed for being little.
+    n = canary.requests
+    checks = [Check("canary_requests", n, sla.min_requests, n > 0,
+                    "no canary traffic within the interval" if n == 0 else
+                    "" if n >= sla.min_requests else f"only {n} of {sla.min_requests} canary requests by the bound")]
     if not metrics_ok:
         checks.append(Check("canary_metrics", None, None, False, "no values from the canary's metrics endpoint"))
     if canary.requests == 0:

@@ -60,8 +60,15 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
         decider.new_interval()
         before = {r: target.scrape(r) for r in ("stable", "canary")}
         offset = time.monotonic() - t0
-        samples = target.load().run(cfg.interval_s, on_sample=lambda s: decider.observe(s.backend, s.ok, s.latency_ms),
-                                    desc=f"interval {n} ({percent} % canary)")
+        seen = [0]
+
+        def observe(s) -> bool:
+            seen[0] += s.backend == "canary"
+            return decider.observe(s.backend, s.ok, s.latency_ms)
+        # Too few canary requests extend the interval (bounded), where responses can be attributed.
+        samples = target.load().run(cfg.interval_s, on_sample=observe, desc=f"interval {n} ({percent} % canary)",
+                                    enough=lambda: seen[0] >= cfg.sla.min_requests,
+                                    max_duration=cfg.max_interval_s if target.attributes else None)
         after = {r: target.scrape(r) for r in ("stable", "canary")}
         deltas = {r: prom.delta(before[r], after[r]) for r in before}
         canary = role_stats(samples, "canary", deltas["canary"])

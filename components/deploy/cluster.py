@@ -14,6 +14,7 @@ import copy
 import urllib.request
 
 from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.common.k8s import namespace
 
 from . import metrics as prom
 from . import smoke
@@ -56,7 +57,7 @@ def render_inference_service(cfg: DeployConfig, repository_root: str, canary_per
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
-        "metadata": {"name": c.service_name, "namespace": c.namespace, "labels": dict(LABELS),
+        "metadata": {"name": c.service_name, "namespace": namespace(c.namespace), "labels": dict(LABELS),
                      "annotations": {"serving.kserve.io/deploymentMode": c.mode,
                                      "kfp-llmops/repository-root": repository_root}},
         "spec": {"predictor": predictor},
@@ -70,7 +71,7 @@ def render_httproute(cfg: DeployConfig, canary_percent: int) -> dict:
     return {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",
-        "metadata": {"name": c.service_name, "namespace": c.namespace, "labels": dict(LABELS)},
+        "metadata": {"name": c.service_name, "namespace": namespace(c.namespace), "labels": dict(LABELS)},
         "spec": {
             "parentRefs": [{"name": c.gateway_name}],
             "hostnames": [c.hostname],
@@ -103,6 +104,7 @@ class ClusterTarget:
     """Same methods as LocalTarget; the Kubernetes client is imported only here."""
 
     name = "cluster"
+    attributes = False       # KServe does not say which revision answered
     stable = "cluster"       # a stable revision is assumed to be serving
     stable_at_start = None   # not verifiable from here
 

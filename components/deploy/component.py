@@ -14,6 +14,7 @@ def triton_canary_deploy(
     metrics: Output[Metrics],
     report: Output[HTML],
     config: str = "",
+    default_target: str = "local",
     key_file: str = "",
     state_dir: str = "",
     release_dir: str = "",
@@ -22,8 +23,9 @@ def triton_canary_deploy(
     (steps, SLA analysis against stable, smoke tests with watermark detection), and
     promote or roll back. Returns `promoted` or `rolled_back`; fails on rollback unless
     `fail_on_rollback: false`. `state_dir` (local target) holds the promoted repositories.
+    `default_target` applies when the config names no `target` (the cluster forms: kserve).
     """
     from kfp_llmops.components.deploy import run_component
 
     return run_component(model, blessing, config, key_file, state_dir, repository, record, metrics, report,
-                         release_dir)
+                         release_dir, default_target)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kfp_llmops.components.common.config import StageConfig
 
@@ -48,7 +48,8 @@ class Sla(_Section):
     max_p99_ms: float = Field(5000.0, gt=0)
     error_rate_tolerance: float = Field(0.01, ge=0, le=1, description="Canary may exceed stable's error rate by this much.")
     latency_tolerance: float = Field(0.5, ge=0, description="canary p99 <= stable p99 * (1 + tolerance).")
-    min_requests: int = Field(20, ge=1, description="Fewer canary requests in an interval is a failed check.")
+    min_requests: int = Field(20, ge=1, description="Canary requests an interval waits for (up to "
+                              "max_interval_s); none at all by then is a failed check.")
 
 
 class Sequential(_Section):
@@ -65,7 +66,9 @@ class Sequential(_Section):
 
 
 class Traffic(_Section):
-    concurrency: int = Field(4, ge=1)
+    concurrency: int = Field(4, ge=1, description="Fewest parallel clients.")
+    max_concurrency: int = Field(16, ge=1, description="Most parallel clients when sizing the load so that the "
+                                 "smallest step's canary share reaches sla.min_requests in interval_s.")
     max_new_tokens: int = Field(8, ge=1, description="Short generations keep load requests cheap.")
     prompts: list[str] = Field(default_factory=lambda: ["Summarize the release notes.", "What is a canary rollout?",
                                                         "Explain gradient accumulation.", "Write a haiku about GPUs."])
@@ -85,7 +88,7 @@ class Local(_Section):
 
 
 class Cluster(_Section):
-    namespace: str = "kfp-llmops"
+    namespace: str = Field("", description="Empty: the namespace this pod runs in (common/k8s.py).")
     service_name: str = "llm"
     storage_uri: str = Field("pvc://model-repository/", description="Where the cluster reads the repository.")
     gateway_name: str = "llm-gateway"
@@ -95,7 +98,8 @@ class Cluster(_Section):
     port: int = 8000
     mode: Literal["Serverless", "RawDeployment"] = Field("Serverless", description="RawDeployment ignores "
                                                          "canaryTrafficPercent: use target gateway there.")
-    url: str = Field("", description="Where the load generator and smoke tests reach the model.")
+    url: str = Field("", description="Where the load generator and smoke tests reach the model; empty: the "
+                     "InferenceService's in-cluster address.")
     stable_metrics_url: str = ""
     canary_metrics_url: str = ""
     key_secret: str = Field("llmops-watermark-key", description="Secret holding the watermark key (never its value).")
@@ -110,6 +114,8 @@ class DeployConfig(StageConfig):
     version: int = Field(0, ge=0, description="Model version; 0 means stable's + 1.")
     steps: list[int] = Field(default_factory=lambda: [5, 25, 50, 100])
     interval_s: float = Field(10.0, gt=0)
+    max_interval_s: float = Field(60.0, gt=0, description="An interval with fewer than sla.min_requests canary "
+                                  "requests extends up to this long.")
     threshold: int = Field(2, ge=1, description="Failed checks before rollback (Flagger's threshold).")
     allow_breaking_change: bool = False
     fail_on_rollback: bool = True
@@ -122,6 +128,12 @@ class DeployConfig(StageConfig):
     smoke: Smoke = Field(default_factory=Smoke)
     local: Local = Field(default_factory=Local)
     cluster: Cluster = Field(default_factory=Cluster)
+
+    @model_validator(mode="after")
+    def _interval(self) -> "DeployConfig":
+        if self.max_interval_s < self.interval_s:
+            raise ValueError("max_interval_s must be at least interval_s")
+        return self
 
     @field_validator("steps")
     @classmethod

@@ -34,6 +34,16 @@ def infer_body(prompt: str, max_new_tokens: int, seed: int = 0) -> bytes:
         {"name": "seed", "shape": [1, 1], "datatype": "INT64", "data": [seed]}]}).encode()
 
 
+def sized_concurrency(cfg, latency_ms: float) -> int:
+    """Clients enough for the smallest step's canary share to reach `sla.min_requests` in
+    `interval_s` at the measured latency (25 % headroom), within the configured range."""
+    import math
+    t = cfg.traffic
+    needed_rps = cfg.sla.min_requests / (cfg.interval_s * min(cfg.steps) / 100.0)
+    want = math.ceil(needed_rps * max(latency_ms, 1.0) / 1000.0 * 1.25)
+    return max(t.concurrency, min(t.max_concurrency, want))
+
+
 class LoadGenerator:
     def __init__(self, host: str, port: int, model: str, roles: dict[str, str], prompts: list[str],
                  max_new_tokens: int, concurrency: int, timeout: float = 30.0, headers: dict | None = None):
@@ -70,8 +80,11 @@ class LoadGenerator:
         return "unknown", False, 0
 
     def run(self, duration: float, on_sample: Callable[[Sample], bool] | None = None,
-            desc: str = "load") -> list[Sample]:
-        """Send requests for `duration` seconds; stop early when `on_sample` returns True."""
+            desc: str = "load", enough: Callable[[], bool] | None = None,
+            max_duration: float | None = None) -> list[Sample]:
+        """Send requests for `duration` seconds, then on until `enough()` holds or
+        `max_duration` has passed; stop at once when `on_sample` returns True."""
+        limit = max(duration, max_duration or duration)
         samples: list[Sample] = []
         lock = threading.Lock()
         stop = threading.Event()
@@ -80,7 +93,10 @@ class LoadGenerator:
 
         def worker() -> None:
             box = [None]
-            while not stop.is_set() and time.monotonic() - start < duration:
+            while not stop.is_set():
+                elapsed = time.monotonic() - start
+                if elapsed >= limit or elapsed >= duration and (enough is None or enough()):
+                    break
                 with lock:
                     n = self._counter
                     self._counter += 1

@@ -16,7 +16,7 @@ from kfp_llmops.components.common.errors import InputError
 from . import metrics as prom
 from . import repository, smoke
 from .config import DeployConfig
-from .loadgen import LoadGenerator
+from .loadgen import LoadGenerator, sized_concurrency
 from .nginx_split import NginxSplit
 from .triton_local import TritonServer, http_get
 
@@ -50,6 +50,7 @@ def _copy_repository(src: str, dst: str) -> None:
 
 class LocalTarget:
     name = "local"
+    attributes = True          # nginx's X-Upstream names the server of every response
 
     def __init__(self, cfg: DeployConfig, state_dir: str, work: str, key_file: str | None = None):
         self.server_env = {"LLMOPS_WATERMARK_KEY_FILE": os.path.abspath(key_file)} if key_file else {}
@@ -62,6 +63,7 @@ class LocalTarget:
         self.split: NginxSplit | None = None
         self.canary_repo: str | None = None
         self.stable_at_start: dict | None = None     # the verified stable this rollout met
+        self.concurrency = cfg.traffic.concurrency    # sized from the warm-up's latency
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -93,6 +95,7 @@ class LocalTarget:
         """A few requests to each server first: a fresh server's first inferences are slow
         (lazy initialisation), which would read as a latency regression of whichever side
         is colder."""
+        slowest = 0.0
         for server in (self.stable, self.canary):
             if server is None:
                 continue
@@ -102,6 +105,10 @@ class LocalTarget:
             LoadGenerator(host, int(port), self.cfg.serving.model_name, {}, ld.prompts, ld.max_new_tokens,
                           min(ld.concurrency, requests), ld.timeout_s).run(
                 30.0, on_sample=lambda s: seen.append(s) or len(seen) >= requests, desc="warm-up")
+            warm = sorted(s.latency_ms for s in seen[len(seen) // 2:] if s.ok)     # the later, warm half
+            if warm:
+                slowest = max(slowest, warm[len(warm) // 2])
+        self.concurrency = sized_concurrency(self.cfg, slowest)
 
     def close(self) -> None:
         for part in (self.split, self.canary, self.stable):
@@ -131,7 +138,7 @@ class LocalTarget:
             roles[self.stable.address] = "stable"
         ld = self.cfg.traffic
         return LoadGenerator(self.split.host, self.split.port, self.cfg.serving.model_name, roles, ld.prompts,
-                             ld.max_new_tokens, ld.concurrency, ld.timeout_s)
+                             ld.max_new_tokens, self.concurrency, ld.timeout_s)
 
     def smoke(self, watermark=None, tokenizer=None) -> dict:
         return smoke.run(self.split.url, self.cfg, watermark, tokenizer)

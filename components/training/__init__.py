@@ -53,12 +53,25 @@ def _seed_from(resume_dir: str, ckpt_dir: str) -> str | None:
     return tag
 
 
+def ranks_for(gpus: str) -> dict:
+    """Config overrides for a pod with `gpus` GPUs: one rank per GPU ("0": none)."""
+    try:
+        n = int(str(gpus).strip() or "0")
+    except ValueError:
+        n = -1
+    if n < 0:
+        from kfp_llmops.components.common.errors import InputError
+        raise InputError(f"gpus: {gpus!r} is not a whole number of GPUs")
+    return {"world_size": n} if n else {}
+
+
 def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir: str,
-                  model, checkpoints_out, metrics, report, train_log, release_dir: str = "") -> str:
+                  model, checkpoints_out, metrics, report, train_log, release_dir: str = "",
+                  gpus: str = "0") -> str:
     """KFP entry: verifies the inputs' roots from their metadata, trains, stamps lineage."""
     from .launch import train
 
-    cfg = TrainConfig.load(config)
+    cfg = TrainConfig.load(config, ranks_for(gpus))
     work = os.path.join(os.path.dirname(model.path), "work")
     ckpt_dir = checkpoint_dir or checkpoints_out.path
     if resume_from is not None:

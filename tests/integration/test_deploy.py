@@ -155,3 +155,33 @@ def test_repository_not_matching_the_blessed_root_is_refused(released, tmp_path,
     code = main(["deploy", "canary", "--repository", repo, "--blessed-root", released["model_root"],
                  "--out", str(tmp_path / "cli"), "--state", str(tmp_path / "st"), "--key-file", released["key"]])
     assert code == 2 and "weights are not the blessed model" in capsys.readouterr().err
+
+
+def test_healthy_canary_with_the_default_config_is_promoted(released, tmp_path):
+    """The defaults a new user gets (steps 5/25/50/100 %, 10 s intervals, min_requests 20):
+    the load is sized to the 5 % step and a short interval extends until it has its
+    samples, so a healthy version is not rolled back for this machine being slow."""
+    cfg = DeployConfig()
+    record, state = _canary(released, tmp_path, cfg)
+    assert record["decision"] == "promoted", record["reason"]
+    assert [iv["percent"] for iv in record["intervals"]][0] == 5
+    assert {iv["percent"] for iv in record["intervals"]} == {5, 25, 50, 100}
+    for iv in record["intervals"]:
+        assert iv["canary"]["requests"] > 0
+        assert iv["seconds"] <= cfg.max_interval_s + cfg.traffic.timeout_s
+    assert read_state(state)["stable"]["version"] == 2
+    assert _no_servers_left()
+
+
+def test_too_little_traffic_extends_the_interval_instead_of_failing_it(released, tmp_path):
+    """A machine too slow for min_requests at the 5 % step (here: min_requests far above
+    what 2 s can bring): each interval waits up to max_interval_s, then judges what came."""
+    cfg = DeployConfig.load("interval_s: 2\nmax_interval_s: 5\nsla: {min_requests: 400}\n")
+    record, _ = _canary(released, tmp_path, cfg)
+    assert record["decision"] == "promoted", record["reason"]
+    first = record["intervals"][0]
+    assert first["percent"] == 5 and 0 < first["canary"]["requests"] < 400
+    assert first["seconds"] >= 4.5                                   # it waited out the bound
+    check = next(c for c in first["checks"] if c["name"] == "canary_requests")
+    assert check["passed"] and "of 400" in check["reason"]
+    assert _no_servers_left()

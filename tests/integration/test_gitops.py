@@ -7,6 +7,7 @@ import os
 import jsonschema
 import pytest
 import yaml
+from strict_schema import validate as strict
 
 from kfp_llmops.components import images
 from kfp_llmops.pipelines import compile as compile_mod
@@ -32,12 +33,9 @@ def test_every_target_is_committed_current_and_byte_deterministic(tmp_path):
 
 
 def test_k8s_target_is_a_pipeline_and_a_valid_pipelineversion():
-    crd = yaml.safe_load(open(os.path.join(SCHEMAS, "kfp-pipelines.kubeflow.org_pipelineversions.crd.yaml")))
-    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for name in compile_mod.PIPELINES:
         for doc in yaml.safe_load_all(open(compile_mod.output_path(compile_mod.COMPILED_DIR, name, "k8s"))):
-            if doc["kind"] == "PipelineVersion":
-                jsonschema.validate(doc, schema)
+            strict(doc)
     pipeline, version = _load("k8s")
     assert pipeline["kind"] == "Pipeline" and version["kind"] == "PipelineVersion"
     assert version["spec"]["pipelineName"] == pipeline["metadata"]["name"] == "llmops-release"
@@ -46,30 +44,21 @@ def test_k8s_target_is_a_pipeline_and_a_valid_pipelineversion():
     bad = json.loads(json.dumps(version))
     del bad["spec"]["pipelineSpec"]
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(bad, schema)
+        strict(bad)
 
 
 def test_argo_target_is_a_valid_standalone_workflowtemplate_of_the_same_dag():
-    full = json.load(open(os.path.join(SCHEMAS, "argo-workflows-v4.1.2.schema.json")))
-    schema = {"$ref": "#/definitions/io.argoproj.workflow.v1alpha1.WorkflowTemplate", "definitions": full["definitions"]}
     (doc,) = _load("argo")
-    jsonschema.validate(doc, schema)
+    strict(doc)
     spec = doc["spec"]
     assert spec["onExit"] == "release-record"
-    tasks = {t["name"]: t for t in spec["templates"][0]["dag"]["tasks"]}
-    kfp_ir = next(yaml.safe_load_all(open(compile_mod.output_path(compile_mod.COMPILED_DIR, "release", "kfp"))))
-    def task_names(node):
-        if isinstance(node, dict):
-            if "taskInfo" in node:
-                yield node["taskInfo"]["name"]
-            for value in node.values():
-                yield from task_names(value)
-        elif isinstance(node, list):
-            for value in node:
-                yield from task_names(value)
-    kfp_names = set(task_names(kfp_ir))
-    assert set(tasks) <= kfp_names                                   # the same stages as the KFP DAG
+    main_dag = next(t for t in spec["templates"] if t["name"] == spec["entrypoint"])
+    tasks = {t["name"]: t for t in main_dag["dag"]["tasks"]}
+    assert list(tasks) == ["validate-dataset", "build-base-model", "train-zero3", "evaluate-llm", "verify-watermark",
+                           "triton-canary-deploy"]                   # every stage, in order (none dropped)
     assert tasks["build-base-model"]["when"] == "'{{tasks.validate-dataset.outputs.parameters.result}}' == 'true'"
+    assert tasks["verify-watermark"]["when"] == "'{{tasks.evaluate-llm.outputs.parameters.result}}' == 'true'"
+    assert tasks["triton-canary-deploy"]["when"] == "'{{tasks.verify-watermark.outputs.parameters.result}}' == 'true'"
     assert tasks["triton-canary-deploy"]["depends"] == "verify-watermark.Succeeded"
     by_name = {t["name"]: t for t in spec["templates"]}
     assert by_name["train-zero3"]["retryStrategy"]["limit"] == "2"
@@ -77,11 +66,17 @@ def test_argo_target_is_a_valid_standalone_workflowtemplate_of_the_same_dag():
     assert by_name["triton-canary-deploy"]["container"]["image"] == images.DEPLOY
     assert by_name["triton-canary-deploy"]["serviceAccountName"] == "llmops-deploy"
     assert "serviceAccountName" not in by_name["evaluate-llm"]          # no API access where none is needed
-    assert all("watermark" not in str(p.get("value", "")) for p in spec["arguments"]["parameters"])   # no key in YAML
+    # The key reaches the pods only as a mounted Secret: no parameter carries it or its path.
+    assert {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v} == {"llmops-watermark-key"}
+    assert not [p for p in spec["arguments"]["parameters"] if "key" in p["name"]]
+    for t in ("verify-watermark", "triton-canary-deploy"):
+        assert {"name": "watermark-key", "mountPath": "/var/run/secrets/kfp-llmops/watermark", "readOnly": True} \
+            in by_name[t]["container"]["volumeMounts"]
+    assert not [m for m in by_name["evaluate-llm"]["container"]["volumeMounts"] if m["name"] == "watermark-key"]
     bad = json.loads(json.dumps(doc))
     bad["spec"]["templates"][1]["container"]["volumeMounts"] = "work"
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(bad, schema)
+        strict(bad)
 
 
 def test_standalone_stage_runner_runs_the_release_dag_and_its_lineage_verifies(tmp_path, monkeypatch):
@@ -91,11 +86,11 @@ def test_standalone_stage_runner_runs_the_release_dag_and_its_lineage_verifies(t
     work, release = str(tmp_path / "work"), str(tmp_path / "release")
     common = ["--work", work, "--param", f"release_dir={release}"]
     params = {
-        "validate_dataset": [f"dataset={data['train']}"],
+        "validate_dataset": [f"dataset_uri={data['train']}"],
         "build_base_model": ["base_model_size=tiny"],
         "train_zero3": ["train_config=steps: 4\ncheckpoint_interval: 2\nmicro_batch: 4\nseq_len: 48\n"],
-        "evaluate_llm": [f"eval_dataset={data['eval']}", "eval_config=generation: {max_new_tokens: 8}\ngate:\n  value: {}\n"],
-        "verify_watermark": [f"eval_dataset={data['eval']}", f"watermark_key_file={key}",
+        "evaluate_llm": [f"eval_dataset_uri={data['eval']}", "eval_config=generation: {max_new_tokens: 8}\ngate:\n  value: {}\n"],
+        "verify_watermark": [f"eval_dataset_uri={data['eval']}", f"watermark_key_file={key}",
                              "watermark_config=delta: 4.0\ngeneration: {max_new_tokens: 112, min_new_tokens: 112}\n"],
         "triton_canary_deploy": [f"watermark_key_file={key}", f"serving_state_dir={tmp_path / 'serving'}",
                                  "deploy_config=interval_s: 3\nwatermark: {delta: 4.0}\nsmoke: {max_new_tokens: 64}\n"],

@@ -1,0 +1,24 @@
+"""Where kfp-llmops's Kubernetes objects live, decided in one place.
+
+In a multi-user Kubeflow each profile has its own namespace and a pipeline pod runs in
+its user's; so an empty setting means "the namespace this pod runs in" (the service
+account's namespace file), then `$LLMOPS_NAMESPACE`, then the single-user default."""
+from __future__ import annotations
+
+import os
+
+DEFAULT_NAMESPACE = "kubeflow"
+POD_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def namespace(explicit: str = "") -> str:
+    if explicit:
+        return explicit
+    try:
+        with open(POD_NAMESPACE_FILE, encoding="utf-8") as handle:
+            found = handle.read().strip()
+        if found:
+            return found
+    except OSError:
+        pass
+    return os.environ.get("LLMOPS_NAMESPACE") or DEFAULT_NAMESPACE

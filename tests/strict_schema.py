@@ -1,0 +1,72 @@
+"""Validation as an API server with strict field validation does it (kubectl's default
+since Kubernetes 1.27): a CRD's or Argo's schema allows unknown fields unless told
+otherwise, the server refuses them. Each object schema that lists `properties` and says
+nothing about others gets `additionalProperties: false`, except where the schema opts
+out (`x-kubernetes-preserve-unknown-fields`). A custom resource's `metadata` is checked
+as ObjectMeta, which the server validates whatever the CRD says."""
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+
+import jsonschema
+import yaml
+
+SCHEMAS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "schemas")
+OBJECT_META = {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
+    k: {} for k in ("name", "generateName", "namespace", "labels", "annotations", "finalizers", "ownerReferences",
+                    "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+                    "deletionGracePeriodSeconds", "managedFields", "selfLink")}}
+CRDS = {("serving.kserve.io/v1beta1", "InferenceService"): "kserve-v0.20.0-inferenceservices.crd.yaml",
+        ("gateway.networking.k8s.io/v1", "HTTPRoute"): "gateway-api-v1.6.1-httproutes.crd.yaml",
+        ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "kubeflow-trainer-v2.3.0-trainjobs.crd.yaml",
+        ("pipelines.kubeflow.org/v2beta1", "Pipeline"): "kfp-pipelines.kubeflow.org_pipelines.crd.yaml",
+        ("pipelines.kubeflow.org/v2beta1", "PipelineVersion"): "kfp-pipelines.kubeflow.org_pipelineversions.crd.yaml"}
+ARGO = "argo-workflows-v4.1.2.schema.json"
+
+
+def closed(schema):
+    """The schema with every listed-properties object closed to unknown fields."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: (closed(v) if k not in ("enum", "required", "default", "example") else v) for k, v in schema.items()}
+    if "properties" in out and "additionalProperties" not in out \
+            and not out.get("x-kubernetes-preserve-unknown-fields"):
+        out["additionalProperties"] = False
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _crd(file: str, version: str) -> dict:
+    crd = yaml.safe_load(open(os.path.join(SCHEMAS, file)))
+    (v,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    schema = closed(copy.deepcopy(v["schema"]["openAPIV3Schema"]))
+    schema["properties"]["metadata"] = OBJECT_META
+    return schema
+
+
+@functools.lru_cache(maxsize=None)
+def _argo(kind: str) -> dict:
+    full = json.load(open(os.path.join(SCHEMAS, ARGO)))
+    return {"$ref": f"#/definitions/io.argoproj.workflow.v1alpha1.{kind}", "definitions": closed(full["definitions"])}
+
+
+def knows(doc: dict) -> bool:
+    return (doc.get("apiVersion"), doc.get("kind")) in CRDS or doc.get("apiVersion") == "argoproj.io/v1alpha1" \
+        and doc.get("kind") in ("WorkflowTemplate", "Workflow", "CronWorkflow")
+
+
+def validate(doc: dict) -> None:
+    """Raise jsonschema.ValidationError as the server would refuse `doc`."""
+    key = (doc.get("apiVersion"), doc.get("kind"))
+    if key in CRDS:
+        jsonschema.validate(doc, _crd(CRDS[key], key[0].split("/")[1]))
+    elif key[0] == "argoproj.io/v1alpha1" and key[1] in ("WorkflowTemplate", "Workflow", "CronWorkflow"):
+        jsonschema.validate(doc, _argo(key[1]))
+    else:
+        import kubernetes_validate
+        kubernetes_validate.validate(doc, "1.32", strict=True)
