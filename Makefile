@@ -13,8 +13,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -e ".[data,train,eval,deploy,dev]"
 	$(PY) -m pip install -q --no-deps nvidia-pytriton==0.7.0
-	command -v nginx >/dev/null || test -x /usr/sbin/nginx || apt-get install -y -q nginx >/dev/null \
-	  || (apt-get update -q >/dev/null && apt-get install -y -q nginx >/dev/null)
+	{ test -x /usr/sbin/nginx && test -x /usr/bin/prometheus; } \
+	  || apt-get install -y -q --no-install-recommends nginx prometheus >/dev/null \
+	  || (apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends nginx prometheus >/dev/null)
 	$(BIN)/llmops deploy setup
 	$(PYTHON) -m venv $(VENV)/checkov
 	$(VENV)/checkov/bin/pip install -q checkov==3.3.30

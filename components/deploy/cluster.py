@@ -3,23 +3,27 @@
 where KServe ignores that field, a Gateway API HTTPRoute whose `backendRefs` weights
 split stable and canary Services.
 
-The manifests are rendered here and validated against the official CRDs in the tests;
-`ClusterTarget` applies them with the Kubernetes client behind the LocalTarget's
-interface. No API server is reachable where this project is tested, so that last thin
-path is not exercised there.
+The manifests are rendered here and validated against the official CRDs, unknown fields
+rejected, in the tests; `ClusterTarget` applies them with the Kubernetes client behind the
+LocalTarget's interface. No API server can run where this project is tested: that thin
+path is tested against a recording stand-in for the API (every body it sends is
+validated strictly), its storage upload against a real filesystem, its PromQL against a
+real Prometheus.
 """
 from __future__ import annotations
 
 import copy
+import json
+import time
 import urllib.request
 
-from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.common.errors import InputError, LlmopsError
 from kfp_llmops.components.common.k8s import namespace
 
-from . import metrics as prom
 from . import smoke
 from .config import DeployConfig
 from .loadgen import LoadGenerator
+from .prometheus import PromQL
 
 KEY_MOUNT = "/var/run/secrets/kfp-llmops/watermark"
 LABELS = {"app.kubernetes.io/part-of": "kfp-llmops", "kfp-llmops/stage": "triton_canary_deploy"}
@@ -27,7 +31,8 @@ LABELS = {"app.kubernetes.io/part-of": "kfp-llmops", "kfp-llmops/stage": "triton
 
 def _storage(cfg: DeployConfig, repository_root: str) -> str:
     """Each repository lives under its own root: what is served is addressed by content."""
-    return cfg.cluster.storage_uri.rstrip("/") + f"/{repository_root}"
+    from .storage import destination
+    return destination(cfg.cluster.storage_uri, repository_root)
 
 
 def render_inference_service(cfg: DeployConfig, repository_root: str, canary_percent: int | None) -> dict:
@@ -100,38 +105,117 @@ def rollout_manifests(cfg: DeployConfig, repository_root: str) -> list[tuple[str
     return out
 
 
+DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
+FIELD_MANAGER = "kfp-llmops"
+PLURALS = {"InferenceService": "inferenceservices", "HTTPRoute": "httproutes"}
+# Knative names a revision's pods <revision>-deployment-<hash>-<hash>.
+REVISION_SELECTOR = 'pod=~"{revision}-deployment-.*"'
+
+
+def kubernetes_api():
+    """The CustomObjectsApi of the cluster this pod runs in (kubeconfig outside one)."""
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        raise InputError("the cluster targets need the `kubernetes` package") from None
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.CustomObjectsApi()
+
+
 class ClusterTarget:
-    """Same methods as LocalTarget; the Kubernetes client is imported only here."""
+    """Same methods as LocalTarget, on KServe (or Gateway API): the repository uploaded
+    under its root and verified, every change server-side applied (so a field left out,
+    like canaryTrafficPercent at promotion, is removed) and waited on until Ready,
+    counters from Prometheus, the interface checked against the live model's metadata
+    (Open Inference Protocol) before any traffic moves. `api` is a CustomObjectsApi."""
 
     name = "cluster"
     attributes = False       # KServe does not say which revision answered
-    stable = "cluster"       # a stable revision is assumed to be serving
-    stable_at_start = None   # not verifiable from here
 
-    def __init__(self, cfg: DeployConfig):
-        if not cfg.cluster.url:
-            raise InputError("cluster.url: needed to send traffic and smoke tests to the cluster target")
-        self.cfg = cfg
+    def __init__(self, cfg: DeployConfig, api=None, log=print):
+        self.cfg, self.log = cfg, log
+        c = cfg.cluster
+        self.namespace = namespace(c.namespace)
+        self.url = c.url or f"http://{c.service_name}.{self.namespace}.svc.cluster.local"
+        self.headers = {"Host": c.hostname} if cfg.target == "gateway" else {}
+        self.promql = PromQL(cfg.metrics.prometheus_url or DEFAULT_PROMETHEUS)
+        self._api = api
         self.repository_root = ""
+        self.storage_uri = ""
+        self.live: dict | None = None            # the InferenceService before this rollout
+        self.stable: str | None = None           # "cluster" when something already serves
+        self.stable_at_start: dict | None = None
 
-    def _api(self):
+    @property
+    def api(self):
+        if self._api is None:
+            self._api = kubernetes_api()
+        return self._api
+
+    # -- the API -------------------------------------------------------------------------
+
+    def _get(self, kind: str) -> dict | None:
+        from kubernetes.client.exceptions import ApiException
+        group, version = ("serving.kserve.io", "v1beta1") if kind == "InferenceService" else (
+            "gateway.networking.k8s.io", "v1")
         try:
-            from kubernetes import client, config
-        except ImportError:
-            raise InputError("the cluster targets need the `kubernetes` package") from None
-        config.load_incluster_config()
-        return client.CustomObjectsApi()
+            return self.api.get_namespaced_custom_object(group, version, self.namespace, PLURALS[kind],
+                                                         self.cfg.cluster.service_name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise LlmopsError(f"{kind} {self.namespace}/{self.cfg.cluster.service_name}: {exc.status} {exc.reason}") \
+                from None
 
-    def _apply(self, manifest: dict) -> None:
+    def _apply(self, manifest: dict) -> dict:
+        """Server-side apply: create or update; fields this manager set before and omits now are removed."""
+        from kubernetes.client.exceptions import ApiException
         group, version = manifest["apiVersion"].split("/")
-        plural = {"InferenceService": "inferenceservices", "HTTPRoute": "httproutes"}[manifest["kind"]]
-        self._api().patch_namespaced_custom_object(group, version, manifest["metadata"]["namespace"], plural,
-                                                   manifest["metadata"]["name"], manifest)
+        meta = manifest["metadata"]
+        try:
+            return self.api.patch_namespaced_custom_object(
+                group, version, meta["namespace"], PLURALS[manifest["kind"]], meta["name"], manifest,
+                field_manager=FIELD_MANAGER, force=True, _content_type="application/apply-patch+yaml")
+        except ApiException as exc:
+            raise LlmopsError(f"{manifest['kind']} {meta['namespace']}/{meta['name']}: apply refused: "
+                              f"{exc.status} {exc.reason}") from None
+
+    def _wait_ready(self) -> dict:
+        """Until the InferenceService reports Ready for its newest generation, or the timeout."""
+        deadline = time.monotonic() + self.cfg.cluster.ready_timeout_s
+        last = ""
+        while True:
+            isvc = self._get("InferenceService") or {}
+            status = isvc.get("status", {})
+            ready = next((c for c in status.get("conditions", []) if c.get("type") == "Ready"), {})
+            current = status.get("observedGeneration", 0) >= isvc.get("metadata", {}).get("generation", 1)
+            if current and ready.get("status") == "True":
+                return isvc
+            last = ready.get("message") or ready.get("reason") or "no Ready condition yet"
+            if time.monotonic() >= deadline:
+                raise LlmopsError(f"InferenceService {self.namespace}/{self.cfg.cluster.service_name} not Ready "
+                                  f"after {self.cfg.cluster.ready_timeout_s:.0f} s: {last}")
+            time.sleep(2.0)
+
+    # -- lifecycle -------------------------------------------------------------------------
 
     def start(self, canary_repo: str) -> None:
-        """The repository is already verified and uploaded under its root (`_storage`)."""
+        """Upload the verified repository under its root; find what serves now."""
         from kfp_llmops.components.common import integrity
+
+        from . import storage
         self.repository_root = integrity.load_manifest(f"{canary_repo}/{integrity.MANIFEST_NAME}")[1]
+        self.storage_uri = storage.upload(canary_repo, self.cfg.cluster.storage_uri, self.cfg.cluster.pvc_mounts,
+                                          self.log)
+        self.live = self._get("InferenceService") if self.cfg.target == "kserve" else None
+        if self.cfg.target == "gateway" or self.live is not None:
+            self.stable = "cluster"
+            annotations = (self.live or {}).get("metadata", {}).get("annotations", {})
+            self.stable_at_start = {"version": None,
+                                    "repository_root": annotations.get("kfp-llmops/repository-root")}
 
     def close(self) -> None:
         pass
@@ -139,38 +223,79 @@ class ClusterTarget:
     def set_canary_percent(self, percent: int) -> None:
         if self.cfg.target == "gateway":
             self._apply(render_httproute(self.cfg, percent))
-        else:
-            self._apply(render_inference_service(self.cfg, self.repository_root, percent if percent < 100 else None))
+            return
+        first = self.stable is None
+        self._apply(render_inference_service(self.cfg, self.repository_root,
+                                             None if first or percent >= 100 else percent))
+        self._wait_ready()
 
     def canary_alive(self) -> bool | None:
         return None
 
+    def _revisions(self) -> dict[str, str]:
+        predictor = ((self._get("InferenceService") or {}).get("status", {}).get("components", {})
+                     .get("predictor", {}))
+        return {"canary": predictor.get("latestCreatedRevision", ""),
+                "stable": predictor.get("previousRolledoutRevision") or predictor.get("latestRolledoutRevision", "")}
+
     def scrape(self, role: str) -> dict | None:
-        url = self.cfg.cluster.canary_metrics_url if role == "canary" else self.cfg.cluster.stable_metrics_url
-        if not url:
-            return None
+        m = self.cfg.metrics
+        selector = m.stable_selector if role == "stable" else m.canary_selector
         try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                return prom.parse(resp.read().decode(), self.cfg.serving.model_name)
-        except OSError:
+            if not selector or "{revision}" in selector:
+                revision = self._revisions().get(role) if self.cfg.target == "kserve" else ""
+                if not revision:
+                    return None
+                selector = (selector or REVISION_SELECTOR).replace("{revision}", revision)
+            if not self.promql.wait_fresh([selector], time.time(), m.freshness_timeout_s):
+                return None
+            return self.promql.counters(self.cfg.serving.model_name, selector)
+        except (OSError, LlmopsError):
             return None
 
     def load(self) -> LoadGenerator:
         from urllib.parse import urlsplit
-        u = urlsplit(self.cfg.cluster.url)
+        u = urlsplit(self.url)
         t = self.cfg.traffic
         return LoadGenerator(u.hostname, u.port or 80, self.cfg.serving.model_name, {}, t.prompts, t.max_new_tokens,
-                             t.concurrency, t.timeout_s, headers={"Host": self.cfg.cluster.hostname})
+                             t.concurrency, t.timeout_s, headers=self.headers)
 
     def smoke(self, watermark=None, tokenizer=None) -> dict:
-        return smoke.run(self.cfg.cluster.url, self.cfg, watermark, tokenizer)
+        return smoke.run(self.url, self.cfg, watermark, tokenizer)
 
     def interfaces(self):
-        return None
+        """(stable metadata, stable config) from the live model over the Open Inference
+        Protocol, and the new repository's declared interface; None on a first release."""
+        if self.stable is None:
+            return None
+        from . import repository
+        name = self.cfg.serving.model_name
+        live = []
+        for path in (f"/v2/models/{name}", f"/v2/models/{name}/config"):
+            req = urllib.request.Request(self.url + path, headers=self.headers)
+            try:
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    live.append(json.load(resp))
+            except OSError as exc:
+                raise InputError(f"{self.url}{path}: the live model did not describe itself: {exc}") from None
+        return (*live, *repository.declared_interface(self.cfg))
 
     def rollback(self) -> dict:
-        self.set_canary_percent(0)
+        if self.cfg.target == "gateway":
+            self._apply(render_httproute(self.cfg, 0))
+        elif self.live is not None:
+            self._apply(self.live_manifest())      # the spec that served before, canary removed
+            self._wait_ready()
         return {"canary_percent": 0}
+
+    def live_manifest(self) -> dict:
+        """What served before this rollout, as an apply body (its spec, our metadata)."""
+        old = self.live or {}
+        annotations = old.get("metadata", {}).get("annotations", {})
+        doc = render_inference_service(self.cfg, annotations.get("kfp-llmops/repository-root", ""), None)
+        doc["spec"] = copy.deepcopy(old.get("spec", doc["spec"]))
+        doc["spec"].get("predictor", {}).pop("canaryTrafficPercent", None)
+        return doc
 
     def promote(self, info: dict) -> None:
         self.set_canary_percent(100)

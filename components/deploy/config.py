@@ -81,6 +81,21 @@ class Smoke(_Section):
     requests: int = Field(3, ge=1, description="Watermark is judged on their concatenated tokens.")
 
 
+class MetricsSource(_Section):
+    """Where each interval's Triton counters come from. The cluster targets always query
+    Prometheus; the local target scrapes its servers directly unless told otherwise."""
+    source: Literal["direct", "prometheus"] = Field("direct", description="direct: scrape each local Triton "
+                                                    "server; prometheus: PromQL against prometheus_url.")
+    prometheus_url: str = Field("", description="Empty: the local target starts a Prometheus beside its servers; "
+                                "the cluster targets use " + "http://prometheus-operated.monitoring.svc:9090.")
+    stable_selector: str = Field("", description='PromQL label matchers for stable\'s series; empty: job="stable" '
+                                 '(local) or the stable revision\'s pods (cluster; "{revision}" is filled in).')
+    canary_selector: str = Field("", description="The same for the canary.")
+    scrape_interval_s: float = Field(1.0, gt=0, description="Scrape interval of the local Prometheus.")
+    freshness_timeout_s: float = Field(10.0, gt=0, description="How long to wait for a scrape newer than the "
+                                       "interval's end before its counters are read.")
+
+
 class Local(_Section):
     state_dir: str = Field("", description="Where the promoted repositories live; default next to the outputs.")
     startup_timeout_s: float = Field(120.0, gt=0)
@@ -90,7 +105,8 @@ class Local(_Section):
 class Cluster(_Section):
     namespace: str = Field("", description="Empty: the namespace this pod runs in (common/k8s.py).")
     service_name: str = "llm"
-    storage_uri: str = Field("pvc://model-repository/", description="Where the cluster reads the repository.")
+    storage_uri: str = Field("pvc://llmops-release/models", description="Where the repository is uploaded (under "
+                             "its root) and KServe reads it: pvc://, s3://, gs://.")
     gateway_name: str = "llm-gateway"
     hostname: str = "llm.example.com"
     stable_service: str = "llm-stable"
@@ -100,8 +116,9 @@ class Cluster(_Section):
                                                          "canaryTrafficPercent: use target gateway there.")
     url: str = Field("", description="Where the load generator and smoke tests reach the model; empty: the "
                      "InferenceService's in-cluster address.")
-    stable_metrics_url: str = ""
-    canary_metrics_url: str = ""
+    pvc_mounts: dict[str, str] = Field(default_factory=lambda: {"llmops-release": "/mnt/release"},
+                                       description="Where this pod mounts the claims a pvc:// storage_uri names.")
+    ready_timeout_s: float = Field(900.0, gt=0, description="How long to wait for the InferenceService to be Ready.")
     key_secret: str = Field("llmops-watermark-key", description="Secret holding the watermark key (never its value).")
     service_account: str = "llmops-deploy"
     cpu: str = "2"
@@ -128,6 +145,7 @@ class DeployConfig(StageConfig):
     smoke: Smoke = Field(default_factory=Smoke)
     local: Local = Field(default_factory=Local)
     cluster: Cluster = Field(default_factory=Cluster)
+    metrics: MetricsSource = Field(default_factory=MetricsSource)
 
     @model_validator(mode="after")
     def _interval(self) -> "DeployConfig":

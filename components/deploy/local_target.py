@@ -18,6 +18,7 @@ from . import repository, smoke
 from .config import DeployConfig
 from .loadgen import LoadGenerator, sized_concurrency
 from .nginx_split import NginxSplit
+from .prometheus import LocalPrometheus, PromQL
 from .triton_local import TritonServer, http_get
 
 STATE = "state.json"
@@ -64,6 +65,8 @@ class LocalTarget:
         self.canary_repo: str | None = None
         self.stable_at_start: dict | None = None     # the verified stable this rollout met
         self.concurrency = cfg.traffic.concurrency    # sized from the warm-up's latency
+        self.prometheus = None                        # LocalPrometheus, when this target started one
+        self.promql = None                            # PromQL, when metrics come from Prometheus
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -89,6 +92,14 @@ class LocalTarget:
                 server.wait_ready(timeout)
         self.split = NginxSplit(self.work, self.stable.address if self.stable else None, self.canary.address, host)
         self.split.start(0 if has_stable else 100)
+        if self.cfg.metrics.source == "prometheus":
+            url = self.cfg.metrics.prometheus_url
+            if not url:
+                targets = {role: f"{host}:{s.metrics_port}" for role, s in (("stable", self.stable),
+                                                                            ("canary", self.canary)) if s}
+                self.prometheus = LocalPrometheus(self.work, targets, self.cfg.metrics.scrape_interval_s, host).start()
+                url = self.prometheus.url
+            self.promql = PromQL(url)
         self.warm_up()
 
     def warm_up(self, requests: int = 8) -> None:
@@ -111,7 +122,7 @@ class LocalTarget:
         self.concurrency = sized_concurrency(self.cfg, slowest)
 
     def close(self) -> None:
-        for part in (self.split, self.canary, self.stable):
+        for part in (self.split, self.canary, self.stable, self.prometheus):
             if part is not None:
                 part.stop()
 
@@ -128,6 +139,12 @@ class LocalTarget:
         if server is None:
             return None
         try:
+            if self.promql is not None:
+                m = self.cfg.metrics
+                selector = (m.stable_selector if role == "stable" else m.canary_selector) or f'job="{role}"'
+                if not self.promql.wait_fresh([selector], time.time(), m.freshness_timeout_s):
+                    return None
+                return self.promql.counters(self.cfg.serving.model_name, selector)
             return prom.parse(server.metrics_text(), self.cfg.serving.model_name)
         except OSError:
             return None

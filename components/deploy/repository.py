@@ -37,6 +37,22 @@ def render_config(cfg: DeployConfig, version: int) -> str:
             f"dynamic_batching {{ max_queue_delay_microseconds: {s.max_queue_delay_us} }}\n")
 
 
+_WIRE = {"TYPE_STRING": "BYTES", "TYPE_INT32": "INT32", "TYPE_FP32": "FP32", "TYPE_INT64": "INT64"}
+
+
+def declared_interface(cfg: DeployConfig) -> tuple[dict, dict]:
+    """(metadata, config) as Triton's HTTP API reports them for the repository this config
+    builds: the canary side of the interface check where the canary cannot be asked
+    before traffic moves (KServe). A test checks it against a live server's answers."""
+    batch = [-1] if cfg.serving.max_batch_size > 0 else []
+    meta = {"inputs": [{"name": n, "datatype": _WIRE[t], "shape": batch + [1]} for n, (t, _) in INPUTS.items()],
+            "outputs": [{"name": n, "datatype": _WIRE[t], "shape": batch + [1]} for n, t in OUTPUTS.items()]}
+    config = {"max_batch_size": cfg.serving.max_batch_size,
+              "input": [{"name": n, "optional": opt} for n, (_, opt) in INPUTS.items()],
+              "output": [{"name": n} for n in OUTPUTS]}
+    return meta, config
+
+
 def serving_settings(cfg: DeployConfig, model_root: str, version: int) -> dict:
     return {"version": version, "model_root": model_root, "max_new_tokens": cfg.serving.max_new_tokens,
             "temperature": cfg.serving.temperature, "key_file": cfg.serving.key_file,

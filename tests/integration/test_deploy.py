@@ -18,7 +18,8 @@ from helpers import tiny_model
 pytestmark = pytest.mark.timeout(300)
 
 FAST = ("interval_s: 3\nsteps: [50, 100]\nwatermark: {delta: 4.0}\nsla: {min_requests: 10}\n"
-        "smoke: {max_new_tokens: 48, requests: 3}\nlocal: {startup_timeout_s: 150}\n")
+        "smoke: {max_new_tokens: 48, requests: 3}\nlocal: {startup_timeout_s: 150}\n"
+        "metrics: {source: prometheus}\n")    # a real Prometheus scrapes both servers; PromQL reads it
 
 
 def _cfg(**drill) -> DeployConfig:
@@ -184,4 +185,23 @@ def test_too_little_traffic_extends_the_interval_instead_of_failing_it(released,
     assert first["seconds"] >= 4.5                                   # it waited out the bound
     check = next(c for c in first["checks"] if c["name"] == "canary_requests")
     assert check["passed"] and "of 400" in check["reason"]
+    assert _no_servers_left()
+
+
+def test_the_declared_interface_is_what_triton_reports(released, tmp_path):
+    """The cluster target compares the live model with the new repository's declared
+    interface; that declaration must be exactly what a Triton server says of it."""
+    from kfp_llmops.components.deploy import interface
+    from kfp_llmops.components.deploy.repository import declared_interface
+    from kfp_llmops.components.deploy.triton_local import TritonServer, http_get
+    server = TritonServer(os.path.join(released["state"], "stable"), str(tmp_path), "stable",
+                          env={"LLMOPS_WATERMARK_KEY_FILE": released["key"]}).start()
+    try:
+        server.wait_ready(150)
+        live = [json.loads(http_get(server.url + p)[1]) for p in ("/v2/models/llm", "/v2/models/llm/config")]
+    finally:
+        server.stop()
+    assert interface.compare(*live, *declared_interface(_cfg())) == []
+    unbatched = DeployConfig.load(FAST + "serving: {max_batch_size: 1}\n")
+    assert interface.compare(*live, *declared_interface(unbatched)) == []
     assert _no_servers_left()

@@ -1,0 +1,150 @@
+"""The cluster deploy path up to the API boundary: the repository upload (real fsspec
+filesystems, re-hashed after upload), and ClusterTarget's calls against a recording
+stand-in for the Kubernetes API that refuses, as a strict API server does, any body
+with unknown fields, and answers with KServe-shaped status."""
+import copy
+import os
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from kfp_llmops.components.common import integrity
+from kfp_llmops.components.common.errors import InputError, LlmopsError
+from kfp_llmops.components.deploy import DeployConfig, storage
+from kfp_llmops.components.deploy.cluster import FIELD_MANAGER, ClusterTarget
+from strict_schema import validate as strict
+
+
+def _repo(tmp_path) -> tuple[str, str]:
+    repo = tmp_path / "repo"
+    (repo / "llm" / "1" / "weights").mkdir(parents=True)
+    (repo / "llm" / "config.pbtxt").write_text('name: "llm"\n')
+    (repo / "llm" / "1" / "weights" / "model.safetensors").write_bytes(os.urandom(3 * 4096 + 17))
+    root = integrity.write_manifest(str(repo / integrity.MANIFEST_NAME),
+                                    integrity.hash_directory(str(repo), chunk_size=4096))
+    return str(repo), root
+
+
+def test_upload_lands_under_the_root_is_reverified_and_idempotent(tmp_path):
+    repo, root = _repo(tmp_path)
+    uri = storage.upload(repo, f"file://{tmp_path}/bucket/models", log=lambda *_: None)
+    assert uri == f"file://{tmp_path}/bucket/models/{root}"
+    stored = tmp_path / "bucket" / "models" / root
+    assert integrity.verify_sealed(str(stored), root) == root
+    assert storage.upload(repo, f"file://{tmp_path}/bucket/models", log=lambda *_: None) == uri     # kept
+    weights = stored / "llm" / "1" / "weights" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[2 * 4096 + 5] ^= 1
+    weights.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=r"model.safetensors: stored bytes differ .*chunk 2"):
+        storage.upload(repo, f"file://{tmp_path}/bucket/models", log=lambda *_: None)
+    (stored / "llm" / "extra.txt").write_text("x")
+    with pytest.raises(InputError, match="unexpected llm/extra.txt"):
+        storage.upload(repo, f"file://{tmp_path}/bucket/models", log=lambda *_: None)
+
+
+def test_pvc_uris_go_through_the_claims_mount(tmp_path):
+    repo, root = _repo(tmp_path)
+    mounts = {"llmops-release": str(tmp_path / "mnt")}
+    uri = storage.upload(repo, "pvc://llmops-release/models", mounts, log=lambda *_: None)
+    assert uri == f"pvc://llmops-release/models/{root}"
+    assert integrity.verify_sealed(str(tmp_path / "mnt" / "models" / root), root) == root
+    with pytest.raises(InputError, match="claim 'other' is not mounted"):
+        storage.upload(repo, "pvc://other/models", mounts, log=lambda *_: None)
+
+
+class RecordingApi:
+    """CustomObjectsApi's slice the target uses. Applied bodies must pass strict
+    validation; each apply bumps generation and the object turns Ready after `lag` gets."""
+
+    def __init__(self, lag: int = 1, ready: bool = True):
+        self.objects, self.calls, self.lag, self.ready = {}, [], lag, ready
+
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+        obj = self.objects.get((plural, namespace, name))
+        if obj is None:
+            raise ApiException(status=404, reason="Not Found")
+        obj["_gets"] += 1
+        if self.ready and obj["_gets"] > self.lag:
+            pred = obj["status"].setdefault("components", {}).setdefault("predictor", {})
+            obj["status"].update(observedGeneration=obj["metadata"]["generation"],
+                                 conditions=[{"type": "Ready", "status": "True"}])
+            pred["latestCreatedRevision"] = f"llm-predictor-{obj['metadata']['generation']:05d}"
+        return {k: v for k, v in copy.deepcopy(obj).items() if k != "_gets"}
+
+    def patch_namespaced_custom_object(self, group, version, namespace, plural, name, body, **kwargs):
+        strict(body)
+        self.calls.append((body, kwargs))
+        old = self.objects.get((plural, namespace, name))
+        generation = old["metadata"]["generation"] + 1 if old else 1
+        obj = copy.deepcopy(body)                      # apply: the body is the whole intent of this manager
+        obj["metadata"]["generation"] = generation
+        obj["status"] = {"conditions": [{"type": "Ready", "status": "False", "message": "Revision missing"}]}
+        obj["_gets"] = 0
+        self.objects[(plural, namespace, name)] = obj
+        return obj
+
+
+def _target(tmp_path, api, text=""):
+    cfg = DeployConfig.load(f"target: kserve\ncluster: {{namespace: team-a, storage_uri: 'file://{tmp_path}/s3', "
+                            f"ready_timeout_s: 30}}\n{text}")
+    return ClusterTarget(cfg, api=api, log=lambda *_: None)
+
+
+def test_first_release_creates_the_inference_service_by_server_side_apply(tmp_path, monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    repo, root = _repo(tmp_path)
+    api = RecordingApi()
+    target = _target(tmp_path, api)
+    target.start(repo)
+    assert target.stable is None and target.interfaces() is None
+    target.set_canary_percent(100)
+    (body, kwargs) = api.calls[0]
+    assert kwargs == {"field_manager": FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
+    assert body["metadata"]["namespace"] == "team-a"
+    assert body["spec"]["predictor"]["model"]["storageUri"] == f"file://{tmp_path}/s3/{root}"
+    assert "canaryTrafficPercent" not in body["spec"]["predictor"]
+    assert integrity.verify_sealed(str(tmp_path / "s3" / root), root) == root     # uploaded before it is named
+
+
+def test_canary_steps_promote_by_leaving_the_field_out_and_rollback_restores_the_old_spec(tmp_path, monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    repo, root = _repo(tmp_path)
+    api = RecordingApi()
+    old = _target(tmp_path, api)
+    old.repository_root = "cd" * 32
+    old.set_canary_percent(100)                                     # what serves before this rollout
+    target = _target(tmp_path, api)
+    target.start(repo)
+    assert target.stable == "cluster" and target.stable_at_start["repository_root"] == "cd" * 32
+    target.set_canary_percent(5)
+    assert api.calls[-1][0]["spec"]["predictor"]["canaryTrafficPercent"] == 5
+    assert api.calls[-1][0]["spec"]["predictor"]["model"]["storageUri"].endswith(root)
+    target.promote({})
+    assert "canaryTrafficPercent" not in api.calls[-1][0]["spec"]["predictor"]
+    target.rollback()
+    restored = api.calls[-1][0]
+    assert restored["spec"]["predictor"]["model"]["storageUri"].endswith("cd" * 32)
+    assert "canaryTrafficPercent" not in restored["spec"]["predictor"]
+
+
+def test_an_inference_service_that_never_gets_ready_fails_with_its_own_reason(tmp_path, monkeypatch):
+    clock = iter(range(0, 10_000, 5))
+    monkeypatch.setattr("time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    repo, _ = _repo(tmp_path)
+    target = _target(tmp_path, RecordingApi(ready=False))
+    target.start(repo)
+    with pytest.raises(LlmopsError, match=r"team-a/llm not Ready after 30 s: Revision missing"):
+        target.set_canary_percent(100)
+
+
+def test_cluster_defaults_need_no_settings_beyond_the_namespace(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMOPS_NAMESPACE", "team-b")
+    monkeypatch.setattr("kfp_llmops.components.common.k8s.POD_NAMESPACE_FILE", str(tmp_path / "none"))
+    target = ClusterTarget(DeployConfig.load("target: kserve\n"), api=RecordingApi())
+    assert target.url == "http://llm.team-b.svc.cluster.local"
+    assert target.promql.url == "http://prometheus-operated.monitoring.svc:9090"
+    (tmp_path / "ns").write_text("team-c\n")
+    monkeypatch.setattr("kfp_llmops.components.common.k8s.POD_NAMESPACE_FILE", str(tmp_path / "ns"))
+    assert ClusterTarget(DeployConfig.load("target: kserve\n"), api=RecordingApi()).namespace == "team-c"
