@@ -6,8 +6,14 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 RUN ?= runs/demo
+ENGINES := $(VENV)/.engines
+# Where the images' Python comes from: auto (the pinned python:3.11-slim digest when a
+# registry answers, else Debian packages), pinned, or debian.
+BASE_SOURCE ?= auto
+REGISTRY ?=
+TAG ?=
 
-.PHONY: demo test bench compile check lint images clean
+.PHONY: demo demo-containers test bench compile check lint images push clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,10 +31,31 @@ $(VENV)/.bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[data,train,eval,deploy,dev,bench]"
 	touch $@
 
+# Container engines: podman/buildah build, dockerd runs (kfp.local's DockerRunner).
+$(ENGINES): $(STAMP)
+	{ command -v podman && command -v dockerd && command -v debootstrap && command -v iptables; } >/dev/null \
+	  || apt-get install -y -q --no-install-recommends podman buildah debootstrap runc iptables docker.io uidmap >/dev/null \
+	  || (apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends podman buildah debootstrap \
+	      runc iptables docker.io uidmap >/dev/null)
+	touch $@
+
 demo: $(STAMP)
 	$(BIN)/llmops run --out $(RUN)
 
-test: $(STAMP)
+# Build (or reuse) the five stage images and load them into dockerd (started if needed).
+images: $(ENGINES)
+	$(BIN)/llmops images build --base-source $(BASE_SOURCE)
+
+push: images
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=registry.example.com/ml [TAG=...]"; exit 2; }
+	$(BIN)/llmops images push --registry $(REGISTRY) $(if $(TAG),--tag $(TAG))
+
+# The release DAG with every stage in its own image (kfp.local DockerRunner).
+demo-containers: images
+	$(BIN)/llmops run --containers --out runs/demo-containers
+	$(BIN)/llmops lineage verify runs/demo-containers/pipeline_root/.llmops/release/record.json
+
+test: $(STAMP) images
 	$(BIN)/ruff check --select F,E9 components pipelines tests
 	$(BIN)/llmops compile --check
 	$(PY) -m pytest -q tests

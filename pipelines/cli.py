@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import click
@@ -402,10 +403,32 @@ def stage_run(name, work, params) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Output folder (default: the package's pipelines/compiled).")
 @click.option("--check", is_flag=True, help="Exit 1 if the committed output differs (GitOps drift gate).")
-def compile_cmd(targets, out_dir, check) -> None:
+@click.option("--registry", envvar="LLMOPS_REGISTRY", help="Compile against images under this registry "
+              "(or $LLMOPS_REGISTRY), e.g. registry.example.com/ml.")
+@click.option("--tag", envvar="LLMOPS_IMAGE_TAG", help="Image tag (default: the package version).")
+@click.option("--digests", type=click.Path(exists=True, dir_okay=False), envvar="LLMOPS_IMAGE_DIGESTS",
+              help="JSON {stage: sha256:...} (`llmops images push` writes it): reference images by digest.")
+def compile_cmd(targets, out_dir, check, registry, tag, digests) -> None:
     """Compile every pipeline to each target (byte-deterministic)."""
+    from kfp_llmops.components import images
+
     from .compile import COMPILED_DIR, TARGETS, compile_all
 
+    wanted = {"LLMOPS_REGISTRY": (registry or "").rstrip("/"), "LLMOPS_IMAGE_TAG": tag or "",
+              "LLMOPS_IMAGE_DIGESTS": os.path.abspath(digests) if digests else ""}
+    if any(wanted.values()) or images.customized():
+        if not out_dir:
+            raise LlmopsError("--registry/--tag/--digests (or their variables) would write other image names into "
+                              "the committed pipelines/compiled; pass --out DIR")
+        current = {"LLMOPS_REGISTRY": images.REGISTRY if images.REGISTRY != images.DEFAULT_REGISTRY else "",
+                   "LLMOPS_IMAGE_TAG": images.TAG if images.TAG != images.VERSION else "",
+                   "LLMOPS_IMAGE_DIGESTS": os.environ.get("LLMOPS_IMAGE_DIGESTS", "")}
+        if current != wanted:        # image names are fixed at import: compile in a fresh interpreter
+            argv = [sys.executable, "-m", "kfp_llmops.pipelines.cli", "compile", "--out", out_dir]
+            argv += [a for t in targets for a in ("--target", t)] + (["--check"] if check else [])
+            env = {k: v for k, v in os.environ.items() if k not in wanted}
+            env.update({k: v for k, v in wanted.items() if v})
+            raise click.exceptions.Exit(subprocess.run(argv, env=env).returncode)
     target = out_dir or COMPILED_DIR
     stale = compile_all(target, check=check, targets=tuple(targets) or TARGETS)
     if not out_dir and not targets:          # in a source checkout, manifests/ is kept in step too
@@ -438,6 +461,56 @@ def submit_cmd(pipeline, package, host, namespace, experiment, run_name, params)
     click.echo(f"run {result['run_id']} of {result['version']}: {result['url']}")
 
 
+@cli.group("images")
+def images_group() -> None:
+    """Build the stage images, load them into dockerd, push them to your registry."""
+
+
+@images_group.command("build")
+@click.option("--base-source", type=click.Choice(["auto", "pinned", "debian"]), default="auto", show_default=True,
+              help="pinned: the python:3.11-slim digest (needs a registry); debian: a Python 3.11 base "
+                   "bootstrapped from Debian packages; auto: pinned when a registry answers.")
+@click.option("--stage", "stages", multiple=True, type=click.Choice(["base", "data", "train", "eval", "deploy"]),
+              help="Only these images (repeatable; default all).")
+@click.option("--load/--no-load", default=True, show_default=True, help="Also load them into dockerd.")
+def images_build(base_source, stages, load) -> None:
+    """Build (or reuse, when built from the same sources) the stage images with podman."""
+    from .containers import build, docker_ready, load_into_docker
+
+    report = build(base_source, list(stages) or None)
+    for stage, r in report.items():
+        how = "reused" if r["reused"] else f"built in {r['seconds']:.0f} s"
+        click.echo(f"{r['image']:<40} {r['bytes'] / 1e6:7.0f} MB  {how}")
+    if load:
+        docker_ready(start=True)
+        load_into_docker(list(stages) or None)
+        click.echo("loaded into dockerd")
+
+
+@images_group.command("check")
+def images_check() -> None:
+    """Exit 0 when dockerd has every stage image, built from this tree."""
+    from .containers import check_runnable, docker_ready
+
+    docker_ready()
+    check_runnable()
+    click.echo("every stage image is in dockerd and built from this tree")
+
+
+@images_group.command("push")
+@click.option("--registry", required=True, envvar="LLMOPS_REGISTRY", help="Target registry (or $LLMOPS_REGISTRY).")
+@click.option("--tag", envvar="LLMOPS_IMAGE_TAG", help="Tag (default: the package version).")
+@click.option("--digests", "digests_file", type=click.Path(dir_okay=False), default="build/images/digests.json",
+              show_default=True, help="Where to write {stage: digest} for `llmops compile --digests`.")
+def images_push(registry, tag, digests_file) -> None:
+    """Tag and push every stage image; write their digests."""
+    from .containers import push
+
+    os.makedirs(os.path.dirname(os.path.abspath(digests_file)), exist_ok=True)
+    push(registry, tag, digests_file)
+    click.echo(f"digests: {digests_file} (llmops compile --registry {registry} --digests {digests_file} --out DIR)")
+
+
 @cli.command("run")
 @click.option("--out", "out_dir", default="runs/demo", show_default=True, type=click.Path(file_okay=False),
               help="Run folder: data, pipeline outputs, summary.json.")
@@ -451,13 +524,17 @@ def submit_cmd(pipeline, package, host, namespace, experiment, run_name, params)
 @click.option("--train-config", "train_config_path", type=click.Path(exists=True, dir_okay=False),
               help="Training config YAML passed to the pipeline.")
 @click.option("--base-model-size", type=click.Choice(["demo", "tiny"]), default="demo", show_default=True)
-def run_cmd(out_dir, pipeline, dataset, rows, policy, config_path, train_config_path, base_model_size) -> None:
-    """Run a pipeline locally through kfp.local (SubprocessRunner)."""
+@click.option("--containers", is_flag=True, help="Run every stage in its image through kfp.local's DockerRunner "
+              "(dockerd; `make images` first), as the images' user, with no network.")
+def run_cmd(out_dir, pipeline, dataset, rows, policy, config_path, train_config_path, base_model_size,
+            containers) -> None:
+    """Run a pipeline locally through kfp.local (SubprocessRunner, or DockerRunner with --containers)."""
     from .local_run import format_summary, run_local
 
     data_config = open(config_path, encoding="utf-8").read() if config_path else ""
     train_config = open(train_config_path, encoding="utf-8").read() if train_config_path else ""
-    summary = run_local(out_dir, pipeline, rows, policy, data_config, dataset, train_config, base_model_size)
+    summary = run_local(out_dir, pipeline, rows, policy, data_config, dataset, train_config, base_model_size,
+                        containers=containers)
     click.echo(format_summary(summary))
 
 

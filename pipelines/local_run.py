@@ -8,6 +8,8 @@ import shutil
 import time
 import warnings
 
+from kfp_llmops.components.common.errors import InputError
+
 from .demo_data import make_demo_dataset
 from .release import LOCAL_PIPELINES
 
@@ -34,37 +36,77 @@ def _demo_key(out_dir: str) -> str:
     return path
 
 
+HOST_DIR = ".llmops"      # container runs: host-side inputs and state under the pipeline root
+IMAGE_UID = 10001       # the stage images' user (images/Dockerfile.base)
+
+
+def _share(path: str) -> None:
+    """Make a host folder or file usable by the images' non-root user."""
+    if os.geteuid() == 0:
+        for d, dirs, files in os.walk(path) if os.path.isdir(path) else [(os.path.dirname(path), [], [path])]:
+            for name in ([d] if os.path.isdir(path) else []) + [os.path.join(d, f) for f in dirs + files]:
+                os.chown(name, IMAGE_UID, IMAGE_UID)
+    else:
+        os.chmod(path, 0o777 if os.path.isdir(path) else 0o644)
+
+
 def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_policy: str = "balanced",
               data_config: str = "", dataset: str | None = None, train_config: str = "",
               base_model_size: str = "demo", eval_dataset: str | None = None, eval_config: str = "",
-              watermark_config: str = DEMO_WATERMARK, deploy_config: str = DEMO_DEPLOY) -> dict:
-    """Run `pipeline` locally; returns (and writes) the run summary built from the task outputs."""
+              watermark_config: str = DEMO_WATERMARK, deploy_config: str = DEMO_DEPLOY,
+              containers: bool = False) -> dict:
+    """Run `pipeline` locally; returns (and writes) the run summary built from the task outputs.
+
+    With `containers`, every task runs in its stage image through kfp.local's DockerRunner
+    (dockerd), as the image's non-root user, with no network (the deploy stage's servers
+    talk over the container's own loopback). DockerRunner mounts only the pipeline root,
+    so the data, the key, the release folder and the serving state live under
+    `<pipeline root>/.llmops/` (the serving state outlives runs, as it does without)."""
     from kfp import local
 
     out_dir = os.path.abspath(out_dir)
     root = os.path.join(out_dir, "pipeline_root")
-    for stale in (root, os.path.join(out_dir, "workspace")):
+    host = os.path.join(root, HOST_DIR) if containers else out_dir
+    os.makedirs(root, exist_ok=True)
+    for stale in [os.path.join(root, d) for d in os.listdir(root) if d != HOST_DIR] + [os.path.join(out_dir, "workspace")]:
         shutil.rmtree(stale, ignore_errors=True)
-    data = make_demo_dataset(os.path.join(out_dir, "data"), rows)
-    if dataset:
-        data["train"] = os.path.abspath(dataset)
-    if eval_dataset:
-        data["eval"] = os.path.abspath(eval_dataset)
-    key_file = _demo_key(out_dir)
-    release_dir = os.path.join(out_dir, "release")
+    data = make_demo_dataset(os.path.join(host, "data"), rows) if not (dataset and eval_dataset) else {}
+    for name, given in (("train", dataset), ("eval", eval_dataset)):
+        if given:
+            data[name] = os.path.abspath(given)
+            if containers:          # only the pipeline root is visible inside the containers
+                os.makedirs(os.path.join(host, "data"), exist_ok=True)
+                data[name] = shutil.copy(data[name], os.path.join(host, "data", f"{name}-{os.path.basename(given)}"))
+    key_file = _demo_key(host)
+    release_dir = os.path.join(host, "release")
     shutil.rmtree(release_dir, ignore_errors=True)
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=root,
-               workspace_root=os.path.join(out_dir, "workspace"))
+    serving = os.path.join(host, "serving")
+    if containers:
+        from .containers import check_runnable, docker_ready
+        try:
+            import docker  # noqa: F401 - kfp.local's DockerRunner drives dockerd through it
+        except ImportError:
+            raise InputError("--containers needs the `docker` Python package (the dev extra has it)") from None
+        docker_ready()
+        check_runnable()
+        for d in (release_dir, serving):
+            os.makedirs(d, exist_ok=True)
+        _share(root)
+        runner = local.DockerRunner(network_mode="none", shm_size="1g")
+    else:
+        runner = local.SubprocessRunner(use_venv=False)
+    local.init(runner=runner, pipeline_root=root, workspace_root=os.path.join(out_dir, "workspace"))
     started = time.time()
     with warnings.catch_warnings():
         # The stage images hold this package; locally the current venv plays that role.
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
         LOCAL_PIPELINES[pipeline](dataset_uri=data["train"], eval_dataset_uri=data["eval"], data_config=data_config,
-                            pii_policy=pii_policy, train_config=train_config, base_model_size=base_model_size,
-                            eval_config=eval_config, watermark_config=watermark_config, watermark_key_file=key_file,
-                            deploy_config=deploy_config, serving_state_dir=os.path.join(out_dir, "serving"),
-                            release_dir=release_dir)
+                                  pii_policy=pii_policy, train_config=train_config, base_model_size=base_model_size,
+                                  eval_config=eval_config, watermark_config=watermark_config,
+                                  watermark_key_file=key_file, deploy_config=deploy_config,
+                                  serving_state_dir=serving, release_dir=release_dir)
     summary = {"pipeline": pipeline, "run_folder": out_dir, "elapsed_s": round(time.time() - started, 1),
+               "runner": "docker" if containers else "subprocess",
                "release_record": os.path.join(release_dir, "record.json"),
                "dataset": data["train"], "eval_dataset": data.get("eval"), "stages": collect_stages(root)}
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as handle:
@@ -85,7 +127,7 @@ def _task_outputs(run_dir: str, task: str) -> dict | None:
 
 def collect_stages(pipeline_root: str) -> list[dict]:
     """One summary row per stage that ran, from the executor outputs kfp.local wrote."""
-    runs = sorted(os.listdir(pipeline_root))
+    runs = sorted(d for d in os.listdir(pipeline_root) if d != HOST_DIR)
     run_dir = os.path.join(pipeline_root, runs[-1])
     stages = []
     v = _task_outputs(run_dir, "validate-dataset")

@@ -78,8 +78,11 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, data
     if cfg.weight_watermark.enabled:      # the key reaches the ranks by environment, never by file
         from kfp_llmops.components.watermark.keys import ENV_VAR, load_key
         env[ENV_VAR] = str(load_key(watermark_key_file))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-           "--nproc_per_node", str(cfg.world_size), "-m", "kfp_llmops.components.training.worker", spec_path]
+    # One node: rendezvous on loopback. `--standalone` alone advertises the hostname, which a
+    # pod or a container without a network (kfp.local's DockerRunner here) cannot resolve.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
+           "--nnodes", "1", "--nproc_per_node", str(cfg.world_size), "-m", "kfp_llmops.components.training.worker",
+           spec_path]
     log_path = os.path.join(out_dir, "ranks.log")
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.PIPE)

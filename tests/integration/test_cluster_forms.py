@@ -19,6 +19,7 @@ from kfp_llmops.pipelines import compile as compile_mod
 from kfp_llmops.pipelines import params as P
 from kfp_llmops.pipelines.manifests import MANIFESTS_DIR
 from kfp_llmops.pipelines.release import LOCAL_PIPELINES, PIPELINES, TIMEOUT
+from kfp_llmops.pipelines.cli import main as main_cli
 from kfp_llmops.pipelines.submit import publish_and_run
 from strict_schema import validate as strict
 
@@ -254,3 +255,29 @@ def test_submit_uploads_a_missing_version_and_runs_attached_to_it():
     out = publish_and_run(known, "x.yaml", "llmops-release", "llmops-release-0-1-0-abc", None, "e", {})
     assert "upload_pipeline" not in known.calls and "upload_pipeline_version" not in known.calls
     assert out["uploaded"] == [] and out["version_id"] == "v0" and out["pipeline_id"] == "p0"
+
+
+def test_compile_against_the_users_registry_and_digests(tmp_path, capsys):
+    reg = "registry.example.com/ml"
+    assert main_cli(["compile", "--registry", reg, "--target", "kfp", "--target", "argo", "--out", str(tmp_path)]) == 0
+    for name in NAMES:
+        spec = next(yaml.safe_load_all(open(tmp_path / f"{name}.yaml")))
+        used = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values() if "container" in e}
+        assert used and all(i.startswith(f"{reg}/") and i.endswith(":0.1.0") for i in used), used
+        (argo_doc,) = yaml.safe_load_all(open(tmp_path / "argo" / f"{name}.yaml"))
+        assert all(t["container"]["image"].startswith(f"{reg}/") for t in argo_doc["spec"]["templates"]
+                   if "container" in t)
+    digests = tmp_path / "digests.json"
+    digests.write_text(json.dumps({s: "sha256:" + f"{i:x}" * 64 for i, s in
+                                   enumerate(["base", "data", "train", "eval", "deploy"], 1)}))
+    out = tmp_path / "pinned"
+    assert main_cli(["compile", "--registry", reg, "--tag", "2025.1", "--digests", str(digests), "--target", "kfp",
+                     "--out", str(out)]) == 0
+    spec = next(yaml.safe_load_all(open(out / "release.yaml")))
+    train = spec["deploymentSpec"]["executors"]["exec-train-zero3"]["container"]["image"]
+    assert train == f"{reg}/train:2025.1@sha256:" + "3" * 64
+    assert ir_check.problems(spec) == []
+    capsys.readouterr()
+    assert main_cli(["compile", "--registry", reg]) == 2                   # the committed files keep the defaults
+    assert "pass --out" in capsys.readouterr().err
+    assert compile_mod.compile_all(compile_mod.COMPILED_DIR, check=True) == []
