@@ -40,14 +40,15 @@ HOST_DIR = ".llmops"      # container runs: host-side inputs and state under the
 IMAGE_UID = 10001       # the stage images' user (images/Dockerfile.base)
 
 
-def _share(path: str) -> None:
-    """Make a host folder or file usable by the images' non-root user."""
-    if os.geteuid() == 0:
-        for d, dirs, files in os.walk(path) if os.path.isdir(path) else [(os.path.dirname(path), [], [path])]:
-            for name in ([d] if os.path.isdir(path) else []) + [os.path.join(d, f) for f in dirs + files]:
+def _share(folder: str) -> None:
+    """Make a host folder and everything in it usable by the images' non-root user: owned
+    by it when we may chown (root), else open to all (only the demo key is in it)."""
+    for d, _, files in os.walk(folder):
+        for name in [d] + [os.path.join(d, f) for f in files]:
+            if os.geteuid() == 0:
                 os.chown(name, IMAGE_UID, IMAGE_UID)
-    else:
-        os.chmod(path, 0o777 if os.path.isdir(path) else 0o644)
+            else:
+                os.chmod(name, 0o777 if os.path.isdir(name) else 0o644)
 
 
 def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_policy: str = "balanced",
