@@ -33,6 +33,7 @@ SOURCES = ("pyproject.toml", "README.md", "components", "pipelines", "images")
 CONTAINERS_CONF = ('[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n'
                    '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n')
 DOCKER_SOCKET = "/var/run/docker.sock"
+WORK = os.path.join(ROOT, "build", "images")      # build logs, pip.conf, containers.conf, digests
 
 
 def _run(cmd: list[str], what: str, env: dict | None = None, stdin=None, log_to: str | None = None) -> str:
@@ -154,7 +155,7 @@ def debian_python_base(work: str, env: dict, log=print) -> str:
 def build(base_source: str = "auto", stages: list[str] | None = None, work: str | None = None,
           log=print) -> dict[str, dict]:
     """Build (or reuse) each stage image; returns {stage: {image, seconds, bytes, reused}}."""
-    work = work or os.path.join(ROOT, "build", "images")
+    work = work or WORK
     env = podman_env(work)
     source = source_digest()
     if base_source == "auto":
@@ -219,7 +220,8 @@ def docker_ready(start: bool = False, timeout: float = 60.0) -> None:
 def load_into_docker(stages: list[str] | None = None, work: str | None = None, log=print) -> None:
     """Copy the images podman built into dockerd (one multi-image archive, shared layers
     once), skipping those dockerd already has from the same sources."""
-    env = podman_env(work or os.path.join(ROOT, "build", "images"))
+    work = work or WORK
+    env = podman_env(work)
     todo = []
     for stage in stages or STAGES:
         image = images.image(stage, pinned=False)
@@ -258,13 +260,14 @@ def push(registry: str, tag: str | None = None, digests_file: str | None = None,
          log=print) -> dict[str, str]:
     """Tag each image under `registry` and push it; returns {stage: digest} (written to
     `digests_file` as JSON for `llmops compile --digests`)."""
-    env = podman_env(work or os.path.join(ROOT, "build", "images"))
+    work = work or WORK
+    env = podman_env(work)
     tag = tag or images.TAG
     out = {}
     for stage in STAGES:
         src, dst = images.image(stage, pinned=False), f"{registry.rstrip('/')}/{stage}:{tag}"
         _run(["podman", "tag", src, dst], f"tagging {dst}", env=env)
-        digest_file = os.path.join(work or os.path.join(ROOT, "build", "images"), f"{stage}.digest")
+        digest_file = os.path.join(work, f"{stage}.digest")
         _run(["podman", "push", "--digestfile", digest_file, dst], f"pushing {dst}", env=env)
         with open(digest_file, encoding="utf-8") as handle:
             out[stage] = handle.read().strip()
