@@ -21,7 +21,7 @@ from kfp_llmops.components.common.errors import InputError, LlmopsError
 from kfp_llmops.components.common.k8s import namespace
 
 from . import smoke
-from .config import DeployConfig
+from .config import CLUSTER_PROMETHEUS, DeployConfig
 from .loadgen import LoadGenerator
 from .prometheus import PromQL
 
@@ -105,7 +105,6 @@ def rollout_manifests(cfg: DeployConfig, repository_root: str) -> list[tuple[str
     return out
 
 
-DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
 FIELD_MANAGER = "kfp-llmops"
 PLURALS = {"InferenceService": "inferenceservices", "HTTPRoute": "httproutes"}
 # Knative names a revision's pods <revision>-deployment-<hash>-<hash>.
@@ -141,7 +140,7 @@ class ClusterTarget:
         self.namespace = namespace(c.namespace)
         self.url = c.url or f"http://{c.service_name}.{self.namespace}.svc.cluster.local"
         self.headers = {"Host": c.hostname} if cfg.target == "gateway" else {}
-        self.promql = PromQL(cfg.metrics.prometheus_url or DEFAULT_PROMETHEUS)
+        self.promql = PromQL(cfg.metrics.prometheus_url or CLUSTER_PROMETHEUS)
         self._api = api
         self.repository_root = ""
         self.storage_uri = ""
@@ -247,9 +246,7 @@ class ClusterTarget:
                 if not revision:
                     return None
                 selector = (selector or REVISION_SELECTOR).replace("{revision}", revision)
-            if not self.promql.wait_fresh([selector], time.time(), m.freshness_timeout_s):
-                return None
-            return self.promql.counters(self.cfg.serving.model_name, selector)
+            return self.promql.counters_now(self.cfg.serving.model_name, selector, m.freshness_timeout_s)
         except (OSError, LlmopsError):
             return None
 

@@ -81,13 +81,17 @@ class Smoke(_Section):
     requests: int = Field(3, ge=1, description="Watermark is judged on their concatenated tokens.")
 
 
+# prometheus-operator's service in the monitoring namespace (kube-prometheus's layout).
+CLUSTER_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
+
+
 class MetricsSource(_Section):
     """Where each interval's Triton counters come from. The cluster targets always query
     Prometheus; the local target scrapes its servers directly unless told otherwise."""
     source: Literal["direct", "prometheus"] = Field("direct", description="direct: scrape each local Triton "
                                                     "server; prometheus: PromQL against prometheus_url.")
     prometheus_url: str = Field("", description="Empty: the local target starts a Prometheus beside its servers; "
-                                "the cluster targets use " + "http://prometheus-operated.monitoring.svc:9090.")
+                                "the cluster targets use " + CLUSTER_PROMETHEUS + ".")
     stable_selector: str = Field("", description='PromQL label matchers for stable\'s series; empty: job="stable" '
                                  '(local) or the stable revision\'s pods (cluster; "{revision}" is filled in).')
     canary_selector: str = Field("", description="The same for the canary.")

@@ -142,9 +142,7 @@ class LocalTarget:
             if self.promql is not None:
                 m = self.cfg.metrics
                 selector = (m.stable_selector if role == "stable" else m.canary_selector) or f'job="{role}"'
-                if not self.promql.wait_fresh([selector], time.time(), m.freshness_timeout_s):
-                    return None
-                return self.promql.counters(self.cfg.serving.model_name, selector)
+                return self.promql.counters_now(self.cfg.serving.model_name, selector, m.freshness_timeout_s)
             return prom.parse(server.metrics_text(), self.cfg.serving.model_name)
         except OSError:
             return None

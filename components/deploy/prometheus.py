@@ -50,6 +50,13 @@ class PromQL:
             out[key] = rows[0][1]
         return out
 
+    def counters_now(self, model: str, selector: str, timeout: float) -> dict[str, float] | None:
+        """`counters` once a scrape newer than this moment is in (None if none comes in `timeout`):
+        what an interval's end reads, so the requests it just sent are counted."""
+        if not self.wait_fresh([selector], time.time(), timeout):
+            return None
+        return self.counters(model, selector)
+
     def scraped_since(self, selector: str, since: float) -> bool:
         """Has every series `selector` picks been scraped at or after `since` (unix time)?"""
         rows = self.query(f"timestamp(up{{{selector}}})")
