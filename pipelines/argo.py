@@ -20,6 +20,7 @@ models the schema test already enforces.
 from __future__ import annotations
 
 from kfp_llmops.components import images
+from kfp_llmops.components.common import records
 from kfp_llmops.components.common.k8s import DEFAULT_NAMESPACE
 
 from . import params as P
@@ -32,19 +33,21 @@ EXECUTOR_SA = "llmops-argo-executor"
 SERVICE_ACCOUNTS = {"train_zero3": "llmops-train", "triton_canary_deploy": "llmops-deploy"}
 SECURITY = {"runAsNonRoot": True, "runAsUser": 10001, "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": False, "capabilities": {"drop": ["ALL"]}}
-# stage -> task name, image, the parameters it reads, pod size parameters (or None: fixed)
-STAGES = {
-    "validate_dataset": ("validate-dataset", images.DATA, ["dataset_uri", "data_config", "pii_policy"], None),
-    "build_base_model": ("build-base-model", images.TRAIN, ["base_model_size"], None),
-    "train_zero3": ("train-zero3", images.TRAIN, ["train_config", "gpu_count", "model_uri", "model_root",
-                                                   "checkpoint_uri"], ("train_cpu", "train_memory")),
-    "evaluate_llm": ("evaluate-llm", images.EVAL, ["eval_dataset_uri", "eval_config", "model_uri", "model_root"],
+# stage -> image, the parameters it reads, pod size parameters (or None: fixed); task
+# names come from the stage table
+_IMAGES = {
+    "validate_dataset": (images.DATA, ["dataset_uri", "data_config", "pii_policy"], None),
+    "build_base_model": (images.TRAIN, ["base_model_size"], None),
+    "train_zero3": (images.TRAIN, ["train_config", "gpu_count", "model_uri", "model_root", "checkpoint_uri"],
+                    ("train_cpu", "train_memory")),
+    "evaluate_llm": (images.EVAL, ["eval_dataset_uri", "eval_config", "model_uri", "model_root"],
                      ("eval_cpu", "eval_memory")),
-    "verify_watermark": ("verify-watermark", images.EVAL, ["eval_dataset_uri", "watermark_config", "model_uri",
-                                                           "model_root"], ("eval_cpu", "eval_memory")),
-    "triton_canary_deploy": ("triton-canary-deploy", images.DEPLOY, ["deploy_config", "model_uri", "model_root"],
+    "verify_watermark": (images.EVAL, ["eval_dataset_uri", "watermark_config", "model_uri", "model_root"],
+                         ("eval_cpu", "eval_memory")),
+    "triton_canary_deploy": (images.DEPLOY, ["deploy_config", "model_uri", "model_root"],
                              ("deploy_cpu", "deploy_memory")),
 }
+STAGES = {s.name: (s.task, *_IMAGES[s.name]) for s in records.STAGES}
 # pipeline -> its stages in order, each with the stage whose `result` must be "true" first
 FLOWS = {
     "release": [("validate_dataset", None), ("build_base_model", "validate_dataset"), ("train_zero3", None),

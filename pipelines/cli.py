@@ -93,6 +93,8 @@ def base_model_cmd(clean_path, out_dir, size) -> None:
 @click.option("--steps", type=int, help="Optimizer steps (overrides the config).")
 @click.option("--ranks", type=int, help="Number of ranks (overrides world_size).")
 @click.option("--dataset-root", help="Expected Merkle root of --data (refuse anything else).")
+@click.option("--dataset-chunk-size", type=int, help="Chunk size --dataset-root was computed at (validate_dataset's "
+              "chunk_size; default 1 MiB).")
 @click.option("--stop-after", type=int, help="Stop at this step with a checkpoint (the run can resume).")
 @click.option("--render-trainjob", type=click.Path(dir_okay=False),
               help="Write a Kubeflow Trainer TrainJob for a multi-node run instead of training here.")
@@ -100,8 +102,8 @@ def base_model_cmd(clean_path, out_dir, size) -> None:
 @click.option("--gpus-per-node", default=8, show_default=True, help="TrainJob: GPUs (and ranks) per node.")
 @click.option("--spec-path", default="/mnt/llmops/run_spec.json", show_default=True,
               help="TrainJob: where the run spec lies on shared storage.")
-def train_cmd(clean_path, base_model, out_dir, config_path, steps, ranks, dataset_root, stop_after,
-              render_trainjob, nodes, gpus_per_node, spec_path) -> None:
+def train_cmd(clean_path, base_model, out_dir, config_path, steps, ranks, dataset_root, dataset_chunk_size,
+              stop_after, render_trainjob, nodes, gpus_per_node, spec_path) -> None:
     """Train with DeepSpeed ZeRO-3 (torchrun, gloo on CPU / NCCL on GPU).
 
     Rerunning the same command resumes from the newest checkpoint that verifies.
@@ -120,7 +122,7 @@ def train_cmd(clean_path, base_model, out_dir, config_path, steps, ranks, datase
     from kfp_llmops.components.training import run_to_dir
 
     result = run_to_dir(clean_path, base_model, out_dir, config_path,
-                        {"steps": steps, "world_size": ranks}, dataset_root, stop_after)
+                        {"steps": steps, "world_size": ranks}, dataset_root, stop_after, dataset_chunk_size)
     click.echo(f"step={result['step']} final_loss={result['final_loss']:.4f} "
                f"tokens/s={result['tokens_per_s'] or 0:,.0f} model_root={result['model_root']}")
     click.echo(f"outputs in {out_dir}")
@@ -212,6 +214,7 @@ def checkpoint() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
 def checkpoint_verify(ckpt_dir, tag, expected_root, only, as_json) -> None:
     """Verify a checkpoint: exit 0 when intact, 1 when not (every bad file and chunk listed)."""
+    from kfp_llmops.components.common import integrity
     from kfp_llmops.components.training import checkpoints
 
     if not os.path.isdir(ckpt_dir):
@@ -219,14 +222,14 @@ def checkpoint_verify(ckpt_dir, tag, expected_root, only, as_json) -> None:
     if tag is None and os.path.isfile(os.path.join(ckpt_dir, "manifest.json")):
         tag_dir = ckpt_dir
     else:
-        tags = [t for _, t in checkpoints.list_tags(ckpt_dir)]
+        tags = [t for _, t in integrity.list_tags(ckpt_dir)]
         tag = tag or checkpoints.read_latest(ckpt_dir) or (tags[0] if tags else None)
         if tag is None:
             raise LlmopsError(f"{ckpt_dir}: no checkpoint tags")
         tag_dir = os.path.join(ckpt_dir, tag)
         if not os.path.isdir(tag_dir):
             raise LlmopsError(f"{tag_dir}: no such checkpoint tag")
-    report = checkpoints.verify(tag_dir, expected_root, list(only) or None)
+    report = integrity.verify_checkpoint(tag_dir, expected_root, list(only) or None)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:

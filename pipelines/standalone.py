@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 
+from kfp_llmops.components.common import atomic, records
 from kfp_llmops.components.common.errors import InputError
 
 
@@ -50,8 +51,9 @@ def fetch(uri: str, work: str, name: str) -> str:
         if uri.startswith(("http://", "https://")):
             import shutil
             import urllib.request
-            with urllib.request.urlopen(uri, timeout=60) as resp, open(partial, "wb") as handle:
-                shutil.copyfileobj(resp, handle)
+            with urllib.request.urlopen(uri, timeout=60) as resp, atomic.AtomicFile(dest) as out:
+                shutil.copyfileobj(resp, out.handle)
+            return dest
         else:
             try:
                 import fsspec
@@ -119,8 +121,7 @@ def _run(stage: str, work: str, p: dict, out) -> object:
     raise InputError(f"unknown stage {stage!r}")
 
 
-STAGES = ["validate_dataset", "build_base_model", "train_zero3", "evaluate_llm", "verify_watermark",
-          "triton_canary_deploy", "release_record"]
+STAGES = [s.name for s in records.STAGES] + ["release_record"]
 
 
 def run_stage(stage: str, work: str, params: dict) -> str:

@@ -1,5 +1,7 @@
-"""Directory manifests and their verification: which files are corrupted (and which
-byte ranges), missing, extra or resized, checked with bounded memory in parallel.
+"""The one integrity module: how every sealed thing (a validated dataset, a model folder,
+a Triton repository, a checkpoint) gets its Merkle root, and how it is verified, which
+files are corrupted (and which byte ranges), missing, extra or resized, checked with
+bounded memory in parallel. Stages and lineage call `seal` and `verify`.
 
 Paths in a manifest can never escape its directory: absolute paths, `..`, backslashes
 and symlinks are refused before anything is read.
@@ -9,12 +11,16 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
 import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-from . import merkle
+from blake3 import blake3
+
+from . import atomic, merkle
+from .errors import InputError
 
 MANIFEST_NAME = "manifest.json"
 _SEGMENT_CHUNKS = 64          # work unit of the parallel verifier, in chunks
@@ -140,8 +146,6 @@ def _check_read(fd: int, chunk_size: int, first: int, leaves: list[bytes], size:
 def verify_sealed(folder: str, expected_root: str | None = None, what: str = "folder") -> str:
     """The root of a folder sealed with its own manifest, after every file is checked;
     InputError naming the folder and what is wrong otherwise."""
-    from .errors import InputError
-
     path = os.path.join(folder, MANIFEST_NAME)
     if not os.path.isfile(path):
         raise InputError(f"{folder}: no {MANIFEST_NAME}; not a sealed {what}")
@@ -163,12 +167,7 @@ def write_manifest(path: str, manifest: merkle.Manifest, extra: dict | None = No
     """Write (fsynced) and return the root."""
     data = manifest.to_json()
     data.update(extra or {})
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    atomic.write_json(path, data, indent=1, sort_keys=True)
     return data["root"]
 
 
@@ -251,3 +250,114 @@ def verify_directory(root: str, manifest: merkle.Manifest, stated_root: str | No
                     problems.append(Problem("manifest", rel, "audit path does not lead to the root"))
     return VerifyReport(not problems, stated, recomputed, len(targets), checked_bytes,
                         time.perf_counter() - started, problems)
+
+
+# --- Checkpoints: a tag folder whose manifest also commits to the run's metadata ------
+CHECKPOINT_FORMAT = "kfp-llmops-checkpoint/1"
+TAG_RE = re.compile(r"^step-(\d{8})$")
+_META_DOMAIN = b"\x04"
+
+
+def checkpoint_root(files_root: str, meta: dict) -> str:
+    """The root commits to the files and the metadata, the previous root included."""
+    canonical = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+    return blake3(_META_DOMAIN + bytes.fromhex(files_root) + canonical).hexdigest()
+
+
+def list_tags(ckpt_root: str) -> list[tuple[int, str]]:
+    """Committed tags, newest first (staging folders are not tags)."""
+    if not os.path.isdir(ckpt_root):
+        return []
+    tags = [(int(m.group(1)), name) for name in os.listdir(ckpt_root)
+            if (m := TAG_RE.match(name)) and os.path.isdir(os.path.join(ckpt_root, name))]
+    return sorted(tags, reverse=True)
+
+
+def load_checkpoint(tag_dir: str) -> tuple[merkle.Manifest, dict]:
+    """The files manifest and the stated fields (root, files_root, meta)."""
+    path = os.path.join(tag_dir, MANIFEST_NAME)
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)
+    if data.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path}: not a kfp-llmops checkpoint manifest")
+    files = dict(data, format=merkle.Manifest.FORMAT)
+    return merkle.Manifest.from_json(files), {k: data.get(k) for k in ("root", "files_root", "meta")}
+
+
+def verify_checkpoint(tag_dir: str, expected_root: str | None = None, only: list[str] | None = None,
+                      threads: int | None = None, extras: bool | None = None) -> VerifyReport:
+    """Files against the manifest, the manifest against its root, and the root against
+    `expected_root` when one is pinned."""
+    started = time.perf_counter()
+    try:
+        manifest, stated = load_checkpoint(tag_dir)
+    except FileNotFoundError:
+        return _failed("missing", "manifest.json is missing", started)
+    except (ValueError, KeyError, TypeError) as exc:
+        return _failed("manifest", f"unreadable manifest: {exc}", started)
+    report = verify_directory(tag_dir, manifest, stated_root=stated["files_root"], only=only,
+                              threads=threads, extras=extras)
+    root = checkpoint_root(stated["files_root"] or "", stated["meta"] or {}) if stated["files_root"] else ""
+    if root != stated["root"]:
+        report.problems.append(Problem("manifest", None, "root does not match files root + metadata"))
+    if expected_root and stated["root"] != expected_root:
+        report.problems.append(Problem("manifest", None, f"root {stated['root']} is not the expected {expected_root}"))
+    report.root = stated["root"] or ""
+    report.ok = not report.problems
+    return report
+
+
+def _failed(kind: str, detail: str, started: float) -> VerifyReport:
+    return VerifyReport(False, "", None, 0, 0, time.perf_counter() - started, [Problem(kind, MANIFEST_NAME, detail)])
+
+
+# --- One entry point per kind ----------------------------------------------------------
+# A dataset is one file (validate_dataset's clean output) hashed under this name; its root
+# travels in artifact metadata with the chunk size it was hashed at, never a default.
+DATASET_FILE = "clean.jsonl"
+KINDS = ("dataset", "model", "repository", "checkpoint")
+
+
+def chunk_size_of(metadata: dict | None) -> int:
+    """The chunk size an artifact was sealed at (recorded beside its root), else the default."""
+    value = (metadata or {}).get("chunk_size")
+    return int(value) if value else merkle.DEFAULT_CHUNK_SIZE
+
+
+def dataset_root(digest: merkle.FileDigest, chunk_size: int) -> str:
+    """The root of a dataset file from its digest (hashed while written or read back)."""
+    return merkle.Manifest(chunk_size, [digest]).root.hex()
+
+
+def seal(kind: str, path: str, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE,
+         known: dict[str, merkle.FileDigest] | None = None) -> str:
+    """The root of `path`. Folders (model, repository) get their manifest written; a
+    dataset's root is returned only (it travels in metadata). Checkpoints are sealed as
+    they are written (`training.checkpoints.commit`)."""
+    if kind == "dataset":
+        return dataset_root(merkle.hash_file(path, DATASET_FILE, chunk_size), chunk_size)
+    if kind in ("model", "repository"):
+        return write_manifest(os.path.join(path, MANIFEST_NAME), hash_directory(path, chunk_size, known=known))
+    raise ValueError(f"cannot seal a {kind!r} here; kinds: {', '.join(KINDS[:3])}")
+
+
+def verify(kind: str, path: str, root: str | None = None, chunk_size: int | None = None) -> str:
+    """The root of `path` after every byte is checked against its manifest (folders) or
+    re-hashed at `chunk_size` (datasets), and against `root` when one is pinned;
+    InputError naming the path and what is wrong otherwise."""
+    if kind == "dataset":
+        if not os.path.isfile(path):
+            raise InputError(f"{path}: dataset not found")
+        found = seal("dataset", path, chunk_size or merkle.DEFAULT_CHUNK_SIZE)
+        if root and found != root:
+            raise InputError(f"{path}: Merkle root {found} (chunk size {chunk_size or merkle.DEFAULT_CHUNK_SIZE:,}) "
+                             f"does not match the validated dataset's {root}")
+        return found
+    if kind in ("model", "repository"):
+        return verify_sealed(path, root, "model repository" if kind == "repository" else "model")
+    if kind == "checkpoint":
+        report = verify_checkpoint(path, root)
+        if not report.ok:
+            raise InputError(f"{path}: checkpoint does not verify: {report.summary()}")
+        return report.root
+    raise ValueError(f"unknown kind {kind!r}; kinds: {', '.join(KINDS)}")

@@ -48,10 +48,8 @@ def run_component(raw_path: str, config: str, policy: str, reference_stats: str 
     cfg = DataValidationConfig.load(config, {"pii.policy": policy or None})
     for artifact in (clean, quarantine, stats, metrics, report):
         os.makedirs(os.path.dirname(artifact.path), exist_ok=True)
-    metrics_file = f"{stats.path}.metrics.json"
-    outputs = OutputPaths(clean.path, quarantine.path, metrics_file, stats.path)
+    outputs = OutputPaths(clean.path, quarantine.path, None, stats.path)
     result = execute(raw_path, outputs, cfg, report.path, reference_stats, show_progress=True)
-    os.unlink(metrics_file)
     m = result.metrics
     clean.metadata.update({"merkle_root": m["merkle_root"], "chunk_size": m["chunk_size"],
                            "merkle_file": CLEAN_NAME, "rows": m["rows_out"], "bytes": m["clean_bytes"],
@@ -67,11 +65,12 @@ def run_component(raw_path: str, config: str, policy: str, reference_stats: str 
     for kind, count in m["pii_found"].items():
         metrics.log_metric(f"pii_{kind}", count)
     metrics.metadata["merkle_root"] = m["merkle_root"]
-    from kfp_llmops.components.common.lineage import note
-    note(release_dir, "validate_dataset", {
-        "result": "passed" if result.passed else "failed",
-        "outputs": {"clean": {"root": m["merkle_root"], "path": clean.path, "merkle_file": CLEAN_NAME,
-                              "rows": m["rows_out"]}}})
+    from kfp_llmops.components.common import records
+    records.note(release_dir, records.ValidateDataset(
+        result="passed" if result.passed else "failed", reason="; ".join(result.gate_reasons) or None,
+        outputs=records.ValidateOutputs(clean=records.CleanData(
+            root=m["merkle_root"], path=clean.path, merkle_file=CLEAN_NAME, rows=m["rows_out"],
+            chunk_size=m["chunk_size"]))))
     if not result.passed:
         print(f"validate_dataset gate failed: {'; '.join(result.gate_reasons)}")
     return result.passed

@@ -1,5 +1,5 @@
 """Opening the input: plain or gzip JSONL, refused early when it cannot be data at all
-(missing, a directory, unreadable, empty, binary). Lines are then read in bounded pieces,
+(missing, a directory, unreadable, empty, mostly binary). Lines are then read in bounded pieces,
 so neither a 2 GB file nor a 2 GB line is ever held whole."""
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ from kfp_llmops.components.common.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
 _PROBE = 64 * 1024
+# A file is refused as binary only when this share of its first bytes are control bytes
+# (NUL and other C0 codes but tab, newline, carriage return): one bad line in a large
+# dataset is quarantined with its line number like any other malformed line.
+BINARY_SHARE = 0.10
+_CONTROL = bytes(b for b in range(32) if b not in (9, 10, 13))
 STREAM_ERRORS = (OSError, EOFError, zlib.error)
 
 
@@ -58,8 +63,10 @@ def open_input(path: str) -> InputStream:
     if not head:
         raw.close()
         raise InputError(f"{path}: empty file" + (" (after gzip decompression)" if compressed else ""))
-    nul = head.find(b"\x00")
-    if nul >= 0:
+    control = len(head) - len(head.translate(None, _CONTROL))
+    if control > BINARY_SHARE * len(head):
         raw.close()
-        raise InputError(f"{path}: binary data (NUL byte at offset {nul}); expected UTF-8 JSONL")
+        first = next(i for i, byte in enumerate(head) if byte in _CONTROL)
+        raise InputError(f"{path}: binary data ({control:,} of the first {len(head):,} bytes are control bytes, "
+                         f"the first at offset {first}); expected UTF-8 JSONL")
     return InputStream(path, raw, reader, compressed, size)

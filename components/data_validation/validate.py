@@ -12,11 +12,11 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
-from kfp_llmops.components.common import merkle
+from kfp_llmops.components.common import atomic, integrity, merkle
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.progress import progress
 
@@ -26,10 +26,11 @@ from .dedup import FingerprintIndex, NearDuplicateIndex, fingerprint, normalize
 from .drift import DataStats, drift
 from .reader import STREAM_ERRORS, InputStream, open_input
 
-CLEAN_NAME = "clean.jsonl"
+CLEAN_NAME = integrity.DATASET_FILE
 
 REASONS = {
     "decode_error": "bytes are not valid UTF-8",
+    "nul_byte": "the line holds a NUL byte (binary data, not text)",
     "blank_line": "the line is empty or only whitespace",
     "line_too_long": "the line is longer than schema.max_line_bytes",
     "json_error": "the line is not valid JSON",
@@ -77,14 +78,11 @@ class _Rejected(Exception):
         self.reason, self.field, self.detail = reason, field, detail
 
 
-class _Sink:
-    """A temp file renamed into place on commit; optionally Merkle-hashed as written."""
+class _Sink(atomic.AtomicFile):
+    """An output file that appears on commit; optionally Merkle-hashed as written."""
 
     def __init__(self, path: str, hashed_chunk: int | None = None):
-        self.path, self.tmp = path, f"{path}.partial"
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
-        self.handle: BinaryIO = open(self.tmp, "wb", buffering=1 << 20)
+        super().__init__(path)
         self.hasher = merkle.MerkleWriter(hashed_chunk) if hashed_chunk else None
         self.bytes = 0
 
@@ -93,17 +91,6 @@ class _Sink:
         self.bytes += len(data)
         if self.hasher is not None:
             self.hasher.update(data)
-
-    def commit(self) -> None:
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-        self.handle.close()
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        self.handle.close()
-        if os.path.exists(self.tmp):
-            os.unlink(self.tmp)
 
 
 class Validator:
@@ -250,6 +237,9 @@ class Validator:
 
     def check(self, raw: bytes, line_no: int) -> dict:
         """The clean record for one raw line, or raise _Rejected."""
+        nul = raw.find(b"\x00")
+        if nul >= 0:
+            raise _Rejected("nul_byte", None, f"NUL at byte {nul}")
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -305,12 +295,11 @@ def validate(input_path: str, outputs: OutputPaths, config: DataValidationConfig
     finally:
         src.close()
         validator.close()
-    digest = clean.hasher.finish(CLEAN_NAME)
-    manifest = merkle.Manifest(config.chunk_size, [digest])
+    root = integrity.dataset_root(clean.hasher.finish(CLEAN_NAME), config.chunk_size)
     clean.commit()
     quarantine.commit()
     elapsed = time.perf_counter() - started
-    return _finish(validator, config, src, outputs, rows_in, rows_out, manifest, clean.bytes, elapsed)
+    return _finish(validator, config, src, outputs, rows_in, rows_out, root, clean.bytes, elapsed)
 
 
 def _stream(src: InputStream, validator: Validator, clean: _Sink, quarantine: _Sink,
@@ -380,7 +369,7 @@ def _quarantine_overlong(src: InputStream, quarantine: _Sink, line_no: int, head
 
 
 def _finish(v: Validator, config: DataValidationConfig, src: InputStream, outputs: OutputPaths,
-            rows_in: int, rows_out: int, manifest: merkle.Manifest, clean_bytes: int,
+            rows_in: int, rows_out: int, root: str, clean_bytes: int,
             elapsed: float) -> ValidationResult:
     rows_q = rows_in - rows_out
     reject_rate = rows_q / rows_in if rows_in else 0.0
@@ -404,7 +393,7 @@ def _finish(v: Validator, config: DataValidationConfig, src: InputStream, output
         "pii_redacted": dict(sorted(v.pii_redacted.items())),
         "rows_with_pii": v.rows_with_pii,
         "policy": config.pii.policy.value,
-        "merkle_root": manifest.root.hex(), "chunk_size": manifest.chunk_size,
+        "merkle_root": root, "chunk_size": config.chunk_size,
         "clean_bytes": clean_bytes, "input_bytes": src.size, "input_compressed": src.compressed,
         "drift_psi": psi, "psi_threshold": config.drift.psi_threshold,
         "max_reject_rate": config.gate.max_reject_rate,
@@ -419,7 +408,4 @@ def _finish(v: Validator, config: DataValidationConfig, src: InputStream, output
 
 
 def write_json(path: str, data: dict) -> None:
-    tmp = f"{path}.partial"
-    with open(tmp, "wb") as handle:
-        handle.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
-    os.replace(tmp, path)
+    atomic.write_bytes(path, orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")

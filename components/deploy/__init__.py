@@ -19,10 +19,10 @@ __all__ = ["DeployConfig", "deploy", "build_repository", "run_component", "raise
 
 
 def next_version(cfg: DeployConfig, state_dir: str) -> int:
-    from .local_target import read_state
+    from kfp_llmops.components.common.records import read_serving_state
     if cfg.version:
         return cfg.version
-    stable = read_state(state_dir).get("stable") if cfg.target == "local" else None
+    stable = read_serving_state(state_dir).get("stable") if cfg.target == "local" else None
     return (stable["version"] + 1) if stable else 1
 
 
@@ -120,12 +120,14 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
     for k, v in record["metrics"].items():
         metrics.log_metric(k, v)
     metrics.metadata.update({"decision": record["decision"], "reason": record["reason"][:500]})
-    from kfp_llmops.components.common.lineage import note
-    note(release_dir, "triton_canary_deploy", {
-        "result": record["decision"], "reason": record["reason"],
-        "inputs": {"model_root": record["model_root"], "blessed_root": blessed_root},
-        "outputs": {"repository": {"root": record["repository_root"], "path": repository_out.path,
-                                   "version": record["version"]},
-                    "serving_state": {"path": os.path.abspath(state) if cfg.target == "local" else None}}})
+    from kfp_llmops.components.common import records
+    records.note(release_dir, records.TritonCanaryDeploy(
+        result=record["decision"], reason=record["reason"],
+        inputs=records.DeployInputs(model_root=record["model_root"], blessed_root=blessed_root),
+        outputs=records.DeployOutputs(
+            repository=records.RepositoryOut(root=record["repository_root"], path=repository_out.path,
+                                             version=record["version"],
+                                             weights=f"{built['model_name']}/{built['version']}/weights"),
+            serving_state=records.Artifact(path=os.path.abspath(state) if cfg.target == "local" else None))))
     raise_unless_promoted(record, cfg)
     return record["decision"]

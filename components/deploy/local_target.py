@@ -11,6 +11,7 @@ import os
 import shutil
 import time
 
+from kfp_llmops.components.common.records import read_serving_state, write_serving_state
 from kfp_llmops.components.common.errors import InputError
 
 from . import metrics as prom
@@ -20,29 +21,6 @@ from .loadgen import LoadGenerator, sized_concurrency
 from .nginx_split import NginxSplit
 from .prometheus import LocalPrometheus, PromQL
 from .triton_local import TritonServer, http_get
-
-STATE = "state.json"
-
-
-def read_state(state_dir: str) -> dict:
-    path = os.path.join(state_dir, STATE)
-    if not os.path.isfile(path):
-        return {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: unreadable deployment state: {exc}") from None
-
-
-def write_state(state_dir: str, state: dict) -> None:
-    tmp = os.path.join(state_dir, STATE + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(state, handle, indent=2, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, os.path.join(state_dir, STATE))
-
 
 def _copy_repository(src: str, dst: str) -> None:
     """A real copy: hard links would let a later edit of the artifact reach what is served."""
@@ -58,7 +36,7 @@ class LocalTarget:
         self.cfg, self.state_dir, self.work = cfg, os.path.abspath(state_dir), os.path.abspath(work)
         os.makedirs(self.state_dir, exist_ok=True)
         os.makedirs(self.work, exist_ok=True)
-        self.state = read_state(self.state_dir)
+        self.state = read_serving_state(self.state_dir)
         self.stable: TritonServer | None = None
         self.canary: TritonServer | None = None
         self.split: NginxSplit | None = None
@@ -198,14 +176,14 @@ class LocalTarget:
         record = {k: info[k] for k in ("model_name", "version", "repository_root", "model_root")}
         self.state = {"stable": record, "previous": self.state.get("stable"),
                       "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        write_state(self.state_dir, self.state)
+        write_serving_state(self.state_dir, self.state)
         if self.stable is not None:
             self.stable.stop()
 
 
 def undo(state_dir: str) -> dict:
     """One-step rollback of the last promotion: previous/ becomes stable/ again."""
-    state = read_state(state_dir)
+    state = read_serving_state(state_dir)
     if not state.get("previous"):
         raise InputError(f"{state_dir}: no previous version to roll back to")
     stable_dir, previous_dir = os.path.join(state_dir, "stable"), os.path.join(state_dir, "previous")
@@ -214,5 +192,5 @@ def undo(state_dir: str) -> dict:
     os.replace(previous_dir, stable_dir)
     new = {"stable": state["previous"], "previous": None,
            "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "undone": state["stable"]}
-    write_state(state_dir, new)
+    write_serving_state(state_dir, new)
     return new

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 
+from kfp_llmops.components.common import atomic
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 
 from .triton_local import free_ports, http_get, stop_group
@@ -84,10 +85,7 @@ class NginxSplit:
         stable = self.stable or f"{self.canary} down"
         text = _CONF.format(dir=self.dir, host=self.host, port=self.port, stable=stable, canary=self.canary,
                             weighted=upstream_lines(self.stable, self.canary, self.canary_percent))
-        tmp = os.path.join(self.dir, "nginx.conf.tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, os.path.join(self.dir, "nginx.conf"))
+        atomic.write_text(os.path.join(self.dir, "nginx.conf"), text)
 
     def _cmd(self, *extra: str) -> list[str]:
         return [self.nginx, "-p", self.dir, "-c", os.path.join(self.dir, "nginx.conf"), *extra]

@@ -15,7 +15,6 @@ import shutil
 
 from kfp_llmops.components.common import integrity, merkle
 from kfp_llmops.components.common.errors import InputError
-from kfp_llmops.components.training.base_model import verify_model_dir
 
 from .config import DeployConfig
 
@@ -63,7 +62,7 @@ def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
     """Verify the model against the blessed root, then write and seal the repository."""
     if not blessed_root:
         raise InputError(f"{model_dir}: no blessed model root given; deploy only what evaluate_llm blessed")
-    model_root = verify_model_dir(model_dir, blessed_root)
+    model_root = integrity.verify("model", model_dir, blessed_root)
     model_manifest, _ = integrity.load_manifest(os.path.join(model_dir, integrity.MANIFEST_NAME))
     name = cfg.serving.model_name
     version_dir = os.path.join(out_dir, name, str(version))
@@ -80,13 +79,8 @@ def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
     prefix = f"{name}/{version}/weights/"
     known = {prefix + f.path: merkle.FileDigest(prefix + f.path, f.size, f.root, f.leaves)
              for f in model_manifest.files} if model_manifest.chunk_size == merkle.DEFAULT_CHUNK_SIZE else {}
-    root = seal(out_dir, known)
+    root = integrity.seal("repository", out_dir, known=known)
     return {"repository_root": root, "model_root": model_root, "model_name": name, "version": version}
-
-
-def seal(repo_dir: str, known: dict | None = None) -> str:
-    return integrity.write_manifest(os.path.join(repo_dir, integrity.MANIFEST_NAME),
-                                    integrity.hash_directory(repo_dir, known=known))
 
 
 def describe(repo_dir: str) -> dict:
@@ -109,12 +103,12 @@ def describe(repo_dir: str) -> dict:
 
 def verify(repo_dir: str, blessed_root: str | None, repository_root: str | None = None) -> dict:
     """Refuse a repository that is damaged or whose weights are not the blessed model."""
-    root = integrity.verify_sealed(repo_dir, repository_root, "model repository")
+    root = integrity.verify("repository", repo_dir, repository_root)
     info = describe(repo_dir)
     if not blessed_root:
         raise InputError(f"{repo_dir}: no blessed model root to check the weights against")
     try:
-        weights_root = verify_model_dir(info["weights"], blessed_root)
+        weights_root = integrity.verify("model", info["weights"], blessed_root)
     except InputError as exc:
         raise InputError(f"refusing to deploy: weights are not the blessed model ({exc})") from None
     return {**info, "repository_root": root, "model_root": weights_root}

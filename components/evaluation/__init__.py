@@ -5,7 +5,6 @@ TFX-style blessing gate.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 
@@ -65,13 +64,11 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
         if isinstance(value, (int, float)) and value == value:
             metrics.log_metric(key, value)
     metrics.metadata["model_root"] = result["model_root"]
-    with open(f"{metrics.path}.json", "w", encoding="utf-8") as handle:
-        json.dump({"metrics": result["metrics"], "model_root": result["model_root"]}, handle)
-    from kfp_llmops.components.common.lineage import note
-    note(release_dir, "evaluate_llm", {"result": "blessed" if result["blessed"] else "not blessed",
-                                       "inputs": {"model_root": result["model_root"]},
-                                       "outputs": {"blessing": {"root": result["model_root"], "path": blessing.path,
-                                                                "blessed": result["blessed"]}}})
+    from kfp_llmops.components.common import records
+    records.note(release_dir, records.EvaluateLlm(
+        result="blessed" if result["blessed"] else "not blessed", inputs={"model_root": result["model_root"]},
+        outputs={"blessing": records.BlessingOut(root=result["model_root"], path=blessing.path,
+                                                 blessed=result["blessed"])}))
     if not result["blessed"]:
         print("evaluate_llm: model NOT blessed: " + "; ".join(
             c["metric"] for c in result["checks"] if c["verdict"] == "fail"))

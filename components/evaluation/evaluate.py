@@ -10,7 +10,7 @@ import time
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.jsonl import iter_objects
 from kfp_llmops.components.common.progress import progress
-from kfp_llmops.components.training.base_model import verify_model_dir
+from kfp_llmops.components.common import integrity
 
 from .config import EvalConfig
 from .gate import checks_json, evaluate_gate
@@ -55,7 +55,7 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
 
     hf_logging.disable_progress_bar()
     os.makedirs(out_dir, exist_ok=True)
-    root = verify_model_dir(model_dir, model_root)
+    root = integrity.verify("model", model_dir, model_root)
     rows = read_eval_set(eval_path)
     baseline = read_baseline(baseline_path)
     detector = ModelDetector(cfg.toxicity)           # pin checked before anything heavy runs

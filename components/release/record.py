@@ -6,16 +6,12 @@ import json
 import os
 import time
 
-from kfp_llmops.components.common.lineage import read_notes
-
-ORDER = ["validate_dataset", "build_base_model", "train_zero3", "evaluate_llm", "verify_watermark",
-         "triton_canary_deploy"]
+from kfp_llmops.components.common import atomic, records
 
 
 def build(release_dir: str, status: dict) -> dict:
-    notes = read_notes(release_dir) if release_dir else {}
-    stages = {name: notes[name] for name in ORDER if name in notes}
-    stages.update({k: v for k, v in notes.items() if k not in stages})
+    notes = records.read_notes(release_dir) if release_dir else {}
+    stages = {name: note.model_dump(mode="json") for name, note in notes.items()}
     deploy = stages.get("triton_canary_deploy", {})
     return {"format": "kfp-llmops-release/1", "status": status.get("state", "UNKNOWN"),
             "error": status.get("error") or None, "run": status.get("pipeline_job_resource_name"),
@@ -52,7 +48,5 @@ def write(release_dir: str, status: dict, out_json: str | None = None, out_md: s
     paths = [(out_json or os.path.join(release_dir, "record.json"), json.dumps(record, indent=2) + "\n"),
              (out_md or os.path.join(release_dir, "record.md"), markdown(record))]
     for path, text in paths:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        atomic.write_text(path, text)
     return record

@@ -9,6 +9,8 @@ import json
 import os
 import shutil
 
+from kfp_llmops.components.common import integrity
+
 from .config import TrainConfig
 
 __all__ = ["TrainConfig", "run_to_dir", "run_component", "build_base_component"]
@@ -27,12 +29,13 @@ def _write_reports(result: dict, out_dir: str) -> tuple[str, str]:
 
 def run_to_dir(clean_path: str, base_model: str, out_dir: str, config_source: str | None = None,
                overrides: dict | None = None, dataset_root: str | None = None,
-               stop_after: int | None = None) -> dict:
+               stop_after: int | None = None, dataset_chunk_size: int | None = None) -> dict:
     """CLI entry: checkpoints, model, train_log.jsonl, metrics.json, report.md in `out_dir`."""
     from .launch import train
 
     cfg = TrainConfig.load(config_source, overrides)
-    result = train(clean_path, base_model, out_dir, cfg, dataset_root=dataset_root, stop_after=stop_after)
+    result = train(clean_path, base_model, out_dir, cfg, dataset_root=dataset_root, stop_after=stop_after,
+                   dataset_chunk_size=dataset_chunk_size)
     _write_reports(result, out_dir)
     with open(os.path.join(out_dir, "metrics.json"), "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=2)
@@ -78,6 +81,7 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
         _seed_from(resume_from.path, ckpt_dir)
     result = train(dataset.path, base_model.path, work, cfg,
                    dataset_root=dataset.metadata.get("merkle_root"),
+                   dataset_chunk_size=integrity.chunk_size_of(dataset.metadata),
                    base_model_root=base_model.metadata.get("merkle_root"),
                    checkpoint_dir=ckpt_dir, model_dir=model.path)
     md, html = _write_reports(result, work)
@@ -101,25 +105,25 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
     if saves:
         metrics.log_metric("checkpoint_save_seconds", sum(s["save_seconds"] for s in saves) / len(saves))
         metrics.log_metric("checkpoint_commit_seconds", sum(s["commit_seconds"] for s in saves) / len(saves))
-    from kfp_llmops.components.common.lineage import note
-    note(release_dir, "train_zero3", {
-        "result": "trained",
-        "inputs": {"dataset_root": result["dataset_root"], "base_model_root": result["base_model_root"]},
-        "outputs": {"model": {"root": result["model_root"], "path": model.path,
-                              "checkpoint_root": result["checkpoint_root"]},
-                    "checkpoints": {"root": result["checkpoint_root"], "path": ckpt_dir,
-                                    "tag": checkpoints_out.metadata["tag"]}}})
+    from kfp_llmops.components.common import records
+    records.note(release_dir, records.TrainZero3(
+        inputs=records.TrainInputs(dataset_root=result["dataset_root"], base_model_root=result["base_model_root"]),
+        outputs=records.TrainOutputs(
+            model=records.ModelOut(root=result["model_root"], path=model.path, checkpoint_root=result["checkpoint_root"]),
+            checkpoints=records.CheckpointsOut(root=result["checkpoint_root"], path=ckpt_dir,
+                                               tag=checkpoints_out.metadata["tag"]))))
     return result["model_root"]
 
 
 def build_base_component(dataset, base_model, size: str, release_dir: str = "") -> str:
     from .base_model import build_base_model
-    from .data import verify_dataset
 
-    verify_dataset(dataset.path, dataset.metadata.get("merkle_root"))
+    integrity.verify("dataset", dataset.path, dataset.metadata.get("merkle_root"),
+                     integrity.chunk_size_of(dataset.metadata))
     root = build_base_model(dataset.path, base_model.path, size=size)
     base_model.metadata.update({"merkle_root": root, "size": size, "format": "safetensors"})
-    from kfp_llmops.components.common.lineage import note
-    note(release_dir, "build_base_model", {"result": "built", "inputs": {"dataset_root": dataset.metadata.get("merkle_root")},
-                                           "outputs": {"base_model": {"root": root, "path": base_model.path}}})
+    from kfp_llmops.components.common import records
+    records.note(release_dir, records.BuildBaseModel(
+        inputs={"dataset_root": dataset.metadata.get("merkle_root")},
+        outputs={"base_model": records.Artifact(root=root, path=base_model.path)}))
     return root

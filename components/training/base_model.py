@@ -49,15 +49,4 @@ def build_base_model(clean_path: str, out_dir: str, size: str = "demo", seed: in
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
-    return seal_model_dir(out_dir)
-
-
-def seal_model_dir(model_dir: str) -> str:
-    """Write the directory's Merkle manifest; return the root."""
-    manifest = integrity.hash_directory(model_dir)
-    return integrity.write_manifest(os.path.join(model_dir, integrity.MANIFEST_NAME), manifest)
-
-
-def verify_model_dir(model_dir: str, expected_root: str | None = None) -> str:
-    """The model directory's root, after checking every file against its manifest."""
-    return integrity.verify_sealed(model_dir, expected_root, "model")
+    return integrity.seal("model", out_dir)

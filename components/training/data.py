@@ -4,28 +4,10 @@ checkpoint, so a resumed run sees exactly the batches an uninterrupted one would
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 
-from kfp_llmops.components.common import merkle
 from kfp_llmops.components.common.errors import InputError
-
-CLEAN_NAME = "clean.jsonl"
-
-
-def dataset_root(path: str, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE) -> str:
-    """The root validate_dataset stamps on its clean output (one file named clean.jsonl)."""
-    return merkle.Manifest(chunk_size, [merkle.hash_file(path, CLEAN_NAME, chunk_size)]).root.hex()
-
-
-def verify_dataset(path: str, expected_root: str | None, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE) -> str:
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: dataset not found")
-    root = dataset_root(path, chunk_size)
-    if expected_root and root != expected_root:
-        raise InputError(f"{path}: Merkle root {root} does not match the validated dataset's {expected_root}")
-    return root
 
 
 def read_pairs(path: str) -> list[tuple[str, str]]:

@@ -14,11 +14,11 @@ from importlib import metadata
 from blake3 import blake3
 
 from kfp_llmops.components import __version__
+from kfp_llmops.components.common import integrity
 from kfp_llmops.components.common.errors import LlmopsError
 
-from .base_model import verify_model_dir
 from .config import TrainConfig
-from .data import encode, read_pairs, verify_dataset
+from .data import encode, read_pairs
 
 
 def environment() -> dict:
@@ -41,7 +41,7 @@ def config_hash(cfg: TrainConfig) -> str:
 
 
 def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, dataset_root: str | None = None,
-          base_model_root: str | None = None, stop_after: int | None = None,
+          base_model_root: str | None = None, stop_after: int | None = None, dataset_chunk_size: int | None = None,
           checkpoint_dir: str | None = None, model_dir: str | None = None,
           watermark_key_file: str | None = None) -> dict:
     """Run (or resume) training; returns rank 0's result (loss, throughput, saves, roots)."""
@@ -49,8 +49,8 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, data
     import numpy as np
 
     os.makedirs(out_dir, exist_ok=True)
-    data_root = verify_dataset(clean_path, dataset_root)
-    model_root = verify_model_dir(base_model, base_model_root)
+    data_root = integrity.verify("dataset", clean_path, dataset_root, dataset_chunk_size)
+    model_root = integrity.verify("model", base_model, base_model_root)
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     tokens = encode(tokenizer, read_pairs(clean_path), cfg.seq_len, cfg.mask_prompt)
     tokens_path = os.path.join(out_dir, "tokens.npz")

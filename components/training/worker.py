@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 
+from kfp_llmops.components.common import integrity
+
 
 def lr_lambda(cfg):
     """Warmup, then cosine or linear decay to min_lr over the full `steps` horizon."""
@@ -58,7 +60,6 @@ def main(spec_path: str) -> None:
     from transformers import AutoModelForCausalLM
 
     from kfp_llmops.components.training import checkpoints
-    from kfp_llmops.components.training.base_model import seal_model_dir
     from kfp_llmops.components.training.ckpt_engine import HashingCheckpointEngine
     from kfp_llmops.components.training.config import TrainConfig
     from kfp_llmops.components.training.data import Sampler
@@ -93,13 +94,13 @@ def main(spec_path: str) -> None:
 
     # -- resume: the newest checkpoint that every rank's share verifies --------------------
     started = time.perf_counter()
-    for _, tag in checkpoints.list_tags(ckpt_root):
-        ok, summary = verify_shared(checkpoints, os.path.join(ckpt_root, tag), rank, world, dist)
+    for _, tag in integrity.list_tags(ckpt_root):
+        ok, summary = verify_shared(os.path.join(ckpt_root, tag), rank, world, dist)
         if ok:
             _, client = engine.load_checkpoint(ckpt_root, tag)
             state = client["llmops"]
             step, sampler = state["step"], Sampler.from_state(state["sampler"])
-            prev_root = checkpoints.load(os.path.join(ckpt_root, tag))[1]["root"]   # the chain continues here
+            prev_root = integrity.load_checkpoint(os.path.join(ckpt_root, tag))[1]["root"]   # the chain continues here
             set_rng_state(torch, state["rng"][rank])
             resumed["tag"] = tag
             break
@@ -193,7 +194,7 @@ def main(spec_path: str) -> None:
     if step >= cfg.steps and spec.get("model_dir"):
         state = engine._zero3_consolidated_16bit_state_dict()
         if rank == 0:
-            model_root = export(AutoModelForCausalLM, spec, state, seal_model_dir)
+            model_root = export(AutoModelForCausalLM, spec, state)
     if rank == 0:
         log.close()
         timed = step_times[1:] or step_times
@@ -235,12 +236,13 @@ def attach_weight_watermark(model, cfg):
     return lambda: wcfg.strength * held.pop("reg")
 
 
-def verify_shared(checkpoints, tag_dir: str, rank: int, world: int, dist) -> tuple[bool, str]:
+def verify_shared(tag_dir: str, rank: int, world: int, dist) -> tuple[bool, str]:
     """Each rank checks every world-th file; rank 0 also the file set and the roots."""
+
     try:
-        manifest, _ = checkpoints.load(tag_dir)
+        manifest, _ = integrity.load_checkpoint(tag_dir)
         mine = [f.path for i, f in enumerate(sorted(manifest.files, key=lambda f: f.path)) if i % world == rank]
-        report = checkpoints.verify(tag_dir, only=mine, extras=rank == 0)
+        report = integrity.verify_checkpoint(tag_dir, only=mine, extras=rank == 0)
         verdict = (report.ok, report.summary())
     except Exception as exc:  # noqa: BLE001 - a broken manifest is a failed check, not a crash
         verdict = (False, f"unreadable: {exc}")
@@ -250,8 +252,13 @@ def verify_shared(checkpoints, tag_dir: str, rank: int, world: int, dist) -> tup
     return (not bad), ("; ".join(bad) if bad else "intact")
 
 
-def export(auto_cls, spec: dict, state: dict, seal) -> str:
-    """Consolidated safetensors weights + the base tokenizer, sealed with a manifest."""
+# Everything a tokenizer is saved as (transformers' save_pretrained), the chat template too.
+TOKENIZER_FILES = ("tokenizer", "special_tokens", "chat_template", "added_tokens", "vocab", "merges")
+
+
+def export(auto_cls, spec: dict, state: dict) -> str:
+    """Consolidated safetensors weights + the base model's tokenizer files (its chat
+    template included), sealed with a manifest."""
     import shutil
 
     from transformers import AutoConfig
@@ -267,9 +274,9 @@ def export(auto_cls, spec: dict, state: dict, seal) -> str:
         raise RuntimeError(f"export: missing {missing}, unexpected {loaded.unexpected_keys}")
     model.save_pretrained(model_dir, safe_serialization=True)
     for name in os.listdir(spec["base_model"]):
-        if name.startswith(("tokenizer", "special_tokens")):
+        if name.startswith(TOKENIZER_FILES):
             shutil.copyfile(os.path.join(spec["base_model"], name), os.path.join(model_dir, name))
-    return seal(model_dir)
+    return integrity.seal("model", model_dir)
 
 
 def _last_loss(log_path: str) -> float | None:

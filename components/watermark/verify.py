@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from kfp_llmops.components.training.base_model import verify_model_dir
+from kfp_llmops.components.common import integrity
 
 from .config import WatermarkConfig
 from .kgw import Watermark, logits_processor
@@ -65,7 +65,7 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     from kfp_llmops.components.evaluation.generate import load_model
 
     os.makedirs(out_dir, exist_ok=True)
-    root = verify_model_dir(model_dir, model_root)
+    root = integrity.verify("model", model_dir, model_root)
     rows = read_eval_set(eval_path)
     model, tokenizer = load_model(model_dir)
     wm = Watermark(key, len(tokenizer), cfg.scheme, cfg.gamma, cfg.delta, cfg.z_threshold, cfg.min_tokens,

@@ -56,8 +56,8 @@ def serial_sha256(tag_dir: str) -> float:
 
 
 def merkle_verify(tag_dir: str) -> float:
-    from kfp_llmops.components.training import checkpoints
-    report = checkpoints.verify(tag_dir)
+    from kfp_llmops.components.common import integrity
+    report = integrity.verify_checkpoint(tag_dir)
     assert report.ok, report.summary()
     return report.seconds
 

@@ -9,9 +9,11 @@ import threading
 
 import pytest
 
+from kfp_llmops.components.common import integrity
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.deploy import DeployConfig, build_repository, deploy, repository
-from kfp_llmops.components.deploy.local_target import read_state, undo
+from kfp_llmops.components.common.records import read_serving_state as read_state
+from kfp_llmops.components.deploy.local_target import undo
 from kfp_llmops.pipelines.cli import main
 from helpers import tiny_model
 
@@ -127,7 +129,7 @@ def test_breaking_interface_change_is_blocked_before_traffic_moves(released, tmp
         text = open(path).read()
         text = re.sub(r'(name: "max_new_tokens" data_type: TYPE_INT32 dims: \[ 1 \]) optional: true', r"\1", text)
         open(path, "w").write(text)
-        repository.seal(repo)             # a sealed repository, same blessed weights, new interface
+        integrity.seal("repository", repo)             # a sealed repository, same blessed weights, new interface
 
     record, _ = _canary(released, tmp_path, _cfg(), tamper=make_input_required)
     assert record["decision"] == "rolled_back" and "breaking interface" in record["reason"]
@@ -150,7 +152,7 @@ def test_repository_not_matching_the_blessed_root_is_refused(released, tmp_path,
         handle.write(b"\x00\x01")
     with pytest.raises(InputError, match="model repository does not verify"):
         repository.verify(repo, released["model_root"])
-    repository.seal(repo)                 # re-sealed around swapped weights: the blessed root still says no
+    integrity.seal("repository", repo)                 # re-sealed around swapped weights: the blessed root still says no
     with pytest.raises(InputError, match="weights are not the blessed model"):
         repository.verify(repo, released["model_root"])
     code = main(["deploy", "canary", "--repository", repo, "--blessed-root", released["model_root"],

@@ -86,7 +86,8 @@ def test_standalone_stage_runner_runs_the_release_dag_and_its_lineage_verifies(t
     work, release = str(tmp_path / "work"), str(tmp_path / "release")
     common = ["--work", work, "--param", f"release_dir={release}"]
     params = {
-        "validate_dataset": [f"dataset_uri={data['train']}"],
+        # a chunk size other than the default: every later stage re-hashes at the recorded one
+        "validate_dataset": [f"dataset_uri={data['train']}", 'data_config={"chunk_size": 65536}'],
         "build_base_model": ["base_model_size=tiny"],
         "train_zero3": ["train_config=steps: 4\ncheckpoint_interval: 2\nmicro_batch: 4\nseq_len: 48\n"],
         "evaluate_llm": [f"eval_dataset_uri={data['eval']}", "eval_config=generation: {max_new_tokens: 8}\ngate:\n  value: {}\n"],
@@ -103,7 +104,8 @@ def test_standalone_stage_runner_runs_the_release_dag_and_its_lineage_verifies(t
         assert main(args) == 0, stage
     assert open(os.path.join(work, "evaluate_llm", "result")).read() == "true"
     meta = json.load(open(os.path.join(work, "train_zero3", "model.metadata.json")))
-    assert meta["merkle_root"] and meta["dataset_root"]
+    clean = json.load(open(os.path.join(work, "validate_dataset", "clean.metadata.json")))
+    assert clean["chunk_size"] == 65536 and meta["merkle_root"] and meta["dataset_root"] == clean["merkle_root"]
     record = os.path.join(release, "record.json")
     assert json.load(open(record))["decision"] == "promoted"
     assert main(["lineage", "verify", record]) == 0

@@ -6,8 +6,9 @@ import yaml
 
 from kfp_llmops.components import images
 from kfp_llmops.components.common import merkle
+from kfp_llmops.components.common import integrity
 from kfp_llmops.components.training import checkpoints
-from kfp_llmops.components.training.base_model import verify_model_dir
+
 from kfp_llmops.pipelines import compile as compile_mod
 from kfp_llmops.pipelines.local_run import format_summary, run_local
 
@@ -25,11 +26,11 @@ def test_release_pipeline_runs_through_kfp_local(tmp_path):
     assert merkle.Manifest(merkle.DEFAULT_CHUNK_SIZE, [digest]).root.hex() == validate["merkle_root"]
     assert open(validate["outputs"]["report"]).read().startswith("# Data validation: PASSED")
     assert train["stage"] == "train_zero3" and train["gate"] == "trained"
-    assert verify_model_dir(train["outputs"]["model"]) == train["merkle_root"]
+    assert integrity.verify("model", train["outputs"]["model"]) == train["merkle_root"]
     ckpt_dir = train["outputs"]["checkpoints"]
     assert checkpoints.read_latest(ckpt_dir) == "step-00000006"
-    assert checkpoints.verify(os.path.join(ckpt_dir, "step-00000006"), expected_root=train["checkpoint_root"]).ok
-    _, stated = checkpoints.load(os.path.join(ckpt_dir, "step-00000006"))
+    assert integrity.verify_checkpoint(os.path.join(ckpt_dir, "step-00000006"), expected_root=train["checkpoint_root"]).ok
+    _, stated = integrity.load_checkpoint(os.path.join(ckpt_dir, "step-00000006"))
     assert stated["meta"]["dataset_root"] == validate["merkle_root"]       # lineage: data -> checkpoint
     assert "<img alt='loss curve' src='data:image/png;base64," in open(train["outputs"]["report"]).read()
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["stages"][1]["gate"] == "trained"
@@ -72,7 +73,7 @@ def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
     trained = record["stages"]["train_zero3"]
     assert trained["outputs"]["checkpoints"]["tag"] == "step-00000009"          # resumed at 6, ran to 9
     ckpt = trained["outputs"]["checkpoints"]["path"]
-    _, stated = checkpoints.load(os.path.join(ckpt, "step-00000009"))
+    _, stated = integrity.load_checkpoint(os.path.join(ckpt, "step-00000009"))
     assert stated["meta"]["previous_root"] == train["checkpoint_root"]          # the hash chain continues
     assert record["stages"]["triton_canary_deploy"]["result"] in ("promoted", "rolled_back")
 

@@ -11,8 +11,9 @@ import pytest
 
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 from kfp_llmops.components.data_validation import run_to_dir as validate
+from kfp_llmops.components.common import integrity
 from kfp_llmops.components.training import checkpoints
-from kfp_llmops.components.training.base_model import build_base_model, verify_model_dir
+from kfp_llmops.components.training.base_model import build_base_model
 from kfp_llmops.components.training.config import TrainConfig
 from kfp_llmops.components.training.launch import train
 from kfp_llmops.pipelines.demo_data import make_demo_dataset
@@ -51,7 +52,7 @@ def test_reference_run_trains_checkpoints_and_exports(reference):
     steps = [s for s, _ in losses(reference["dir"])]
     assert steps == list(range(1, 9))
     assert [s["tag"] for s in result["saves"]] == ["step-00000004", "step-00000008"]
-    assert verify_model_dir(result["model_dir"]) == result["model_root"]
+    assert integrity.verify("model", result["model_dir"]) == result["model_root"]
     assert os.path.isfile(os.path.join(result["model_dir"], "model.safetensors"))
     assert checkpoints.read_latest(result["checkpoint_dir"]) == "step-00000008"
 
@@ -66,8 +67,8 @@ def test_resume_is_bit_for_bit(inputs, reference):
     assert second["model_root"] == reference["result"]["model_root"]
     # The hash chain continues across the restart: step 8 names step 4's root.
     ckpt = second["checkpoint_dir"]
-    _, four = checkpoints.load(os.path.join(ckpt, "step-00000004"))
-    _, eight = checkpoints.load(os.path.join(ckpt, "step-00000008"))
+    _, four = integrity.load_checkpoint(os.path.join(ckpt, "step-00000004"))
+    _, eight = integrity.load_checkpoint(os.path.join(ckpt, "step-00000008"))
     assert eight["meta"]["previous_root"] == four["root"] == first["checkpoint_root"]
     assert second["checkpoint_root"] == eight["root"]
 
@@ -82,8 +83,8 @@ def test_resume_at_the_end_reports_the_resumed_checkpoint_root(reference, inputs
 
 def test_manifest_records_lineage_and_forms_a_hash_chain(reference):
     ckpt = reference["result"]["checkpoint_dir"]
-    _, first = checkpoints.load(os.path.join(ckpt, "step-00000004"))
-    _, second = checkpoints.load(os.path.join(ckpt, "step-00000008"))
+    _, first = integrity.load_checkpoint(os.path.join(ckpt, "step-00000004"))
+    _, second = integrity.load_checkpoint(os.path.join(ckpt, "step-00000008"))
     meta = second["meta"]
     assert meta["step"] == 8 and meta["previous_root"] == first["root"]
     assert meta["dataset_root"] == reference["result"]["dataset_root"]
@@ -124,9 +125,9 @@ def test_kill_9_of_one_rank_then_rerun_resumes_and_finishes(inputs, tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = os.path.join(out, "checkpoints")
     deadline = time.time() + 240
-    while time.time() < deadline and not checkpoints.list_tags(ckpt):
+    while time.time() < deadline and not integrity.list_tags(ckpt):
         time.sleep(0.2)
-    assert checkpoints.list_tags(ckpt), "no checkpoint was committed in time"
+    assert integrity.list_tags(ckpt), "no checkpoint was committed in time"
     victim = _rank_pids(os.path.join(out, "run_spec.json"))[-1]
     os.kill(victim, signal.SIGKILL)
     assert proc.wait(timeout=120) != 0
@@ -190,8 +191,8 @@ def _files(tag_dir):
 def test_intact_checkpoints_never_raise_false_alarms(reference, tmp_path):
     ckpt = reference["result"]["checkpoint_dir"]
     for _ in range(5):
-        for _, tag in checkpoints.list_tags(ckpt):
-            report = checkpoints.verify(os.path.join(ckpt, tag))
+        for _, tag in integrity.list_tags(ckpt):
+            report = integrity.verify_checkpoint(os.path.join(ckpt, tag))
             assert report.ok and not report.problems, report.summary()
 
 
@@ -208,7 +209,7 @@ def test_random_bit_flips_are_localized_to_their_chunk(reference, tmp_path, seed
         byte = handle.read(1)[0]
         handle.seek(offset)
         handle.write(bytes([byte ^ (1 << rng.randrange(8))]))
-    report = checkpoints.verify(tag_dir)
+    report = integrity.verify_checkpoint(tag_dir)
     (problem,) = report.problems
     assert problem.kind == "corrupted" and problem.path == name
     (start, end), = problem.ranges
@@ -216,7 +217,7 @@ def test_random_bit_flips_are_localized_to_their_chunk(reference, tmp_path, seed
 
 
 def _single_problem(tag_dir, kind, path):
-    report = checkpoints.verify(tag_dir)
+    report = integrity.verify_checkpoint(tag_dir)
     assert not report.ok
     assert any(p.kind == kind and p.path == path for p in report.problems), report.problems
     return report
@@ -231,7 +232,7 @@ def test_truncation_deletion_extra_and_rename_are_named(reference, tmp_path):
     with open(os.path.join(tag_dir, "stray.bin"), "wb") as handle:
         handle.write(b"x" * 10)
     os.rename(os.path.join(tag_dir, c), os.path.join(tag_dir, c + ".old"))
-    report = checkpoints.verify(tag_dir)
+    report = integrity.verify_checkpoint(tag_dir)
     kinds = {(p.kind, p.path) for p in report.problems}
     assert ("size", a) in kinds and ("missing", b) in kinds and ("extra", "stray.bin") in kinds
     assert ("missing", c) in kinds and ("extra", c + ".old") in kinds
@@ -242,8 +243,8 @@ def test_a_share_of_the_files_can_still_look_for_extras(reference, tmp_path):
     tag_dir = _copy_tag(reference, tmp_path)
     with open(os.path.join(tag_dir, "stray.bin"), "wb") as handle:
         handle.write(b"x")
-    assert checkpoints.verify(tag_dir, only=[]).ok                        # a share alone: no listing
-    report = checkpoints.verify(tag_dir, only=[], extras=True)
+    assert integrity.verify_checkpoint(tag_dir, only=[]).ok                        # a share alone: no listing
+    report = integrity.verify_checkpoint(tag_dir, only=[], extras=True)
     assert [(p.kind, p.path) for p in report.problems] == [("extra", "stray.bin")]
 
 
@@ -252,7 +253,7 @@ def test_older_shard_swapped_in_is_detected(reference, tmp_path):
     old = os.path.join(reference["result"]["checkpoint_dir"], "step-00000004")
     name = _files(tag_dir)[1]
     shutil.copyfile(os.path.join(old, name), os.path.join(tag_dir, name))
-    report = checkpoints.verify(tag_dir)
+    report = integrity.verify_checkpoint(tag_dir)
     assert {p.path for p in report.problems} == {name}
 
 
@@ -272,7 +273,7 @@ def test_tampered_manifest_is_detected(reference, tmp_path, edit):
     else:
         data["files"][0]["path"] = "../../etc/passwd"
     json.dump(data, open(path, "w"))
-    report = checkpoints.verify(tag_dir)
+    report = integrity.verify_checkpoint(tag_dir)
     assert not report.ok
     if edit == "path_escape":
         assert any(p.kind == "unsafe_path" for p in report.problems)
@@ -283,24 +284,24 @@ def test_tampering_consistently_is_caught_by_the_pinned_root(reference, tmp_path
     (the next checkpoint's chain, `latest`, artifact metadata) can tell."""
     from kfp_llmops.components.common import integrity
     tag_dir = _copy_tag(reference, tmp_path)
-    pinned = checkpoints.load(tag_dir)[1]["root"]
+    pinned = integrity.load_checkpoint(tag_dir)[1]["root"]
     name = _files(tag_dir)[0]
     with open(os.path.join(tag_dir, name), "ab") as handle:
         handle.write(b"evil")
     manifest = integrity.hash_directory(tag_dir, 4096)
-    meta = checkpoints.load(tag_dir)[1]["meta"]
+    meta = integrity.load_checkpoint(tag_dir)[1]["meta"]
     files_root = manifest.root.hex()
     integrity.write_manifest(os.path.join(tag_dir, "manifest.json"), manifest,
-                             {"format": checkpoints.FORMAT, "files_root": files_root,
-                              "root": checkpoints.checkpoint_root(files_root, meta), "meta": meta})
-    assert checkpoints.verify(tag_dir).ok                     # self-consistent forgery
-    assert not checkpoints.verify(tag_dir, expected_root=pinned).ok
+                             {"format": integrity.CHECKPOINT_FORMAT, "files_root": files_root,
+                              "root": integrity.checkpoint_root(files_root, meta), "meta": meta})
+    assert integrity.verify_checkpoint(tag_dir).ok                     # self-consistent forgery
+    assert not integrity.verify_checkpoint(tag_dir, expected_root=pinned).ok
 
 
 def test_symlinks_in_a_checkpoint_are_refused(reference, tmp_path):
     tag_dir = _copy_tag(reference, tmp_path)
     os.symlink("/etc/hostname", os.path.join(tag_dir, "link.pt"))
-    report = checkpoints.verify(tag_dir)
+    report = integrity.verify_checkpoint(tag_dir)
     assert any(p.kind == "unsafe_path" for p in report.problems)
 
 

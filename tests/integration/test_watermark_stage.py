@@ -69,7 +69,7 @@ def test_weight_watermark_checks_join_the_gate(setup, tmp_path):
     import torch
     from safetensors.torch import load_file, save_file
 
-    from kfp_llmops.components.training.base_model import seal_model_dir
+    from kfp_llmops.components.common import integrity
     from kfp_llmops.components.watermark.weights import WeightWatermarkConfig, regularizer
 
     model = tmp_path / "model"
@@ -86,7 +86,7 @@ def test_weight_watermark_checks_join_the_gate(setup, tmp_path):
         opt.step()
     state[wcfg.target] = target.detach()
     save_file(state, model / "model.safetensors", metadata={"format": "pt"})
-    seal_model_dir(str(model))
+    integrity.seal("model", str(model))
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(FAST.format(delta=4.0) + "weights: {enabled: true, bits: 32}\n")
     result = run_to_dir(str(model), setup["eval"], str(tmp_path / "out"), str(cfg), setup["key"])

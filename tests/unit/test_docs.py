@@ -22,9 +22,36 @@ def test_component_readme_lists_every_reason_code():
         assert f"`{reason}`" in text, reason
 
 
-def test_readme_names_the_two_setup_commands():
+def _cli_commands(group, prefix="llmops"):
+    import click
+    for name, cmd in group.commands.items():
+        yield f"{prefix} {name}"
+        if isinstance(cmd, click.Group):
+            yield from _cli_commands(cmd, f"{prefix} {name}")
+
+
+def test_readme_and_cli_name_the_same_commands():
+    """Every command the README shows exists, and every command the CLI has is shown."""
+    import re
+
+    from kfp_llmops.pipelines.cli import cli
+
     text = read("README.md")
-    assert "make demo" in text and "make test" in text
+    commands = set(_cli_commands(cli))
+    shown = {m.group(0) for m in re.finditer(r"llmops [a-z][a-z-]*(?: [a-z][a-z-]*)?", text)}
+    unknown = {s for s in shown if s not in commands and s.rsplit(" ", 1)[0] not in commands}
+    assert not unknown, f"README shows commands the CLI does not have: {sorted(unknown)}"
+    groups = {c.rsplit(" ", 1)[0] for c in commands if c.count(" ") == 2}
+    undocumented = {c for c in commands if c not in groups and c not in shown}
+    assert not undocumented, f"CLI commands the README never shows: {sorted(undocumented)}"
+
+
+def test_readme_make_targets_exist():
+    import re
+
+    targets = set(re.findall(r"^([a-z][a-z-]*):", read("Makefile"), re.M))
+    shown = set(re.findall(r"`make ([a-z][a-z-]*)", read("README.md")))
+    assert {"demo", "test"} <= shown and shown <= targets, shown - targets
 
 
 def test_deploy_readme_matches_the_cli_and_config_defaults():

@@ -1,12 +1,14 @@
 """Property tests: no input crashes the validator, and every row is accounted for."""
 import json
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.data_validation import pii
 from kfp_llmops.components.data_validation.config import DataValidationConfig
+from kfp_llmops.components.data_validation.reader import _CONTROL, _PROBE, BINARY_SHARE
 from kfp_llmops.components.data_validation.validate import OutputPaths, validate
 
 SETTINGS = settings(max_examples=150, deadline=None,
@@ -25,6 +27,11 @@ _lines = st.one_of(
 )
 
 
+def _mostly_binary(data: bytes) -> bool:
+    head = data[:_PROBE]
+    return len(head) - len(head.translate(None, _CONTROL)) > BINARY_SHARE * len(head)
+
+
 def _run(tmp_path, data: bytes, config=None):
     src = tmp_path / "in.jsonl"
     src.write_bytes(data)
@@ -37,8 +44,10 @@ def _run(tmp_path, data: bytes, config=None):
 def test_arbitrary_bytes_never_crash(tmp_path, data):
     try:
         result = _run(tmp_path, data)
-    except InputError as err:            # unusable input: a clean, one-line error
+    except InputError as err:            # unusable input only: a clean, one-line error
         assert "\n" not in str(err)
+        assert (not data and "empty file" in str(err)) or (_mostly_binary(data) and "binary data" in str(err)) \
+            or (data.startswith(b"\x1f\x8b") and ("gzip" in str(err) or "empty file" in str(err)))
         return
     m = result.metrics
     assert m["rows_in"] == m["rows_out"] + m["rows_quarantined"]
@@ -47,14 +56,16 @@ def test_arbitrary_bytes_never_crash(tmp_path, data):
 
 @SETTINGS
 @given(lines=st.lists(_lines, min_size=1, max_size=40), near=st.booleans())
+@example(lines=[b'{"prompt": "p", "response": "r"}'] * 3 + [b'{"prompt": "a\x00b", "response": "r"}'], near=False)
 def test_accounting_invariant_holds(tmp_path, lines, near):
     data = b"\n".join(lines) + b"\n"
     config = DataValidationConfig()
     config.dedup.near.enabled = near
-    try:
-        result = _run(tmp_path, data, config)
-    except InputError:
+    if _mostly_binary(data):             # refused whole, one line naming why; nothing else is
+        with pytest.raises(InputError, match="binary data"):
+            _run(tmp_path, data, config)
         return
+    result = _run(tmp_path, data, config)
     m = result.metrics
     assert m["rows_in"] == len(lines) == m["rows_out"] + m["rows_quarantined"]
     clean = (tmp_path / "out" / "clean.jsonl").read_bytes().splitlines()
@@ -62,6 +73,8 @@ def test_accounting_invariant_holds(tmp_path, lines, near):
     assert len(clean) == m["rows_out"] and len(quarantine) == m["rows_quarantined"]
     assert sorted(json.loads(q)["line"] for q in quarantine) == sorted(
         set(json.loads(q)["line"] for q in quarantine))
+    nul_lines = {n for n, line in enumerate(lines, 1) if b"\x00" in line}
+    assert nul_lines == {json.loads(q)["line"] for q in quarantine if json.loads(q)["reason"] == "nul_byte"}
 
 
 @settings(max_examples=300, deadline=None)

@@ -205,3 +205,14 @@ def test_custom_schema_from_yaml(tmp_path):
     out = tmp_path / "o"
     run_to_dir(src, str(out), str(cfg), show_progress=False, overrides={"gate.max_reject_rate": 1.0})
     assert reasons(out) == {(2, "too_long", "question"), (3, "unexpected_field", "extra")}
+
+
+def test_one_nul_byte_line_is_quarantined_not_the_whole_file(tmp_path):
+    good = [f'{{"prompt": "question {i}?", "response": "answer {i}, long enough to pass"}}' for i in range(50)]
+    lines = good[:20] + ['{"prompt": "a\x00b?", "response": "binary inside"}'] + good[20:]
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(("\n".join(lines) + "\n").encode())
+    result = run_to_dir(str(src), str(tmp_path / "o"), show_progress=False)
+    quarantined = [json.loads(line) for line in (tmp_path / "o" / "quarantine.jsonl").read_text().splitlines()]
+    assert [(q["line"], q["reason"]) for q in quarantined] == [(21, "nul_byte")]
+    assert result.metrics["rows_out"] == 50

@@ -1,0 +1,70 @@
+"""The one way files are replaced: written beside their final name, fsynced, renamed
+over it, and the directory fsynced, so a crash leaves the old file or the new one, never
+a torn mix. Everything a later stage or a restart reads goes through here."""
+from __future__ import annotations
+
+import json
+import os
+from typing import BinaryIO
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename in `path` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class AtomicFile:
+    """A binary file that appears at `path` only on `commit()`; `abort()` (or an
+    exception inside `with`) leaves `path` as it was. Streams of any size."""
+
+    def __init__(self, path: str, durable: bool = True, buffering: int = 1 << 20):
+        self.path, self.durable = path, durable
+        folder, name = os.path.split(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        self.tmp = os.path.join(folder, f"{name}.partial")
+        self.handle: BinaryIO = open(self.tmp, "wb", buffering=buffering)
+
+    def write(self, data: bytes) -> int:
+        return self.handle.write(data)
+
+    def commit(self) -> None:
+        self.handle.flush()
+        if self.durable:
+            os.fsync(self.handle.fileno())
+        self.handle.close()
+        os.replace(self.tmp, self.path)
+        if self.durable:
+            fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+
+    def abort(self) -> None:
+        self.handle.close()
+        if os.path.exists(self.tmp):
+            os.unlink(self.tmp)
+
+    def __enter__(self) -> "AtomicFile":
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        if kind is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def write_bytes(path: str, data: bytes, durable: bool = True) -> None:
+    with AtomicFile(path, durable) as out:
+        out.write(data)
+
+
+def write_text(path: str, text: str, durable: bool = True) -> None:
+    write_bytes(path, text.encode("utf-8"), durable)
+
+
+def write_json(path: str, data, durable: bool = True, **dump) -> None:
+    """JSON (indent 2 unless told) written atomically; non-JSON values via `default`."""
+    dump.setdefault("indent", 2)
+    write_text(path, json.dumps(data, **dump) + "\n", durable)

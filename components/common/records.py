@@ -1,0 +1,225 @@
+"""What each stage records about a run, typed: the stage table (names, KFP task names,
+record models) that the release record, `llmops lineage verify`, the Argo runner and the
+local summary share, and the notes each stage writes into the release folder (a PVC on
+a cluster, a local folder in kfp.local) for the exit handler's release record.
+
+A note is one JSON file per stage, `<release_dir>/stages/<stage>.json`, written atomically;
+reading one back validates it against its stage's model, so a renamed or missing field is
+an error that names the file and the field, not a silent None.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from . import atomic, merkle
+from .errors import InputError
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Artifact(_Record):
+    root: str | None = None
+    path: str | None = None
+
+
+class CleanData(Artifact):
+    merkle_file: str = "clean.jsonl"
+    rows: int = 0
+    chunk_size: int = merkle.DEFAULT_CHUNK_SIZE
+
+
+class ModelOut(Artifact):
+    checkpoint_root: str | None = None
+
+
+class CheckpointsOut(Artifact):
+    tag: str | None = None
+
+
+class BlessingOut(Artifact):
+    blessed: bool = False
+
+
+class RepositoryOut(Artifact):
+    version: int | None = None
+    weights: str | None = Field(None, description="The model folder inside the repository, relative to it.")
+
+
+class StageRecord(_Record):
+    """Fields every stage has; `result` is the stage's verdict in words."""
+    stage: str
+    result: str
+    reason: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class _Model(_Record):
+    model_root: str | None = None
+
+
+class ValidateOutputs(_Record):
+    clean: CleanData
+
+
+class ValidateDataset(StageRecord):
+    stage: Literal["validate_dataset"] = "validate_dataset"
+    result: Literal["passed", "failed"]
+    outputs: ValidateOutputs
+
+
+class _DatasetIn(_Record):
+    dataset_root: str | None = None
+
+
+class BaseModelOutputs(_Record):
+    base_model: Artifact
+
+
+class BuildBaseModel(StageRecord):
+    stage: Literal["build_base_model"] = "build_base_model"
+    result: Literal["built"] = "built"
+    inputs: _DatasetIn
+    outputs: BaseModelOutputs
+
+
+class TrainInputs(_Record):
+    dataset_root: str | None = None
+    base_model_root: str | None = None
+
+
+class TrainOutputs(_Record):
+    model: ModelOut
+    checkpoints: CheckpointsOut
+
+
+class TrainZero3(StageRecord):
+    stage: Literal["train_zero3"] = "train_zero3"
+    result: Literal["trained"] = "trained"
+    inputs: TrainInputs
+    outputs: TrainOutputs
+
+
+class EvaluateOutputs(_Record):
+    blessing: BlessingOut
+
+
+class EvaluateLlm(StageRecord):
+    stage: Literal["evaluate_llm"] = "evaluate_llm"
+    result: Literal["blessed", "not blessed"]
+    inputs: _Model
+    outputs: EvaluateOutputs
+
+
+class WatermarkOutputs(_Record):
+    watermarked: Artifact = Field(default_factory=Artifact)
+    kgw: dict = Field(default_factory=dict, description="The KGW parameters verified (common.watermark.KGW).")
+
+
+class VerifyWatermark(StageRecord):
+    stage: Literal["verify_watermark"] = "verify_watermark"
+    result: Literal["verified", "not verified"]
+    inputs: _Model
+    outputs: WatermarkOutputs = Field(default_factory=WatermarkOutputs)
+
+
+class DeployInputs(_Record):
+    model_root: str | None = None
+    blessed_root: str | None = None
+
+
+class DeployOutputs(_Record):
+    repository: RepositoryOut
+    serving_state: Artifact = Field(default_factory=Artifact)
+
+
+class TritonCanaryDeploy(StageRecord):
+    stage: Literal["triton_canary_deploy"] = "triton_canary_deploy"
+    result: Literal["promoted", "rolled_back"]
+    inputs: DeployInputs
+    outputs: DeployOutputs
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str                   # component and record name
+    task: str                   # KFP / Argo task name
+    record: type[StageRecord]
+
+
+# The run's stages in flow order: the one table the release record, lineage, the Argo
+# runner and the local summary read.
+STAGES = (
+    Stage("validate_dataset", "validate-dataset", ValidateDataset),
+    Stage("build_base_model", "build-base-model", BuildBaseModel),
+    Stage("train_zero3", "train-zero3", TrainZero3),
+    Stage("evaluate_llm", "evaluate-llm", EvaluateLlm),
+    Stage("verify_watermark", "verify-watermark", VerifyWatermark),
+    Stage("triton_canary_deploy", "triton-canary-deploy", TritonCanaryDeploy),
+)
+BY_NAME = {s.name: s for s in STAGES}
+RELEASE_TASK = "release-record"     # the exit handler's task
+
+
+def parse(data: dict, origin: str) -> StageRecord:
+    """A stage record from its JSON; InputError naming `origin` and the field otherwise."""
+    stage = BY_NAME.get(data.get("stage")) if isinstance(data, dict) else None
+    if stage is None:
+        raise InputError(f"{origin}: unknown stage {data.get('stage') if isinstance(data, dict) else data!r}")
+    try:
+        return stage.record.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise InputError(f"{origin}: {stage.name} record field {where}: {err['msg']}") from None
+
+
+def note(release_dir: str | None, record: StageRecord) -> None:
+    """Write the stage's note atomically; no-op without a release folder."""
+    if release_dir:
+        atomic.write_json(os.path.join(release_dir, "stages", f"{record.stage}.json"), record.model_dump(mode="json"),
+                          sort_keys=True)
+
+
+def read_notes(release_dir: str) -> dict[str, StageRecord]:
+    """The notes in the release folder, in flow order."""
+    folder = os.path.join(release_dir, "stages")
+    found = {}
+    if os.path.isdir(folder):
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".json") and not name.startswith("."):
+                path = os.path.join(folder, name)
+                try:
+                    with open(path, encoding="utf-8") as handle:
+                        data = json.load(handle)
+                except (OSError, ValueError) as exc:
+                    raise InputError(f"{path}: unreadable stage note: {exc}") from None
+                record = parse(data, path)
+                found[record.stage] = record
+    return {s.name: found[s.name] for s in STAGES if s.name in found}
+
+
+# --- The local target's serving state: which repository serves as stable now ----------
+SERVING_STATE = "state.json"
+
+
+def read_serving_state(state_dir: str) -> dict:
+    """`{"stable": {...}, "previous": {...}}` of a local serving folder ({} when none)."""
+    path = os.path.join(state_dir, SERVING_STATE)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable deployment state: {exc}") from None
+
+
+def write_serving_state(state_dir: str, state: dict) -> None:
+    atomic.write_json(os.path.join(state_dir, SERVING_STATE), state, sort_keys=True)
