@@ -168,16 +168,15 @@ def watermark() -> None:
 @click.option("--key-file", help="Watermark key file (else $LLMOPS_WATERMARK_KEY or the mounted Secret).")
 @click.option("--tokenizer", "tokenizer_dir", required=True, type=click.Path(file_okay=False),
               help="Tokenizer folder of the generating model.")
-@click.option("--scheme", type=click.Choice(["lefthash", "selfhash"]), default="lefthash", show_default=True)
-@click.option("--gamma", default=0.25, show_default=True)
-@click.option("--z-threshold", default=4.0, show_default=True)
-@click.option("--min-tokens", default=16, show_default=True)
-def watermark_detect(texts, key_file, tokenizer_dir, scheme, gamma, z_threshold, min_tokens) -> None:
+@click.option("--params", "params_path", type=click.Path(dir_okay=False),
+              help="The KGW parameters: a watermark config YAML, or metrics.json of `llmops watermark verify` "
+                   "(default: the defaults).")
+def watermark_detect(texts, key_file, tokenizer_dir, params_path) -> None:
     """Print one JSON per text of FILE (JSONL with `response` or `text`): z, p, tokens, verdict."""
-    from kfp_llmops.components.watermark import detect_file
-    from kfp_llmops.components.watermark.keys import load_key
+    from kfp_llmops.components.common.watermark.keys import load_key
+    from kfp_llmops.components.watermark import detect_file, detection_params
 
-    for row in detect_file(texts, tokenizer_dir, load_key(key_file), scheme, gamma, z_threshold, min_tokens):
+    for row in detect_file(texts, tokenizer_dir, load_key(key_file), detection_params(params_path)):
         click.echo(json.dumps(row))
 
 
@@ -281,12 +280,15 @@ def deploy_setup() -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Deploy config YAML.")
 @click.option("--state", "state_dir", default="runs/serving", show_default=True, help="Local deployment state.")
-def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, state_dir) -> None:
+@click.option("--watermark", "watermark_record", type=click.Path(dir_okay=False),
+              help="metrics.json of `llmops watermark verify`: serve with the parameters it verified "
+                   "(default: verification's defaults).")
+def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, state_dir, watermark_record) -> None:
     """Build a sealed Triton model repository from exactly the blessed model."""
-    from kfp_llmops.components.deploy import DeployConfig, build_repository
+    from kfp_llmops.components.deploy import DeployConfig, build_repository, watermark_params
 
     built = build_repository(model_dir, _blessed_root(blessing, blessed_root), out_dir,
-                             DeployConfig.load(config_path), state_dir)
+                             DeployConfig.load(config_path), state_dir, watermark_params(watermark_record))
     click.echo(f"{out_dir}: {built['model_name']} version {built['version']}, repository root "
                f"{built['repository_root']}, model root {built['model_root']}")
 
@@ -303,10 +305,14 @@ def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, s
 @click.option("--key-file", help="Watermark key file (else $LLMOPS_WATERMARK_KEY or the mounted Secret).")
 @click.option("--drill-failure-rate", type=float, help="Rehearsal: the canary fails this fraction of requests.")
 @click.option("--drill-latency-ms", type=float, help="Rehearsal: the canary adds this latency per request.")
+@click.option("--watermark", "watermark_record", type=click.Path(dir_okay=False),
+              help="metrics.json of `llmops watermark verify`: serve with the parameters it verified "
+                   "(default: verification's defaults).")
 def deploy_canary(repo_dir, model_dir, blessing, blessed_root, out_dir, state_dir, config_path, key_file,
-                  drill_failure_rate, drill_latency_ms) -> None:
+                  drill_failure_rate, drill_latency_ms, watermark_record) -> None:
     """Roll a repository out progressively; exit 0 promoted, 1 rolled back, 2 bad input."""
-    from kfp_llmops.components.deploy import DeployConfig, build_repository, deploy, raise_unless_promoted
+    from kfp_llmops.components.deploy import (DeployConfig, build_repository, deploy, raise_unless_promoted,
+                                              watermark_params)
 
     cfg = DeployConfig.load(config_path, {"drill.failure_rate": drill_failure_rate,
                                           "drill.added_latency_ms": drill_latency_ms})
@@ -315,7 +321,9 @@ def deploy_canary(repo_dir, model_dir, blessing, blessed_root, out_dir, state_di
         raise LlmopsError("give exactly one of --repository and --model")
     if model_dir:
         repo_dir = os.path.join(out_dir, "repository")
-        build_repository(model_dir, root, repo_dir, cfg, state_dir)
+        build_repository(model_dir, root, repo_dir, cfg, state_dir, watermark_params(watermark_record))
+    elif watermark_record:
+        raise LlmopsError("--watermark applies when building from --model; a sealed repository keeps its own")
     record = deploy(repo_dir, root, out_dir, cfg, state_dir, key_file, log=click.echo)
     click.echo(f"decision={record['decision']} version={record['version']} reason: {record['reason']}")
     click.echo(f"record {os.path.join(out_dir, 'record.json')}, report {os.path.join(out_dir, 'report.html')}")

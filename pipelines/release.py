@@ -114,7 +114,8 @@ def _tail(f: _Form, model, eval_set) -> None:
         f.task(marked, "verify-watermark", key=True, size=f.eval_size())
         with dsl.If(marked.outputs["Output"] == True, name="verified"):  # noqa: E712
             deployed = triton_canary_deploy(
-                model=model, blessing=evaluated.outputs["blessing"], config=f.p["deploy_config"],
+                model=model, blessing=evaluated.outputs["blessing"], watermarked=marked.outputs["watermarked"],
+                config=f.p["deploy_config"],
                 default_target="kserve" if f.enabled else "local", key_file=f.get("watermark_key_file"),
                 state_dir=f.get("serving_state_dir"), release_dir=f.get("release_dir"))
             f.task(deployed, "triton-canary-deploy", key=True, storage=True,

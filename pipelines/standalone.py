@@ -114,7 +114,7 @@ def _run(stage: str, work: str, p: dict, out) -> object:
         return deploy.run_component(model(), _inputs(work, "evaluate_llm", "blessing"), p.get("deploy_config", ""),
                                     p.get("watermark_key_file", ""), p.get("serving_state_dir", ""),
                                     out("repository"), out("record"), out("metrics"), out("report"), rd,
-                                    p.get("default_target", "local"))
+                                    p.get("default_target", "local"), _inputs(work, "verify_watermark", "watermarked"))
     if stage == "release_record":
         return release.run_component({"state": p.get("status", "UNKNOWN"), "pipeline_job_resource_name": p.get("run"),
                                       "error": p.get("error") or None}, rd, out("record"), out("report"))

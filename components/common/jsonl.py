@@ -1,5 +1,6 @@
 """Reading small JSONL inputs (eval sets, text files) with one-line errors that name the
-file and line."""
+file and line. The eval set is read here because evaluation and watermark verification
+both prompt with it."""
 from __future__ import annotations
 
 import json
@@ -28,3 +29,17 @@ def iter_objects(path: str, what: str = "file") -> Iterator[tuple[int, dict]]:
             if not isinstance(row, dict):
                 raise InputError(f"{path}:{n}: expected a JSON object")
             yield n, row
+
+
+def read_eval_set(path: str) -> list[dict]:
+    """`{"id", "prompt", "response"}` rows: a prompt and its reference answer each."""
+    rows = []
+    for n, row in iter_objects(path, "eval dataset"):
+        for field in ("prompt", "response"):
+            if not isinstance(row.get(field), str) or not row[field].strip():
+                raise InputError(f"{path}:{n}: field {field!r} is missing or empty "
+                                 "(eval rows need a prompt and a reference response)")
+        rows.append({"id": str(row.get("id", f"row-{n}")), "prompt": row["prompt"], "response": row["response"]})
+    if not rows:
+        raise InputError(f"{path}: empty eval set")
+    return rows

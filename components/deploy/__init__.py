@@ -27,9 +27,28 @@ def next_version(cfg: DeployConfig, state_dir: str) -> int:
 
 
 def build_repository(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig,
-                     state_dir: str) -> dict:
+                     state_dir: str, kgw=None) -> dict:
+    """`kgw`: the watermark parameters verify_watermark verified (`watermark_params`)."""
     from . import repository
-    return repository.build(model_dir, blessed_root, out_dir, cfg, next_version(cfg, state_dir))
+    return repository.build(model_dir, blessed_root, out_dir, cfg, next_version(cfg, state_dir),
+                            kgw if kgw is not None else watermark_params(None))
+
+
+def watermark_params(source, origin: str = "verify_watermark's output"):
+    """The KGW parameters to serve with: the ones verify_watermark recorded (artifact
+    metadata, or its metrics.json), else the defaults verification uses without a config."""
+    from kfp_llmops.components.common.watermark.params import KGW
+    if source is None:
+        return KGW()
+    if isinstance(source, str):
+        try:
+            with open(source, encoding="utf-8") as handle:
+                source = json.load(handle)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{source}: unreadable watermark record: {exc}") from None
+    if "kgw" not in source:
+        raise InputError(f"{origin}: no 'kgw' parameters recorded (was it written by verify_watermark?)")
+    return KGW.parse(source["kgw"], origin)
 
 
 def make_target(cfg: DeployConfig, state_dir: str, work: str, key_file: str | None):
@@ -52,7 +71,7 @@ def deploy(repo_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
     if cfg.watermark.enabled:
         from transformers import AutoTokenizer
 
-        from kfp_llmops.components.watermark.keys import load_key
+        from kfp_llmops.components.common.watermark.keys import load_key
         key = load_key(key_file)
         tokenizer = AutoTokenizer.from_pretrained(info["weights"])
     os.makedirs(out_dir, exist_ok=True)
@@ -96,8 +115,9 @@ def raise_unless_promoted(record: dict, cfg: DeployConfig) -> None:
 
 
 def run_component(model, blessing, config: str, key_file: str, state_dir: str, repository_out, record_out,
-                  metrics, report, release_dir: str = "", default_target: str = "local") -> str:
-    """KFP entry: only a blessed model whose root matches the blessing is deployed."""
+                  metrics, report, release_dir: str = "", default_target: str = "local", watermarked=None) -> str:
+    """KFP entry: only a blessed model whose root matches the blessing is deployed, with
+    the watermark parameters `watermarked` (verify_watermark's output) records."""
     cfg = DeployConfig.load(config)
     if "target" not in cfg.model_fields_set:
         cfg = DeployConfig.load(config, {"target": default_target})
@@ -107,7 +127,11 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
     if model.metadata.get("merkle_root") and model.metadata["merkle_root"] != blessed_root:
         raise InputError(f"model root {model.metadata['merkle_root']} is not the blessed root {blessed_root}")
     state = state_dir or os.path.join(os.path.dirname(report.path), "serving-state")
-    built = build_repository(model.path, blessed_root, repository_out.path, cfg, state)
+    kgw = watermark_params(watermarked.metadata if watermarked is not None else None)
+    if watermarked is not None and watermarked.metadata.get("model_root") != blessed_root:
+        raise InputError(f"watermarked: verified model {watermarked.metadata.get('model_root')} is not the blessed "
+                         f"root {blessed_root}")
+    built = build_repository(model.path, blessed_root, repository_out.path, cfg, state, kgw)
     repository_out.metadata.update({"merkle_root": built["repository_root"], "model_root": built["model_root"],
                                     "model_name": built["model_name"], "version": built["version"]})
     work = os.path.join(os.path.dirname(report.path), "deploy")

@@ -11,13 +11,13 @@ from .analysis import Check, Decider, interval_checks, role_stats
 from .config import DeployConfig
 
 
-def _watermark(cfg: DeployConfig, key: int | None, tokenizer):
-    if not cfg.watermark.enabled or key is None or tokenizer is None:
+def _watermark(info: dict, key: int | None, tokenizer):
+    """The smoke tests' detector, with the parameters the served model itself reads."""
+    mark = info["settings"]["watermark"]
+    if not mark["enabled"] or key is None or tokenizer is None:
         return None
-    from kfp_llmops.components.watermark.kgw import Watermark
-    w = cfg.watermark
-    return Watermark(key, len(tokenizer), w.scheme, gamma=w.gamma, delta=w.delta, z_threshold=w.z_threshold,
-                     min_tokens=w.min_tokens)
+    from kfp_llmops.components.common.watermark.params import KGW
+    return KGW.parse(mark["kgw"], f"{info['weights']}/../serving.json").watermark(key, len(tokenizer))
 
 
 def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, tokenizer=None,
@@ -25,7 +25,7 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
     """Run the canary on a started target; returns the record (decision, intervals, requests)."""
     record: dict = {"decision": None, "reason": "", "intervals": [], "smoke": [], "interface": [],
                     "requests": [], "first_release": target.stable is None}
-    watermark = _watermark(cfg, key, tokenizer)
+    watermark = _watermark(info, key, tokenizer)
     t0 = time.monotonic()
 
     def finish(decision: str, reason: str) -> dict:

@@ -1,6 +1,6 @@
 """KFP interface of triton_canary_deploy. The logic lives in this package's other modules."""
 from kfp import dsl
-from kfp.dsl import HTML, Artifact, Input, Metrics, Model, Output
+from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Model, Output
 
 from kfp_llmops.components import images
 
@@ -9,6 +9,7 @@ from kfp_llmops.components import images
 def triton_canary_deploy(
     model: Input[Model],
     blessing: Input[Artifact],
+    watermarked: Input[Dataset],
     repository: Output[Model],
     record: Output[Artifact],
     metrics: Output[Metrics],
@@ -21,11 +22,12 @@ def triton_canary_deploy(
 ) -> str:
     """Build the Triton repository from exactly the blessed model, roll it out as a canary
     (steps, SLA analysis against stable, smoke tests with watermark detection), and
-    promote or roll back. Returns `promoted` or `rolled_back`; fails on rollback unless
+    promote or roll back. The watermark is served with the parameters `watermarked`
+    (verify_watermark's output) records. Returns `promoted` or `rolled_back`; fails on rollback unless
     `fail_on_rollback: false`. `state_dir` (local target) holds the promoted repositories.
     `default_target` applies when the config names no `target` (the cluster forms: kserve).
     """
     from kfp_llmops.components.deploy import run_component
 
     return run_component(model, blessing, config, key_file, state_dir, repository, record, metrics, report,
-                         release_dir, default_target)
+                         release_dir, default_target, watermarked)

@@ -26,13 +26,10 @@ class Serving(_Section):
 
 
 class Watermark(_Section):
-    """Must match verify_watermark's settings: the detector recomputes the same green lists."""
+    """Serve with the watermark on. Its parameters are not set here: they are the ones
+    verify_watermark verified (its `watermarked` output's metadata), so serving and
+    verification cannot disagree."""
     enabled: bool = True
-    scheme: Literal["lefthash", "selfhash"] = "lefthash"
-    gamma: float = Field(0.25, gt=0, lt=1)
-    delta: float = Field(2.0, ge=0)
-    z_threshold: float = Field(4.0, gt=0)
-    min_tokens: int = Field(16, ge=1)
 
 
 class Drill(_Section):

@@ -4,7 +4,7 @@ Layout (the artifact's folder):
     manifest.json                  Merkle manifest of everything below (the repository root)
     <name>/config.pbtxt            python backend, BYTES in/out, dynamic batching
     <name>/<version>/model.py      triton_model.py
-    <name>/<version>/serving.json  generation defaults, watermark settings, drill, model root
+    <name>/<version>/serving.json  generation defaults, the verified watermark parameters, drill, model root
     <name>/<version>/weights/      the model folder, with its own manifest (the model root)
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ import shutil
 
 from kfp_llmops.components.common import integrity, merkle
 from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.common.watermark.params import KGW
 
 from .config import DeployConfig
 
@@ -52,14 +53,17 @@ def declared_interface(cfg: DeployConfig) -> tuple[dict, dict]:
     return meta, config
 
 
-def serving_settings(cfg: DeployConfig, model_root: str, version: int) -> dict:
+def serving_settings(cfg: DeployConfig, model_root: str, version: int, kgw: KGW) -> dict:
     return {"version": version, "model_root": model_root, "max_new_tokens": cfg.serving.max_new_tokens,
             "temperature": cfg.serving.temperature, "key_file": cfg.serving.key_file,
-            "watermark": cfg.watermark.model_dump(), "drill": cfg.drill.model_dump(), "threads": 1}
+            "watermark": {"enabled": cfg.watermark.enabled, "kgw": kgw.model_dump()},
+            "drill": cfg.drill.model_dump(), "threads": 1}
 
 
-def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig, version: int) -> dict:
-    """Verify the model against the blessed root, then write and seal the repository."""
+def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig, version: int,
+          kgw: KGW) -> dict:
+    """Verify the model against the blessed root, then write and seal the repository;
+    `kgw`: the watermark parameters verify_watermark verified."""
     if not blessed_root:
         raise InputError(f"{model_dir}: no blessed model root given; deploy only what evaluate_llm blessed")
     model_root = integrity.verify("model", model_dir, blessed_root)
@@ -71,7 +75,7 @@ def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
     shutil.copytree(model_dir, os.path.join(version_dir, "weights"))
     shutil.copyfile(os.path.join(os.path.dirname(__file__), "triton_model.py"), os.path.join(version_dir, "model.py"))
     with open(os.path.join(version_dir, "serving.json"), "w", encoding="utf-8") as handle:
-        json.dump(serving_settings(cfg, model_root, version), handle, indent=2, sort_keys=True)
+        json.dump(serving_settings(cfg, model_root, version, kgw), handle, indent=2, sort_keys=True)
     with open(os.path.join(out_dir, name, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render_config(cfg, version))
     # The weights were verified a moment ago: their digests seal the copy without a

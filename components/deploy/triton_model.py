@@ -1,8 +1,10 @@
 """The Triton python-backend model of a repository version (copied there as model.py).
 
-Loads the version's `weights/` with transformers and generates with the KGW watermark
-processor; the key comes from the file serving.json names (a mounted Secret) or
-$LLMOPS_WATERMARK_KEY. `drill` in serving.json injects failures or latency on purpose.
+Loads the version's `weights/` with transformers and generates through the project's one
+generation routine with the KGW watermark processor, its parameters exactly those the
+watermark stage verified (serving.json); the key comes from the file serving.json names
+(a mounted Secret) or $LLMOPS_WATERMARK_KEY. `drill` in serving.json injects failures or
+latency on purpose.
 """
 import json
 import os
@@ -23,8 +25,6 @@ class TritonPythonModel:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from kfp_llmops.components.evaluation.generate import context_size
-
         here = os.path.join(args["model_repository"], args["model_version"])
         with open(os.path.join(here, "serving.json"), encoding="utf-8") as handle:
             self.settings = json.load(handle)
@@ -32,30 +32,25 @@ class TritonPythonModel:
         weights = os.path.join(here, "weights")
         self.tokenizer = AutoTokenizer.from_pretrained(weights)
         self.model = AutoModelForCausalLM.from_pretrained(weights).eval()
-        self.context = context_size(self.model)
         self.processors = []
         mark = self.settings["watermark"]
         if mark["enabled"]:
-            from kfp_llmops.components.watermark.keys import load_key
-            from kfp_llmops.components.watermark.kgw import Watermark, logits_processor
+            from kfp_llmops.components.common.watermark.keys import load_key
+            from kfp_llmops.components.common.watermark.kgw import logits_processor
+            from kfp_llmops.components.common.watermark.params import KGW
 
             key_file = os.environ.get("LLMOPS_WATERMARK_KEY_FILE") or self.settings.get("key_file")
             if not os.path.isfile(key_file or ""):
                 key_file = None          # fall back to $LLMOPS_WATERMARK_KEY
-            wm = Watermark(load_key(key_file), len(self.tokenizer), mark["scheme"], gamma=mark["gamma"],
-                           delta=mark["delta"], z_threshold=mark["z_threshold"], min_tokens=mark["min_tokens"])
-            self.processors = [logits_processor(wm)]
+            params = KGW.parse(mark["kgw"], os.path.join(here, "serving.json"))
+            self.processors = [logits_processor(params.watermark(load_key(key_file), len(self.tokenizer)))]
         drill = self.settings.get("drill", {})
         self.failure_rate = float(drill.get("failure_rate", 0.0))
         self.added_latency = float(drill.get("added_latency_ms", 0.0)) / 1000.0
         self.rng = random.Random(int(drill.get("seed", 0)))
 
     def execute(self, requests):
-        import torch
-        from transformers import LogitsProcessorList
-
-        from kfp_llmops.components.evaluation.generate import left_pad
-        from kfp_llmops.components.training.data import format_example
+        from kfp_llmops.components.common.generation import generate
 
         if self.added_latency:
             time.sleep(self.added_latency)
@@ -72,16 +67,10 @@ class TritonPythonModel:
                       int(_optional(request, "seed", 0)))
             groups.setdefault(params, []).append((i, texts))
         for (max_new, temperature, seed), members in groups.items():
-            limit = max(1, self.context - max_new)
-            batch = [self.tokenizer.encode(format_example(t, "")[0])[-limit:] for _, rows in members for t in rows]
-            input_ids, attention = left_pad(batch, self.tokenizer.pad_token_id)
-            torch.manual_seed(seed)
-            with torch.no_grad():
-                out = self.model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
-                                          temperature=temperature, top_k=None, max_new_tokens=max_new,
-                                          min_new_tokens=max_new, pad_token_id=self.tokenizer.pad_token_id,
-                                          logits_processor=LogitsProcessorList(self.processors))
-            decoded = self.tokenizer.batch_decode(out[:, input_ids.shape[1]:], skip_special_tokens=True)
+            prompts = [t for _, rows in members for t in rows]
+            done = generate(self.model, self.tokenizer, prompts, max_new_tokens=max_new, min_new_tokens=max_new,
+                            temperature=temperature, batch_size=len(prompts), seed=seed, processors=self.processors)
+            decoded = [self.tokenizer.decode(c.tokens, skip_special_tokens=True) for c in done]
             k = 0
             for i, rows in members:
                 chunk = np.array([[d.encode("utf-8")] for d in decoded[k:k + len(rows)]], dtype=object)

@@ -8,25 +8,12 @@ import os
 import time
 
 from kfp_llmops.components.common.errors import InputError
-from kfp_llmops.components.common.jsonl import iter_objects
+from kfp_llmops.components.common.jsonl import read_eval_set
 from kfp_llmops.components.common.progress import progress
 from kfp_llmops.components.common import integrity
 
 from .config import EvalConfig
 from .gate import checks_json, evaluate_gate
-
-
-def read_eval_set(path: str) -> list[dict]:
-    rows = []
-    for n, row in iter_objects(path, "eval dataset"):
-        for field in ("prompt", "response"):
-            if not isinstance(row.get(field), str) or not row[field].strip():
-                raise InputError(f"{path}:{n}: field {field!r} is missing or empty "
-                                 "(eval rows need a prompt and a reference response)")
-        rows.append({"id": str(row.get("id", f"row-{n}")), "prompt": row["prompt"], "response": row["response"]})
-    if not rows:
-        raise InputError(f"{path}: empty eval set")
-    return rows
 
 
 def read_baseline(path: str | None) -> dict | None:
@@ -47,7 +34,9 @@ def read_baseline(path: str | None) -> dict | None:
 def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, baseline_path: str | None = None,
              model_root: str | None = None, show_progress: bool = True) -> dict:
     """Writes responses.jsonl, samples.jsonl, metrics.json, blessing.json; returns the result."""
-    from .generate import context_size, generate, load_model, perplexity
+    from kfp_llmops.components.common.generation import context_size, load_model
+
+    from .generate import generate, perplexity
     from .similarity import bertscore
     from .toxicity import ModelDetector, lexical_scores, summarize
 
@@ -137,4 +126,4 @@ def _nan_safe(value):
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
-__all__ = ["evaluate", "read_eval_set", "read_baseline"]
+__all__ = ["evaluate", "read_baseline"]

@@ -1,15 +1,12 @@
-"""Batched, seeded generation and reference perplexity with the candidate model.
-
-Prompts are formatted exactly as in training (`prompt` + newline); prompts longer than
-the context allows are cut from the left (the end of the prompt is what the answer
-follows) and counted.
-"""
+"""The candidate's answers to the eval set (through `common.generation`, the routine
+serving uses too) and reference perplexity, with the training format."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from kfp_llmops.components.training.data import format_example
+from kfp_llmops.components.common import generation
+from kfp_llmops.components.common.generation import format_example
 
 from .config import EvalConfig
 
@@ -23,64 +20,15 @@ class Generated:
     truncated: bool
 
 
-def load_model(model_dir: str):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model.eval()
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
-
-
-def context_size(model) -> int:
-    cfg = model.config
-    return int(getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", 2048))
-
-
-def left_pad(batch: list[list[int]], pad: int):
-    """input_ids and attention_mask for a batch of prompts, padded on the left."""
-    import torch
-    width = max(len(ids) for ids in batch)
-    input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch])
-    attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch])
-    return input_ids, attention
-
-
 def generate(model, tokenizer, rows: list[dict], cfg: EvalConfig, progress=None) -> list[Generated]:
-    import torch
-
+    """The eval set's answers through the one generation routine, decoded."""
     gen = cfg.generation
-    limit = cfg.max_prompt_tokens or max(1, context_size(model) - gen.max_new_tokens)
-    out: list[Generated] = []
-    for start in range(0, len(rows), gen.batch_size):
-        batch = rows[start:start + gen.batch_size]
-        encoded, truncated = [], []
-        for row in batch:
-            ids = tokenizer.encode(format_example(row["prompt"], "")[0])
-            truncated.append(len(ids) > limit)
-            encoded.append(ids[-limit:])
-        pad = tokenizer.pad_token_id
-        input_ids, attention = left_pad(encoded, pad)
-        width = input_ids.shape[1]
-        torch.manual_seed(gen.seed + start)
-        with torch.no_grad():
-            result = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=gen.max_new_tokens,
-                                    do_sample=gen.do_sample, temperature=gen.temperature if gen.do_sample else None,
-                                    top_k=gen.top_k or None, pad_token_id=pad, eos_token_id=tokenizer.eos_token_id)
-        for row, ids, cut in zip(batch, result[:, width:].tolist(), truncated):
-            if tokenizer.eos_token_id in ids:
-                ids = ids[:ids.index(tokenizer.eos_token_id)]
-            text = tokenizer.decode(ids, skip_special_tokens=True).strip()
-            out.append(Generated(row["id"], row["prompt"], text, len(ids), cut))
-        if progress is not None:
-            progress.update(len(batch))
-    return out
+    done = generation.generate(model, tokenizer, [row["prompt"] for row in rows], max_new_tokens=gen.max_new_tokens,
+                               batch_size=gen.batch_size, seed=gen.seed, do_sample=gen.do_sample,
+                               temperature=gen.temperature, top_k=gen.top_k, max_prompt_tokens=cfg.max_prompt_tokens,
+                               progress=progress)
+    return [Generated(row["id"], row["prompt"], tokenizer.decode(c.tokens, skip_special_tokens=True).strip(),
+                      len(c.tokens), c.truncated) for row, c in zip(rows, done)]
 
 
 def perplexity(model, tokenizer, rows: list[dict], batch_size: int, limit: int) -> tuple[float, list[float]]:

@@ -6,7 +6,9 @@ import os
 
 from kfp_llmops.components.common import integrity
 
-from .data import format_example, read_pairs
+from kfp_llmops.components.common.generation import format_example
+
+from .data import read_pairs
 
 SPECIAL = {"bos_token": "<|bos|>", "eos_token": "<|eos|>", "pad_token": "<|pad|>", "unk_token": "<|unk|>"}
 SIZES = {

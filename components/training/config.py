@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from kfp_llmops.components.common.config import StageConfig
-from kfp_llmops.components.watermark.weights import WeightWatermarkConfig
+from kfp_llmops.components.common.watermark.weights import WeightWatermarkConfig
 
 
 class TrainConfig(StageConfig):

@@ -8,6 +8,7 @@ import json
 import numpy as np
 
 from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.common.generation import format_example
 
 
 def read_pairs(path: str) -> list[tuple[str, str]]:
@@ -28,11 +29,6 @@ def read_pairs(path: str) -> list[tuple[str, str]]:
     if not pairs:
         raise InputError(f"{path}: no training records")
     return pairs
-
-
-def format_example(prompt: str, response: str) -> tuple[str, str]:
-    """The training text: prompt and response on their own lines."""
-    return (f"{prompt}\n" if prompt else ""), response
 
 
 def encode(tokenizer, pairs: list[tuple[str, str]], seq_len: int, mask_prompt: bool) -> dict[str, np.ndarray]:

@@ -76,7 +76,7 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, data
     if not torch.cuda.is_available():
         env["DS_ACCELERATOR"] = "cpu"
     if cfg.weight_watermark.enabled:      # the key reaches the ranks by environment, never by file
-        from kfp_llmops.components.watermark.keys import ENV_VAR, load_key
+        from kfp_llmops.components.common.watermark.keys import ENV_VAR, load_key
         env[ENV_VAR] = str(load_key(watermark_key_file))
     # One node: rendezvous on loopback. `--standalone` alone advertises the hostname, which a
     # pod or a container without a network (kfp.local's DockerRunner here) cannot resolve.

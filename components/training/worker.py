@@ -222,8 +222,8 @@ def attach_weight_watermark(model, cfg):
     wcfg = cfg.weight_watermark
     if not wcfg.enabled:
         return lambda: 0.0
-    from kfp_llmops.components.watermark import weights
-    from kfp_llmops.components.watermark.keys import load_key
+    from kfp_llmops.components.common.watermark import weights
+    from kfp_llmops.components.common.watermark.keys import load_key
 
     key = load_key()
     module_name, _, param = wcfg.target.rpartition(".")

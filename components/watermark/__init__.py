@@ -5,6 +5,7 @@ the verification stage (`verify.py`) with its gate, and the weight watermark (`w
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -26,7 +27,7 @@ def _write_report(result: dict, out_dir: str) -> str:
 
 def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str | None = None,
                key_file: str | None = None, model_root: str | None = None) -> dict:
-    from .keys import load_key
+    from kfp_llmops.components.common.watermark.keys import load_key
     from .verify import verify
 
     cfg = WatermarkConfig.load(config_source)
@@ -44,7 +45,7 @@ def raise_unless_verified(result: dict) -> None:
 def run_component(model, eval_dataset, config: str, key_file: str, watermarked, metrics, report,
                   release_dir: str = "") -> bool:
     """KFP entry: the key comes from `key_file` (a mounted Secret) or the environment."""
-    from .keys import load_key
+    from kfp_llmops.components.common.watermark.keys import load_key
     from .verify import verify
 
     cfg = WatermarkConfig.load(config)
@@ -53,7 +54,7 @@ def run_component(model, eval_dataset, config: str, key_file: str, watermarked, 
     with open(report.path, "w", encoding="utf-8") as handle:
         handle.write(_write_report(result, work))
     shutil.copyfile(os.path.join(work, "watermarked.jsonl"), watermarked.path)
-    watermarked.metadata.update({"model_root": result["model_root"], "scheme": cfg.scheme})
+    watermarked.metadata.update({"model_root": result["model_root"], "kgw": result["kgw"]})
     for key, value in result["metrics"].items():
         if value == value:
             metrics.log_metric(key, value)
@@ -62,7 +63,8 @@ def run_component(model, eval_dataset, config: str, key_file: str, watermarked, 
     records.note(release_dir, records.VerifyWatermark(
         result="verified" if result["verified"] else "not verified", inputs={"model_root": result["model_root"]},
         metrics={k: v for k, v in result["metrics"].items() if v == v},
-        outputs={"watermarked": records.Artifact(root=result["model_root"], path=watermarked.path)}))
+        outputs={"watermarked": records.Artifact(root=result["model_root"], path=watermarked.path),
+                 "kgw": result["kgw"]}))
     return result["verified"]
 
 
@@ -79,14 +81,29 @@ def read_texts(path: str) -> list[tuple[str, str]]:
     return out
 
 
-def detect_file(path: str, tokenizer_dir: str, key: int, scheme: str = "lefthash", gamma: float = 0.25,
-                z_threshold: float = 4.0, min_tokens: int = 16) -> list[dict]:
+def detection_params(path: str | None):
+    """KGW parameters from a verify run's metrics.json (its `kgw`), a watermark config, or
+    the defaults."""
+    from kfp_llmops.components.common.watermark.params import KGW
+
+    if not path:
+        return KGW()
+    if path.endswith(".json"):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{path}: unreadable: {exc}") from None
+        if isinstance(data, dict) and "kgw" in data:
+            return KGW.parse(data["kgw"], path)
+    return KGW.of(WatermarkConfig.load(path))
+
+
+def detect_file(path: str, tokenizer_dir: str, key: int, params=None) -> list[dict]:
     from transformers import AutoTokenizer
 
-    from .kgw import Watermark
-
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    wm = Watermark(key, len(tokenizer), scheme, gamma=gamma, z_threshold=z_threshold, min_tokens=min_tokens)
+    wm = (params or detection_params(None)).watermark(key, len(tokenizer))
     results = []
     for ident, text in read_texts(path):
         d = wm.detect(tokenizer.encode(text))

@@ -1,14 +1,15 @@
-"""The watermark stage's one config model. The key is not here: it comes from a file, an
-environment variable or a mounted Secret (`keys.py`), never from pipeline YAML."""
+"""The watermark stage's one config model: the KGW parameters (defined once, in
+`common.watermark.params`, and recorded for serving) plus what verification needs. The key
+is not here: it comes from a file, an environment variable or a mounted Secret
+(`common.watermark.keys`), never from pipeline YAML."""
 from __future__ import annotations
-
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from kfp_llmops.components.common.config import StageConfig
+from kfp_llmops.components.common.watermark.params import KGW
 
-from .weights import WeightWatermarkConfig
+from kfp_llmops.components.common.watermark.weights import WeightWatermarkConfig
 
 
 class _Section(BaseModel):
@@ -31,13 +32,8 @@ class WatermarkGate(_Section):
     max_bit_p_value: float = Field(1e-9, ge=0, le=1, description="Weight watermark, when enabled.")
 
 
-class WatermarkConfig(StageConfig):
-    scheme: Literal["lefthash", "selfhash"] = "lefthash"
-    gamma: float = Field(0.25, gt=0, lt=1)
-    delta: float = Field(2.0, ge=0)
-    z_threshold: float = Field(4.0, gt=0)
-    min_tokens: int = Field(16, ge=1)
-    ignore_repeated: bool = True
+class WatermarkConfig(StageConfig, KGW):
+    """KGW's fields at the top level (`delta: 4.0`), then the stage's own sections."""
     generation: WatermarkGeneration = Field(default_factory=WatermarkGeneration)
     attack_rates: list[float] = Field(default_factory=lambda: [0.1, 0.3])
     attack_seed: int = 0

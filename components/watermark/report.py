@@ -52,7 +52,8 @@ def render_html(result: dict, svg: str) -> str:
                         f"{esc(t)}</span>" for t, g in tokens)
         texts += f"<p style='font-family:monospace'>{spans}</p>"
     return (f"<html><body style='font-family:sans-serif'><h1>verify_watermark: {verdict}</h1>"
-            f"<p>Scheme {esc(result['scheme'])}, gamma {result['gamma']}, delta {result['delta']}; model root "
+            f"<p>Scheme {esc(result['kgw']['scheme'])}, gamma {result['kgw']['gamma']}, delta {result['kgw']['delta']}, "
+            f"z threshold {result['kgw']['z_threshold']}; model root "
             f"<code>{esc(result['model_root'])}</code></p>"
             f"<table border=1><tr><th>check</th><th>value</th><th>bound</th><th>verdict</th></tr>{checks}</table>"
             f"<img alt='z-score distributions' src='data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}'/>"

@@ -27,7 +27,8 @@ def main(work: str = "build/bench/eval", samples: int = 200) -> dict:
     from profanity_check import predict_prob
 
     from kfp_llmops.components.evaluation import run_to_dir
-    from kfp_llmops.components.evaluation.generate import generate, load_model
+    from kfp_llmops.components.common.generation import load_model
+    from kfp_llmops.components.evaluation.generate import generate
     from kfp_llmops.components.evaluation.similarity import resolve_model
     from kfp_llmops.components.evaluation.toxicity import resolve_checkpoint
 
@@ -73,7 +74,8 @@ def main(work: str = "build/bench/eval", samples: int = 200) -> dict:
         for i in range(0, n, cfg.toxicity.batch_size):
             detox.predict(cands[i:i + cfg.toxicity.batch_size])
         predict_prob(cands)
-        from kfp_llmops.components.evaluation.generate import context_size, perplexity
+        from kfp_llmops.components.common.generation import context_size
+        from kfp_llmops.components.evaluation.generate import perplexity
         perplexity(model, tokenizer, rows, cfg.perplexity_batch_size, context_size(model))
 
     torch.set_num_threads(torch.get_num_threads())

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from kfp_llmops.components.watermark.kgw import Watermark
+from kfp_llmops.components.common.watermark.kgw import Watermark
 
 KEY, GAMMA = 15485863, 0.25
 
@@ -63,8 +63,8 @@ def processor_overhead(model_dir: str | None, rounds: int = 9) -> dict:
     import torch
     from transformers import LogitsProcessorList
 
-    from kfp_llmops.components.evaluation.generate import load_model
-    from kfp_llmops.components.watermark.kgw import logits_processor
+    from kfp_llmops.components.common.generation import load_model
+    from kfp_llmops.components.common.watermark.kgw import logits_processor
 
     if model_dir is None:
         model_dir = "build/bench/eval/model"

@@ -11,7 +11,7 @@ import pytest
 
 from kfp_llmops.components.common import integrity
 from kfp_llmops.components.common.errors import InputError
-from kfp_llmops.components.deploy import DeployConfig, build_repository, deploy, repository
+from kfp_llmops.components.deploy import DeployConfig, build_repository, deploy, repository, watermark_params
 from kfp_llmops.components.common.records import read_serving_state as read_state
 from kfp_llmops.components.deploy.local_target import undo
 from kfp_llmops.pipelines.cli import main
@@ -19,9 +19,12 @@ from helpers import tiny_model
 
 pytestmark = pytest.mark.timeout(300)
 
-FAST = ("interval_s: 3\nsteps: [50, 100]\nwatermark: {delta: 4.0}\nsla: {min_requests: 10}\n"
+FAST = ("interval_s: 3\nsteps: [50, 100]\nsla: {min_requests: 10}\n"
         "smoke: {max_new_tokens: 48, requests: 3}\nlocal: {startup_timeout_s: 150}\n"
         "metrics: {source: prometheus}\n")    # a real Prometheus scrapes both servers; PromQL reads it
+
+
+KGW = watermark_params({"kgw": {"delta": 4.0}})      # as verify_watermark records it
 
 
 def _cfg(**drill) -> DeployConfig:
@@ -42,7 +45,7 @@ def released(tmp_path_factory):
     key = root / "key"
     key.write_text("987654321")
     state = str(root / "state")
-    build_repository(model, model_root, str(root / "repo-v1"), _cfg(), state)
+    build_repository(model, model_root, str(root / "repo-v1"), _cfg(), state, KGW)
     record = deploy(str(root / "repo-v1"), model_root, str(root / "out-v1"), _cfg(), state, str(key))
     return {"root": root, "model": model, "model_root": model_root, "key": str(key), "state": state,
             "first": record}
@@ -52,7 +55,7 @@ def _canary(released, tmp_path, cfg, tamper=None, before_interval=None):
     state = str(tmp_path / "state")
     shutil.copytree(released["state"], state)
     repo = str(tmp_path / "repo")
-    built = build_repository(released["model"], released["model_root"], repo, cfg, state)
+    built = build_repository(released["model"], released["model_root"], repo, cfg, state, KGW)
     if tamper:
         tamper(repo, built)
     record = deploy(repo, released["model_root"], str(tmp_path / "out"), cfg, state, released["key"],
@@ -141,7 +144,7 @@ def test_breaking_interface_change_is_blocked_before_traffic_moves(released, tmp
 def test_repository_not_matching_the_blessed_root_is_refused(released, tmp_path, capsys):
     cfg = _cfg()
     repo = str(tmp_path / "repo")
-    built = build_repository(released["model"], released["model_root"], repo, cfg, released["state"])
+    built = build_repository(released["model"], released["model_root"], repo, cfg, released["state"], KGW)
     with pytest.raises(InputError, match="weights are not the blessed model"):
         repository.verify(repo, "0" * 64)
     with pytest.raises(InputError, match="no blessed model root"):

@@ -94,7 +94,7 @@ def test_standalone_stage_runner_runs_the_release_dag_and_its_lineage_verifies(t
         "verify_watermark": [f"eval_dataset_uri={data['eval']}", f"watermark_key_file={key}",
                              "watermark_config=delta: 4.0\ngeneration: {max_new_tokens: 112, min_new_tokens: 112}\n"],
         "triton_canary_deploy": [f"watermark_key_file={key}", f"serving_state_dir={tmp_path / 'serving'}",
-                                 "deploy_config=interval_s: 3\nwatermark: {delta: 4.0}\nsmoke: {max_new_tokens: 64}\n"],
+                                 "deploy_config=interval_s: 3\nsmoke: {max_new_tokens: 64}\n"],
         "release_record": ["status=Succeeded", "run=standalone-test"],
     }
     for stage, extra in params.items():

@@ -66,7 +66,7 @@ def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
         checkpoint_uri=train["outputs"]["checkpoints"], train_config=TRAIN.replace("steps: 6", "steps: 9"),
         eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n", watermark_config=DEMO_WATERMARK,
         watermark_key_file=str(run / "watermark.key"),
-        deploy_config="interval_s: 3\nsteps: [50, 100]\nwatermark: {delta: 4.0}\nsmoke: {max_new_tokens: 64}\n"
+        deploy_config="interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
                       "sla: {min_requests: 10}\nfail_on_rollback: false\n",
         serving_state_dir=str(run / "serving"), release_dir=str(tmp_path / "release3"))
     record = json.load(open(tmp_path / "release3" / "record.json"))
@@ -86,7 +86,7 @@ def _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_p
         model_uri=train["outputs"]["model"], model_root=train["merkle_root"],
         eval_dataset_uri=str(run / "data" / "eval.jsonl"), eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
         watermark_config=DEMO_WATERMARK, watermark_key_file=str(run / "watermark.key"),
-        deploy_config="interval_s: 3\nsteps: [50, 100]\nwatermark: {delta: 4.0}\nsmoke: {max_new_tokens: 64}\n"
+        deploy_config="interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
                       "sla: {min_requests: 10}\n",
         serving_state_dir=str(run / "serving"), release_dir=str(tmp_path / "release2"))
     record = json.load(open(tmp_path / "release2" / "record.json"))

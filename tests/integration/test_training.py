@@ -354,7 +354,7 @@ SCHEMAS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "s
 
 
 def test_weight_watermark_is_embedded_by_training_and_survives_fine_tuning(inputs, tmp_path, monkeypatch):
-    from kfp_llmops.components.watermark.weights import WeightWatermarkConfig, extract_from_model_dir
+    from kfp_llmops.components.common.watermark.weights import WeightWatermarkConfig, extract_from_model_dir
     monkeypatch.setenv("LLMOPS_WATERMARK_KEY", "424242")
     wcfg = WeightWatermarkConfig(enabled=True, bits=48, strength=1.0)
     marked = train(inputs["clean"], inputs["base"], str(tmp_path / "marked"),

@@ -70,7 +70,7 @@ def test_weight_watermark_checks_join_the_gate(setup, tmp_path):
     from safetensors.torch import load_file, save_file
 
     from kfp_llmops.components.common import integrity
-    from kfp_llmops.components.watermark.weights import WeightWatermarkConfig, regularizer
+    from kfp_llmops.components.common.watermark.weights import WeightWatermarkConfig, regularizer
 
     model = tmp_path / "model"
     shutil.copytree(setup["model"], model)

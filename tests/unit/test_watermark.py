@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from kfp_llmops.components.common.errors import InputError
-from kfp_llmops.components.watermark.keys import load_key, parse_key
-from kfp_llmops.components.watermark.kgw import Watermark, normal_sf
+from kfp_llmops.components.common.watermark.keys import load_key, parse_key
+from kfp_llmops.components.common.watermark.kgw import Watermark, normal_sf
 
 V = 1000
 

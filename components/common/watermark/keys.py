@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from kfp_llmops.components.common.errors import InputError
+from ..errors import InputError
 
 ENV_VAR = "LLMOPS_WATERMARK_KEY"
 DEFAULT_SECRET_PATH = "/var/run/secrets/kfp-llmops/watermark/key"
