@@ -1,5 +1,5 @@
 """User-facing errors. Each carries its exit code and a one-line message; no traceback
-ever reaches the user (see `pipelines.cli`)."""
+ever reaches the user (see `pipelines.cli.main`)."""
 
 
 class LlmopsError(Exception):

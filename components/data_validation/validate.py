@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from kfp_llmops.components.common import atomic, integrity, merkle
+from kfp_llmops.components.common import atomic, gates, integrity, merkle
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.progress import progress
 
@@ -373,18 +373,18 @@ def _finish(v: Validator, config: DataValidationConfig, src: InputStream, output
             elapsed: float) -> ValidationResult:
     rows_q = rows_in - rows_out
     reject_rate = rows_q / rows_in if rows_in else 0.0
-    gate_reasons = []
-    if reject_rate > config.gate.max_reject_rate:
-        gate_reasons.append(f"quarantine rate {reject_rate:.1%} exceeds max_reject_rate "
-                            f"{config.gate.max_reject_rate:.1%}")
+    checks = [gates.at_most("reject_rate", reject_rate, config.gate.max_reject_rate,
+                            f"quarantine rate {reject_rate:.1%}")]
     psi = None
     if v.reference is not None and v.stats.rows:
         psi = drift(v.reference, v.stats)
-        for name, value in psi.items():
-            if value > config.drift.psi_threshold:
-                gate_reasons.append(f"drift: PSI({name}) {value:.3f} exceeds {config.drift.psi_threshold}")
-    if rows_out == 0:
-        gate_reasons.append("no row passed validation")
+        checks += [gates.at_most(f"psi_{name}", value, config.drift.psi_threshold, f"drift of {name}", "drift")
+                   for name, value in psi.items()]
+    else:
+        checks.append(gates.Check("psi", None, f"<= {config.drift.psi_threshold:g}", "skipped",
+                                  "no reference statistics", "drift"))
+    checks.append(gates.at_least("rows_out", rows_out, 1, "no row passed validation" if rows_out == 0 else ""))
+    gate_reasons = gates.failures(checks)
     metrics = {
         "rows_in": rows_in, "rows_out": rows_out, "rows_quarantined": rows_q,
         "reject_rate": reject_rate,
@@ -397,7 +397,7 @@ def _finish(v: Validator, config: DataValidationConfig, src: InputStream, output
         "clean_bytes": clean_bytes, "input_bytes": src.size, "input_compressed": src.compressed,
         "drift_psi": psi, "psi_threshold": config.drift.psi_threshold,
         "max_reject_rate": config.gate.max_reject_rate,
-        "passed": not gate_reasons, "gate_reasons": gate_reasons,
+        "passed": not gate_reasons, "gate_reasons": gate_reasons, "checks": [c.to_json() for c in checks],
         "elapsed_s": round(elapsed, 3),
     }
     if outputs.stats:

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from kfp_llmops.components.common import gates
+
 from .config import DeployConfig
 
 
@@ -54,49 +56,33 @@ def role_stats(samples, role: str, server: dict | None = None) -> RoleStats:
     return RoleStats(len(mine), errors, rate, _quantile(lat, 0.5), _quantile(lat, 0.95), _quantile(lat, 0.99), server)
 
 
-@dataclass
-class Check:
-    name: str
-    value: float | None
-    bound: float | None
-    passed: bool
-    reason: str = ""
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
 def interval_checks(canary: RoleStats, stable: RoleStats | None, cfg: DeployConfig,
-                    metrics_ok: bool = True, relative: bool = True) -> list[Check]:
+                    metrics_ok: bool = True, relative: bool = True) -> list[gates.Check]:
     sla = cfg.sla
     # No traffic is never a pass; a little (the interval already waited up to max_interval_s
     # for min_requests) is judged on what came, not failed for being little.
     n = canary.requests
-    checks = [Check("canary_requests", n, sla.min_requests, n > 0,
-                    "no canary traffic within the interval" if n == 0 else
-                    "" if n >= sla.min_requests else f"only {n} of {sla.min_requests} canary requests by the bound")]
+    checks = [gates.holds("canary_requests", n > 0, "no canary traffic within the interval" if n == 0 else
+                          "" if n >= sla.min_requests else f"only {n} of {sla.min_requests} canary requests by the bound",
+                          value=n, bound=f">= 1 (waits for {sla.min_requests})")]
     if not metrics_ok:
-        checks.append(Check("canary_metrics", None, None, False, "no values from the canary's metrics endpoint"))
+        checks.append(gates.holds("canary_metrics", False, "no values from the canary's metrics endpoint"))
     if canary.requests == 0:
         return checks
     er, p99 = canary.error_rate, canary.p99_ms
-    checks.append(Check("error_rate", er, sla.max_error_rate, er <= sla.max_error_rate))
-    checks.append(Check("p99_ms", p99, sla.max_p99_ms, p99 <= sla.max_p99_ms if p99 == p99 else False,
-                        "" if p99 == p99 else "no successful canary request"))
+    checks.append(gates.at_most("error_rate", er, sla.max_error_rate))
+    checks.append(gates.at_most("p99_ms", p99, sla.max_p99_ms, "" if p99 == p99 else "no successful canary request"))
     if relative:
         if stable is None or stable.requests < sla.min_requests:
             # Latency depends on load: a baseline from another interval (another split) would
             # compare unlike with unlike, so at 100 % only the absolute bounds apply.
-            checks.append(Check("vs_stable", None, None, True, "skipped: stable not measured in this interval"))
+            checks.append(gates.Check("vs_stable", None, "", "skipped", "stable not measured in this interval"))
         else:
-            bound = stable.error_rate + sla.error_rate_tolerance
-            checks.append(Check("error_rate_vs_stable", er, bound, er <= bound))
-            bound = stable.p99_ms * (1 + sla.latency_tolerance)
-            checks.append(Check("p99_vs_stable", p99, bound, p99 <= bound if p99 == p99 else False))
+            checks.append(gates.at_most("error_rate_vs_stable", er, stable.error_rate + sla.error_rate_tolerance))
+            checks.append(gates.at_most("p99_vs_stable", p99, stable.p99_ms * (1 + sla.latency_tolerance)))
             mine, theirs = (canary.server or {}).get("mean_ms", math.nan), (stable.server or {}).get("mean_ms", math.nan)
             if mine == mine and theirs == theirs:      # Triton's own duration counters, queueing included
-                bound = theirs * (1 + sla.latency_tolerance)
-                checks.append(Check("server_latency_vs_stable", mine, bound, mine <= bound))
+                checks.append(gates.at_most("server_latency_vs_stable", mine, theirs * (1 + sla.latency_tolerance)))
     return checks
 
 
@@ -181,9 +167,9 @@ class Decider:
             slow.update(latency_ms > latency_bound(self.stable_ref, self.cfg))
         return self.fired is not None
 
-    def end_interval(self, checks: list[Check]) -> str:
+    def end_interval(self, checks: list[gates.Check]) -> str:
         """advance | hold | rollback | promote."""
-        if all(c.passed for c in checks):
+        if gates.passed(checks):
             if self.step == len(self.cfg.steps) - 1:
                 return "promote"
             self.step += 1

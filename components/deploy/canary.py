@@ -7,7 +7,9 @@ from typing import Callable
 
 from . import interface
 from . import metrics as prom
-from .analysis import Check, Decider, interval_checks, role_stats
+from kfp_llmops.components.common import gates
+
+from .analysis import Decider, interval_checks, role_stats
 from .config import DeployConfig
 
 
@@ -75,11 +77,12 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
         stable = role_stats(samples, "stable", deltas["stable"])
         checks = interval_checks(canary, stable, cfg, metrics_ok=deltas["canary"] is not None,
                                  relative=shapes is not None)
-        checks.append(Check("smoke", None, None, smoke_result["passed"],
-                            "; ".join(f"{c['check']}: {c['detail']}" for c in smoke_result["checks"] if not c["passed"])))
+        checks.append(gates.holds("smoke", smoke_result["passed"], "; ".join(
+            f"{c['metric']}: {c['reason']}" for c in smoke_result["checks"] if c["verdict"] == "fail")))
         fired = decider.fired
         if fired:
-            checks.append(Check("sequential", round(fired.llr, 3), round(fired.threshold, 3), False, fired.describe()))
+            checks.append(gates.holds("sequential", False, fired.describe(), value=round(fired.llr, 3),
+                                      bound=f"< {fired.threshold:.3f}"))
         action = "rollback" if fired else decider.end_interval(checks)
         record["intervals"].append({"interval": n, "percent": percent, "start_s": round(offset, 3),
                                     "seconds": round(max((s.t for s in samples), default=0.0), 3),
@@ -87,7 +90,7 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
                                     "checks": [c.to_json() for c in checks], "action": action,
                                     "failed_checks": decider.failed})
         record["requests"].extend({**s.to_json(), "t": round(s.t + offset, 4), "interval": n} for s in samples)
-        failed = [c.name for c in checks if not c.passed]
+        failed = [c.metric for c in checks if not c.passed]
         log(f"[deploy]   canary {canary.requests} req, errors {canary.error_rate:.3f}, p99 {canary.p99_ms:.0f} ms; "
             f"stable {stable.requests} req, p99 {stable.p99_ms:.0f} ms -> {action}"
             + (f" (failed: {', '.join(failed)})" if failed else ""))

@@ -51,8 +51,8 @@ def _fmt(v) -> str:
 def render_html(record: dict, png: bytes) -> str:
     rows = []
     for iv in record["intervals"]:
-        failed = [f"{c['name']} {_fmt(c['value'])} > {_fmt(c['bound'])} {c['reason']}".strip()
-                  for c in iv["checks"] if not c["passed"]]
+        failed = [f"{c['metric']} {_fmt(c['value'])} (needs {c['bound']}) {c['reason']}".strip()
+                  for c in iv["checks"] if c["verdict"] == "fail"]
         rows.append(f"<tr><td>{iv['interval']}</td><td>{iv['percent']}</td><td>{iv['canary']['requests']}</td>"
                     f"<td>{_fmt(iv['canary']['error_rate'])}</td><td>{_fmt(iv['canary']['p99_ms'])}</td>"
                     f"<td>{iv['stable']['requests']}</td><td>{_fmt(iv['stable']['error_rate'])}</td>"
@@ -60,7 +60,7 @@ def render_html(record: dict, png: bytes) -> str:
                     f"<td>{html.escape('; '.join(failed))}</td></tr>")
     iface = "".join(f"<li>{'BREAKING ' if d['breaking'] else ''}{html.escape(d['what'])}</li>" for d in record["interface"])
     smoke = "".join(f"<li>interval {s['interval']}: {'pass' if s['passed'] else 'FAIL'} "
-                    + html.escape(", ".join(f"{c['check']} {c['detail']}" for c in s["checks"] if c["detail"])) + "</li>"
+                    + html.escape(", ".join(f"{c['metric']} {c['reason']}" for c in s["checks"] if c["reason"])) + "</li>"
                     for s in record["smoke"])
     facts = [("decision", record["decision"]), ("reason", record["reason"]), ("model", record.get("model_name")),
              ("version", record.get("version")), ("previous stable", record.get("stable_version") or "none"),

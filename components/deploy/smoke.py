@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from kfp_llmops.components.common import gates
+
 from .config import DeployConfig
 
 CANARY = {"X-Canary": "always"}
@@ -30,17 +32,17 @@ def generate(cli, model: str, prompt: str, max_new_tokens: int, seed: int, heade
 
 
 def run(url: str, cfg: DeployConfig, watermark=None, tokenizer=None, headers: dict | None = None) -> dict:
-    """One dict per check; `passed` is the conjunction. Never raises for a bad canary."""
+    """One gate check (JSON) per probe; `passed` is the conjunction. Never raises for a bad canary."""
     headers = CANARY if headers is None else headers
     model = cfg.serving.model_name
-    checks: list[dict] = []
+    checks: list[gates.Check] = []
 
     def check(name: str, fn) -> object:
         try:
             value, ok, detail = fn()
         except Exception as exc:  # noqa: BLE001 - any failure of the canary is a failed check
             value, ok, detail = None, False, f"{type(exc).__name__}: {str(exc)[:200]}"
-        checks.append({"check": name, "passed": bool(ok), "detail": detail})
+        checks.append(gates.holds(name, bool(ok), detail, value=value if isinstance(value, float) else None))
         return value
 
     cli = client(url)
@@ -64,4 +66,4 @@ def run(url: str, cfg: DeployConfig, watermark=None, tokenizer=None, headers: di
             check("watermark", detect)
     finally:
         cli.close()
-    return {"passed": all(c["passed"] for c in checks), "checks": checks, "metadata": meta}
+    return {"passed": gates.passed(checks), "checks": [c.to_json() for c in checks], "metadata": meta}

@@ -13,7 +13,7 @@ from kfp_llmops.components.common.progress import progress
 from kfp_llmops.components.common import integrity
 
 from .config import EvalConfig
-from .gate import checks_json, evaluate_gate
+from .gate import evaluate_gate
 
 
 def read_baseline(path: str | None) -> dict | None:
@@ -104,7 +104,7 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
         for s in samples:
             handle.write(json.dumps(s) + "\n")
     result = {
-        "blessed": blessed, "metrics": metrics, "checks": checks_json(checks),
+        "blessed": blessed, "metrics": metrics, "checks": [c.to_json() for c in checks],
         "baseline": baseline, "baseline_note": None if baseline else "no baseline: change thresholds skipped",
         "model_root": root, "detoxify": {"checkpoint": detector.path, "sha256": detector.sha256,
                                          "classes": detector.classes},

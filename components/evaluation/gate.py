@@ -5,20 +5,10 @@ change checks are skipped and say so."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+
+from kfp_llmops.components.common.gates import Check
 
 from .config import GateConfig
-
-
-@dataclass
-class Check:
-    kind: str            # value | change
-    metric: str
-    value: float | None
-    bound: str
-    verdict: str         # pass | fail | skipped
-    reason: str = ""
-    baseline: float | None = None
 
 
 def _number(metrics: dict, name: str) -> float | None:
@@ -35,21 +25,21 @@ def evaluate_gate(metrics: dict, gate: GateConfig, baseline: dict | None) -> tup
         text = " and ".join(p for p in (f">= {bound.lower:g}" if bound.lower is not None else "",
                                         f"<= {bound.upper:g}" if bound.upper is not None else "") if p)
         if value is None:
-            checks.append(Check("value", name, None, text, "fail", "metric missing or NaN"))
+            checks.append(Check(name, None, text, "fail", "metric missing or NaN"))
             continue
         ok = (bound.lower is None or _at_least(value, bound.lower)) and \
              (bound.upper is None or _at_least(bound.upper, value))
-        checks.append(Check("value", name, value, text, "pass" if ok else "fail"))
+        checks.append(Check(name, value, text, "pass" if ok else "fail"))
     for name, change in gate.change.items():
         value = _number(metrics, name)
         if baseline is None:
-            checks.append(Check("change", name, value, _change_text(change), "skipped", "no baseline"))
+            checks.append(Check(name, value, _change_text(change), "skipped", "no baseline", "change"))
             continue
         base = _number(baseline, name)
         if value is None or base is None:
             missing = "candidate" if value is None else "baseline"
-            checks.append(Check("change", name, value, _change_text(change), "fail",
-                                f"{missing} metric missing or NaN", base))
+            checks.append(Check(name, value, _change_text(change), "fail",
+                                f"{missing} metric missing or NaN", "change", base))
             continue
         sign = 1.0 if change.direction == "higher_is_better" else -1.0
         ok, reasons = True, []
@@ -67,9 +57,9 @@ def evaluate_gate(metrics: dict, gate: GateConfig, baseline: dict | None) -> tup
                 passed = _at_least(sign * rel, sign * change.relative)
                 ok &= passed
                 reasons.append(f"relative {rel:+.2%}")
-        checks.append(Check("change", name, value, _change_text(change), "pass" if ok else "fail",
-                            ", ".join(reasons), base))
-    blessed = all(c.verdict != "fail" for c in checks)
+        checks.append(Check(name, value, _change_text(change), "pass" if ok else "fail",
+                            ", ".join(reasons), "change", base))
+    blessed = all(c.passed for c in checks)
     return blessed, checks
 
 
@@ -86,7 +76,3 @@ def _change_text(change) -> str:
     if change.relative is not None:
         parts.append(f"relative {op} {change.relative:+.0%}")
     return " and ".join(parts)
-
-
-def checks_json(checks: list[Check]) -> list[dict]:
-    return [asdict(c) for c in checks]

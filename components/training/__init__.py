@@ -95,6 +95,8 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
     lineage = {"dataset_root": result["dataset_root"], "base_model_root": result["base_model_root"]}
     model.metadata.update({"merkle_root": result["model_root"], "checkpoint_root": result["checkpoint_root"],
                            "framework": "transformers", "format": "safetensors", **lineage})
+    if cfg.weight_watermark.enabled:     # verify_watermark checks exactly what was embedded
+        model.metadata["weight_watermark"] = cfg.weight_watermark.model_dump()
     checkpoints_out.metadata.update({"merkle_root": result["checkpoint_root"],
                                      "tag": (result["saves"][-1]["tag"] if result["saves"] else result["resumed_from"]),
                                      "location": ckpt_dir, **lineage})

@@ -66,13 +66,12 @@ class HashingCheckpointEngine(TorchCheckpointEngine):
         self.chunk_size, self.durable, self.zip_crc32 = chunk_size, durable, zip_crc32
         self.base: str | None = None
         self.digests: dict[str, merkle.FileDigest] = {}
-        self.hashing = True
 
     def begin(self, base: str) -> None:
         self.base, self.digests = base, {}
 
     def save(self, state_dict, path: str) -> None:
-        if not self.hashing or self.base is None:
+        if self.base is None:            # outside a checkpoint save (nothing to commit)
             torch.save(state_dict, path)
             return
         rel = os.path.relpath(path, self.base).replace(os.sep, "/")

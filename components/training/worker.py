@@ -89,7 +89,7 @@ def main(spec_path: str) -> None:
 
     ckpt_root = spec["checkpoint_dir"]
     os.makedirs(ckpt_root, exist_ok=True)
-    step, sampler, prev_root = 0, Sampler(len(input_ids), cfg.seed), spec.get("base_checkpoint_root")
+    step, sampler, prev_root = 0, Sampler(len(input_ids), cfg.seed), None
     resumed = {"tag": None, "skipped": [], "verify_seconds": 0.0}
 
     # -- resume: the newest checkpoint that every rank's share verifies --------------------

@@ -38,8 +38,9 @@ def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str 
 
 def raise_unless_verified(result: dict) -> None:
     if not result["verified"]:
+        from kfp_llmops.components.common import gates
         raise GateFailed("watermark not verified: " + "; ".join(
-            f"{c['metric']} {c['value']:.3g} (needs {c['bound']})" for c in result["checks"] if c["verdict"] == "fail"))
+            gates.failures([gates.Check(**c) for c in result["checks"]])))
 
 
 def run_component(model, eval_dataset, config: str, key_file: str, watermarked, metrics, report,
@@ -49,6 +50,9 @@ def run_component(model, eval_dataset, config: str, key_file: str, watermarked, 
     from .verify import verify
 
     cfg = WatermarkConfig.load(config)
+    embedded = model.metadata.get("weight_watermark")
+    if embedded:                         # train_zero3 recorded what it embedded: check exactly that
+        cfg.weights = embedded
     work = os.path.join(os.path.dirname(report.path), "work")
     result = verify(model.path, eval_dataset.path, work, cfg, load_key(key_file or None), model.metadata.get("merkle_root"))
     with open(report.path, "w", encoding="utf-8") as handle:

@@ -39,4 +39,5 @@ class WatermarkConfig(StageConfig, KGW):
     attack_seed: int = 0
     gate: WatermarkGate = Field(default_factory=WatermarkGate)
     weights: WeightWatermarkConfig = Field(default_factory=WeightWatermarkConfig,
-                                           description="Must match the training stage's weight_watermark.")
+                                           description="What to check when the model's metadata does not say (train_zero3 "
+                                                       "records the weight_watermark it embedded).")

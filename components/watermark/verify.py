@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from kfp_llmops.components.common import generation, integrity
+from kfp_llmops.components.common import gates, generation, integrity
 from kfp_llmops.components.common.jsonl import read_eval_set
 from kfp_llmops.components.common.watermark.params import KGW
 
@@ -68,19 +68,16 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
                "references_scored": sum(d.z == d.z for d in d_refs), "mean_z_watermarked": _mean(d_marked),
                "mean_z_unwatermarked": _mean(d_plain + d_refs), **robustness}
     g = cfg.gate
-    checks = [("tpr", tpr, f">= {g.min_tpr}", tpr >= g.min_tpr),
-              ("fpr", fpr, f"<= {g.max_fpr}", fpr <= g.max_fpr),
-              ("tpr_substitution_10", robustness.get("tpr_substitution_10", float("nan")),
-               f">= {g.min_tpr_substitution_10}", robustness.get("tpr_substitution_10", 0) >= g.min_tpr_substitution_10)]
+    checks = [gates.at_least("tpr", tpr, g.min_tpr), gates.at_most("fpr", fpr, g.max_fpr),
+              gates.at_least("tpr_substitution_10", robustness.get("tpr_substitution_10"), g.min_tpr_substitution_10)]
     if cfg.weights.enabled:
         from kfp_llmops.components.common.watermark.weights import extract_from_model_dir
         found = extract_from_model_dir(model_dir, key, cfg.weights)
         metrics.update({"bit_accuracy": found.bit_accuracy, "bit_p_value": found.p_value, "bits": found.bits})
-        checks += [("bit_accuracy", found.bit_accuracy, f">= {g.min_bit_accuracy}", found.bit_accuracy >= g.min_bit_accuracy),
-                   ("bit_p_value", found.p_value, f"<= {g.max_bit_p_value:g}", found.p_value <= g.max_bit_p_value)]
-    checks = [{"metric": m, "value": v, "bound": b, "verdict": "pass" if ok and v == v else "fail"}
-              for m, v, b, ok in checks]
-    verified = all(c["verdict"] == "pass" for c in checks)
+        checks += [gates.at_least("bit_accuracy", found.bit_accuracy, g.min_bit_accuracy),
+                   gates.at_most("bit_p_value", found.p_value, g.max_bit_p_value)]
+    verified = gates.passed(checks)
+    checks = [c.to_json() for c in checks]
     with open(os.path.join(out_dir, "watermarked.jsonl"), "w", encoding="utf-8") as handle:
         for row, toks, d in zip(rows, marked, d_marked):
             handle.write(json.dumps({"id": row["id"], "prompt": row["prompt"], "response": tokenizer.decode(toks),

@@ -23,7 +23,7 @@ def run_validator(path: str, out_dir: str) -> dict:
         handle.write("gate:\n  max_reject_rate: 1.0\n")
     args = ["data", "validate", path, "--out", out_dir, "--config", cfg, "--no-progress"]
     started = time.perf_counter()
-    _, peak = run_with_peak(f"import sys\nfrom kfp_llmops.pipelines.cli import main\nsys.exit(main({args!r}))")
+    _, peak = run_with_peak(f"import sys\nfrom kfp_llmops.pipelines.cli.main import main\nsys.exit(main({args!r}))")
     elapsed = time.perf_counter() - started
     with open(os.path.join(out_dir, "metrics.json")) as handle:
         metrics = json.load(handle)

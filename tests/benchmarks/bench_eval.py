@@ -9,7 +9,7 @@ import time
 
 from kfp_llmops.components.evaluation.config import EvalConfig
 from kfp_llmops.components.training.base_model import build_base_model
-from kfp_llmops.pipelines.demo_data import make_demo_dataset
+from kfp_llmops.pipelines.demo.demo_data import make_demo_dataset
 
 BATCHES = (1, 8, 32)
 

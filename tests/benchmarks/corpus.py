@@ -6,7 +6,7 @@ import json
 import os
 import random
 
-from kfp_llmops.pipelines.demo_data import _qa_items
+from kfp_llmops.pipelines.demo.demo_data import _qa_items
 from tests.pii_corpus import labeled_samples
 
 

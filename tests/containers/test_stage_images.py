@@ -14,7 +14,7 @@ from kfp_llmops.components import images
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 from kfp_llmops.pipelines import compile as compile_mod
 from kfp_llmops.pipelines import containers
-from kfp_llmops.pipelines.cli import main
+from kfp_llmops.pipelines.cli.main import main
 
 pytestmark = pytest.mark.timeout(1500)
 IMPORTS = {
@@ -82,7 +82,7 @@ def test_missing_stale_and_stopped_are_one_line_errors(monkeypatch):
 
 
 def test_release_dag_runs_inside_the_images_and_its_lineage_is_proven(tmp_path, capsys):
-    from kfp_llmops.pipelines.local_run import format_summary, run_local
+    from kfp_llmops.pipelines.demo.local_run import format_summary, run_local
 
     summary = run_local(str(tmp_path / "run"), rows=800, base_model_size="tiny",
                         train_config="steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n",

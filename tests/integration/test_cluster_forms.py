@@ -19,7 +19,7 @@ from kfp_llmops.pipelines import compile as compile_mod
 from kfp_llmops.pipelines import params as P
 from kfp_llmops.pipelines.manifests import MANIFESTS_DIR
 from kfp_llmops.pipelines.release import LOCAL_PIPELINES, PIPELINES, TIMEOUT
-from kfp_llmops.pipelines.cli import main as main_cli
+from kfp_llmops.pipelines.cli.main import main as main_cli
 from kfp_llmops.pipelines.submit import publish_and_run
 from strict_schema import validate as strict
 

@@ -14,7 +14,7 @@ from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.deploy import DeployConfig, build_repository, deploy, repository, watermark_params
 from kfp_llmops.components.common.records import read_serving_state as read_state
 from kfp_llmops.components.deploy.local_target import undo
-from kfp_llmops.pipelines.cli import main
+from kfp_llmops.pipelines.cli.main import main
 from helpers import tiny_model
 
 pytestmark = pytest.mark.timeout(300)
@@ -67,8 +67,8 @@ def test_first_release_is_promoted_with_watermark_found_in_serving(released):
     record = released["first"]
     assert record["decision"] == "promoted" and record["first_release"] and record["version"] == 1
     assert [iv["percent"] for iv in record["intervals"]] == [100]
-    smoke = {c["check"]: c for c in record["smoke"][0]["checks"]}
-    assert smoke["watermark"]["passed"], smoke["watermark"]["detail"]
+    smoke = {c["metric"]: c for c in record["smoke"][0]["checks"]}
+    assert smoke["watermark"]["verdict"] == "pass", smoke["watermark"]["reason"]
     assert read_state(released["state"])["stable"]["repository_root"] == record["repository_root"]
     assert _no_servers_left()
 
@@ -107,7 +107,7 @@ def test_canary_failing_ten_percent_is_rolled_back_and_stable_untouched(released
 def test_canary_with_added_latency_is_rolled_back(released, tmp_path):
     record, _ = _canary(released, tmp_path, _cfg(added_latency_ms=250))
     assert record["decision"] == "rolled_back"
-    failed = {c["name"] for iv in record["intervals"] for c in iv["checks"] if not c["passed"]}
+    failed = {c["metric"] for iv in record["intervals"] for c in iv["checks"] if c["verdict"] == "fail"}
     assert failed & {"p99_vs_stable", "sequential"}, failed
     assert _no_servers_left()
 
@@ -188,8 +188,8 @@ def test_too_little_traffic_extends_the_interval_instead_of_failing_it(released,
     first = record["intervals"][0]
     assert first["percent"] == 5 and 0 < first["canary"]["requests"] < 400
     assert first["seconds"] >= 4.5                                   # it waited out the bound
-    check = next(c for c in first["checks"] if c["name"] == "canary_requests")
-    assert check["passed"] and "of 400" in check["reason"]
+    check = next(c for c in first["checks"] if c["metric"] == "canary_requests")
+    assert check["verdict"] == "pass" and "of 400" in check["reason"]
     assert _no_servers_left()
 
 

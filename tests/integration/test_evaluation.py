@@ -171,7 +171,7 @@ def test_unreadable_checkpoint_and_tampered_model_are_refused(model_and_data, tm
 
 
 def test_cli_exit_codes(model_and_data, tmp_path):
-    from kfp_llmops.pipelines.cli import main
+    from kfp_llmops.pipelines.cli.main import main
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(FAST + "gate:\n  value: {perplexity: {upper: 1.0e+9}}\n  change: {}\n")
     assert main(["eval", "--model", model_and_data["model"], "--data", model_and_data["eval"],

@@ -11,8 +11,8 @@ from strict_schema import validate as strict
 
 from kfp_llmops.components import images
 from kfp_llmops.pipelines import compile as compile_mod
-from kfp_llmops.pipelines.cli import main
-from kfp_llmops.pipelines.demo_data import make_demo_dataset
+from kfp_llmops.pipelines.cli.main import main
+from kfp_llmops.pipelines.demo.demo_data import make_demo_dataset
 
 SCHEMAS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "schemas")
 

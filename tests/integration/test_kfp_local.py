@@ -10,7 +10,7 @@ from kfp_llmops.components.common import integrity
 from kfp_llmops.components.training import checkpoints
 
 from kfp_llmops.pipelines import compile as compile_mod
-from kfp_llmops.pipelines.local_run import format_summary, run_local
+from kfp_llmops.pipelines.demo.local_run import format_summary, run_local
 
 
 TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
@@ -46,7 +46,7 @@ def test_release_pipeline_runs_through_kfp_local(tmp_path):
     record = json.load(open(deployed["outputs"]["record"]))
     assert record["model_root"] == train["merkle_root"] and record["first_release"]      # deployed what was blessed
     assert record["repository_root"] == deployed["merkle_root"]
-    assert all(c["passed"] for c in record["smoke"][0]["checks"])                        # watermark found in serving
+    assert all(c["verdict"] == "pass" for c in record["smoke"][0]["checks"])                        # watermark found in serving
     state = json.load(open(tmp_path / "run" / "serving" / "state.json"))
     assert state["stable"]["repository_root"] == record["repository_root"]
     assert "watermark.key" not in open(os.path.join(compile_mod.COMPILED_DIR, "release.yaml")).read()
@@ -57,7 +57,7 @@ def test_release_pipeline_runs_through_kfp_local(tmp_path):
 
 
 def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
-    from kfp_llmops.pipelines.local_run import DEMO_WATERMARK
+    from kfp_llmops.pipelines.demo.local_run import DEMO_WATERMARK
     from kfp_llmops.pipelines.release import LOCAL_PIPELINES
     run = tmp_path / "run"
     LOCAL_PIPELINES["continue-training"](
@@ -79,7 +79,7 @@ def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
 
 
 def _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_path):
-    from kfp_llmops.pipelines.local_run import DEMO_WATERMARK
+    from kfp_llmops.pipelines.demo.local_run import DEMO_WATERMARK
     from kfp_llmops.pipelines.release import LOCAL_PIPELINES
     run = tmp_path / "run"
     LOCAL_PIPELINES["evaluate-deploy"](
@@ -97,7 +97,7 @@ def _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_p
 
 
 def _lineage_is_proven_then_refuted_at_the_broken_link(record_path, tmp_path):
-    from kfp_llmops.pipelines.cli import main
+    from kfp_llmops.pipelines.cli.main import main
     record = json.load(open(record_path))
     assert record["status"] == "SUCCEEDED" and record["decision"] == "promoted"
     assert list(record["stages"]) == ["validate_dataset", "build_base_model", "train_zero3", "evaluate_llm",

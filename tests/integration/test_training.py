@@ -16,7 +16,7 @@ from kfp_llmops.components.training import checkpoints
 from kfp_llmops.components.training.base_model import build_base_model
 from kfp_llmops.components.training.config import TrainConfig
 from kfp_llmops.components.training.launch import train
-from kfp_llmops.pipelines.demo_data import make_demo_dataset
+from kfp_llmops.pipelines.demo.demo_data import make_demo_dataset
 
 pytestmark = pytest.mark.timeout(600)
 SMALL = dict(steps=8, checkpoint_interval=4, micro_batch=4, seq_len=48, chunk_size=4096)
@@ -306,7 +306,7 @@ def test_symlinks_in_a_checkpoint_are_refused(reference, tmp_path):
 
 
 def test_verify_cli_exit_codes_json_and_files(reference, tmp_path):
-    from kfp_llmops.pipelines.cli import main
+    from kfp_llmops.pipelines.cli.main import main
     ckpt = reference["result"]["checkpoint_dir"]
     assert main(["checkpoint", "verify", ckpt]) == 0
     assert main(["checkpoint", "verify", ckpt, "--tag", "step-00000004"]) == 0
@@ -323,7 +323,7 @@ def test_verify_cli_exit_codes_json_and_files(reference, tmp_path):
 
 
 def test_verify_cli_json_lists_bad_ranges(reference, tmp_path, capsys):
-    from kfp_llmops.pipelines.cli import main
+    from kfp_llmops.pipelines.cli.main import main
     tag_dir = _copy_tag(reference, tmp_path)
     name = _files(tag_dir)[0]
     with open(os.path.join(tag_dir, name), "r+b") as handle:

@@ -53,7 +53,7 @@ def test_missing_key_is_a_one_line_error(setup, tmp_path, monkeypatch):
 
 
 def test_cli_verify_exit_codes(setup, tmp_path):
-    from kfp_llmops.pipelines.cli import main
+    from kfp_llmops.pipelines.cli.main import main
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text(FAST.format(delta=4.0))
     bad.write_text(FAST.format(delta=0.0))

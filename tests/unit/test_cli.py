@@ -6,11 +6,11 @@ import sys
 import pytest
 
 from helpers import sft, write_lines
-from kfp_llmops.pipelines.cli import main
+from kfp_llmops.pipelines.cli.main import main
 
 
 def llmops(*args):
-    proc = subprocess.run([sys.executable, "-m", "kfp_llmops.pipelines.cli", *args],
+    proc = subprocess.run([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", *args],
                           capture_output=True, text=True, env={"LLMOPS_NO_PROGRESS": "1", "PATH": ""})
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -28,7 +28,7 @@ def test_exit_codes_pass_gate_fail_and_unusable(tmp_path):
     assert rc == 0 and "rows_out=20" in out
     bad = write_lines(tmp_path / "bad.jsonl", [sft(i) for i in range(10)] + [b"nope"] * 5)
     rc, out, err = llmops("data", "validate", bad, "--out", str(tmp_path / "o2"))
-    assert rc == 1 and err.strip().startswith("error: quarantine rate 33.3% exceeds")
+    assert rc == 1 and err.strip().startswith("error: reject_rate 0.3333 (needs <= 0.05): quarantine rate 33.3%")
     assert (tmp_path / "o2" / "clean.jsonl").exists()
     rc, out, err = llmops("data", "validate", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o3"))
     assert rc == 2 and err.strip() == f"error: {tmp_path / 'missing.jsonl'}: no such file"

@@ -29,19 +29,19 @@ def test_interval_checks_absolute_relative_and_min_traffic():
     cfg = DeployConfig()
     ok = interval_checks(_stats(), _stats(), cfg)
     assert all(c.passed for c in ok)
-    names = {c.name for c in interval_checks(_stats(error_rate=0.05), _stats(), cfg) if not c.passed}
+    names = {c.metric for c in interval_checks(_stats(error_rate=0.05), _stats(), cfg) if not c.passed}
     assert names == {"error_rate", "error_rate_vs_stable"}
     slow = interval_checks(_stats(p99=200.0), _stats(p99=100.0), cfg)
-    assert {c.name for c in slow if not c.passed} == {"p99_vs_stable"}          # inside the absolute SLA
+    assert {c.metric for c in slow if not c.passed} == {"p99_vs_stable"}          # inside the absolute SLA
     few = interval_checks(_stats(requests=3), _stats(), cfg)        # the interval already waited its bound
     assert all(c.passed for c in few) and "only 3 of 20" in few[0].reason
     none = interval_checks(_stats(requests=0), _stats(), cfg)
-    assert [c.name for c in none if not c.passed] == ["canary_requests"]        # no traffic is never a pass
+    assert [c.metric for c in none if not c.passed] == ["canary_requests"]        # no traffic is never a pass
     server = interval_checks(RoleStats(100, 0, 0.0, 10, 20, 30, {"mean_ms": 40.0}),
                              RoleStats(100, 0, 0.0, 10, 20, 30, {"mean_ms": 20.0}), cfg)
-    assert [c.name for c in server if not c.passed] == ["server_latency_vs_stable"]   # Triton's duration counters
+    assert [c.metric for c in server if not c.passed] == ["server_latency_vs_stable"]   # Triton's duration counters
     dead = interval_checks(_stats(requests=0), _stats(), cfg, metrics_ok=False)
-    assert {c.name for c in dead if not c.passed} == {"canary_requests", "canary_metrics"}
+    assert {c.metric for c in dead if not c.passed} == {"canary_requests", "canary_metrics"}
 
 
 def test_role_stats_takes_the_worse_of_client_and_server_error_rates():

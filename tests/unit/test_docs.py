@@ -34,7 +34,7 @@ def test_readme_and_cli_name_the_same_commands():
     """Every command the README shows exists, and every command the CLI has is shown."""
     import re
 
-    from kfp_llmops.pipelines.cli import cli
+    from kfp_llmops.pipelines.cli.main import cli
 
     text = read("README.md")
     commands = set(_cli_commands(cli))
@@ -56,7 +56,7 @@ def test_readme_make_targets_exist():
 
 def test_deploy_readme_matches_the_cli_and_config_defaults():
     from kfp_llmops.components.deploy import DeployConfig
-    from kfp_llmops.pipelines.cli import deploy
+    from kfp_llmops.pipelines.cli.main import deploy
 
     text = read("components", "deploy", "README.md")
     for name in deploy.commands:

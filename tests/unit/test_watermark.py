@@ -100,7 +100,7 @@ def test_detect_cli_prints_json_per_text(tmp_path, capsys):
     from transformers import AutoTokenizer
 
     from kfp_llmops.components.training.base_model import build_tokenizer
-    from kfp_llmops.pipelines.cli import main
+    from kfp_llmops.pipelines.cli.main import main
 
     tok_dir = tmp_path / "tok"
     tok = build_tokenizer([f"sentence number {i} about cats and dogs" for i in range(200)], 300)

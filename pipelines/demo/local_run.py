@@ -8,10 +8,11 @@ import shutil
 import time
 import warnings
 
+from kfp_llmops.components.common import records
 from kfp_llmops.components.common.errors import InputError
 
+from ..release import LOCAL_PIPELINES
 from .demo_data import make_demo_dataset
-from .release import LOCAL_PIPELINES
 
 
 # The demo model has a 128-token context, so its texts are shorter than the ~200 tokens
@@ -72,7 +73,8 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
     os.makedirs(root, exist_ok=True)
     for stale in [os.path.join(root, d) for d in os.listdir(root) if d != HOST_DIR] + [os.path.join(out_dir, "workspace")]:
         shutil.rmtree(stale, ignore_errors=True)
-    data = make_demo_dataset(os.path.join(host, "data"), rows) if not (dataset and eval_dataset) else {}
+    data = make_demo_dataset(os.path.join(host, "data"), rows, train=not dataset) if not (dataset and eval_dataset) \
+        else {}
     for name, given in (("train", dataset), ("eval", eval_dataset)):
         if given:
             data[name] = os.path.abspath(given)
@@ -84,7 +86,7 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
     shutil.rmtree(release_dir, ignore_errors=True)
     serving = os.path.join(host, "serving")
     if containers:
-        from .containers import check_runnable, docker_ready
+        from ..containers import check_runnable, docker_ready
         try:
             import docker  # noqa: F401 - kfp.local's DockerRunner drives dockerd through it
         except ImportError:
@@ -127,12 +129,15 @@ def _task_outputs(run_dir: str, task: str) -> dict | None:
     return {"artifacts": arts, "parameters": out.get("parameterValues", {})}
 
 
+TASK = {s.name: s.task for s in records.STAGES}
+
+
 def collect_stages(pipeline_root: str) -> list[dict]:
     """One summary row per stage that ran, from the executor outputs kfp.local wrote."""
     runs = sorted(d for d in os.listdir(pipeline_root) if d != HOST_DIR)
     run_dir = os.path.join(pipeline_root, runs[-1])
     stages = []
-    v = _task_outputs(run_dir, "validate-dataset")
+    v = _task_outputs(run_dir, TASK["validate_dataset"])
     if v:
         m = v["artifacts"]["metrics"]["metadata"]
         stages.append({"stage": "validate_dataset", "gate": "passed" if v["parameters"].get("Output") else "failed",
@@ -140,7 +145,7 @@ def collect_stages(pipeline_root: str) -> list[dict]:
                                  f"{int(m['rows_quarantined'])} quarantined",
                        "merkle_root": v["artifacts"]["clean"]["metadata"].get("merkle_root"),
                        "outputs": {"clean": v["artifacts"]["clean"]["uri"], "report": v["artifacts"]["report"]["uri"]}})
-    t = _task_outputs(run_dir, "train-zero3")
+    t = _task_outputs(run_dir, TASK["train_zero3"])
     if t:
         m = t["artifacts"]["metrics"]["metadata"]
         stages.append({"stage": "train_zero3", "gate": "trained",
@@ -153,7 +158,7 @@ def collect_stages(pipeline_root: str) -> list[dict]:
     elif v:
         stages.append({"stage": "train_zero3", "gate": "skipped", "detail": "data gate failed",
                        "merkle_root": None, "outputs": {}})
-    e = _task_outputs(run_dir, "evaluate-llm")
+    e = _task_outputs(run_dir, TASK["evaluate_llm"])
     if e:
         m = e["artifacts"]["metrics"]["metadata"]
         stages.append({"stage": "evaluate_llm", "gate": "blessed" if e["parameters"].get("Output") else "not blessed",
@@ -163,7 +168,7 @@ def collect_stages(pipeline_root: str) -> list[dict]:
                        "merkle_root": e["artifacts"]["blessing"]["metadata"].get("model_root"),
                        "outputs": {"report": e["artifacts"]["report"]["uri"], "responses": e["artifacts"]["responses"]["uri"],
                                    "blessing": e["artifacts"]["blessing"]["uri"]}})
-    w = _task_outputs(run_dir, "verify-watermark")
+    w = _task_outputs(run_dir, TASK["verify_watermark"])
     if w:
         m = w["artifacts"]["metrics"]["metadata"]
         stages.append({"stage": "verify_watermark", "gate": "verified" if w["parameters"].get("Output") else "not verified",
@@ -172,7 +177,7 @@ def collect_stages(pipeline_root: str) -> list[dict]:
                        "merkle_root": m.get("model_root"),
                        "outputs": {"report": w["artifacts"]["report"]["uri"],
                                    "watermarked": w["artifacts"]["watermarked"]["uri"]}})
-    d = _task_outputs(run_dir, "triton-canary-deploy")
+    d = _task_outputs(run_dir, TASK["triton_canary_deploy"])
     if d:
         rec = d["artifacts"]["record"]["metadata"]
         m = d["artifacts"]["metrics"]["metadata"]

@@ -80,8 +80,10 @@ def _phone(rng: random.Random) -> str:
                        f"+44 20 7946 {rng.randint(1000, 9999)}", f"138{rng.randint(10000000, 99999999)}"])
 
 
-def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed: int = 7) -> dict:
-    """Write `train.jsonl` (raw, with deliberate faults) and `eval.jsonl` (held out)."""
+def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed: int = 7,
+                      train: bool = True) -> dict:
+    """Write `train.jsonl` (raw, with deliberate faults; not with `train=False`, when the
+    user brings their own) and `eval.jsonl` (held out)."""
     rng = random.Random(seed)
     items = _qa_items()
     rng.shuffle(items)
@@ -120,9 +122,10 @@ def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed
         else:
             seen.append(line)
         lines.append(line)
-    train_path = os.path.join(out_dir, "train.jsonl")
-    with open(train_path, "wb") as handle:
-        handle.write(b"\n".join(lines) + b"\n")
+    train_path = os.path.join(out_dir, "train.jsonl") if train else None
+    if train_path:
+        with open(train_path, "wb") as handle:
+            handle.write(b"\n".join(lines) + b"\n")
     eval_path = os.path.join(out_dir, "eval.jsonl")
     with open(eval_path, "w", encoding="utf-8") as handle:
         for n, (key, q, a) in enumerate(eval_items):

@@ -64,7 +64,7 @@ def data_validate(input_path, out_dir, config_path, policy, reference_stats, nea
 @click.option("--seed", default=7, show_default=True)
 def data_make_demo(out_dir, rows, seed) -> None:
     """Write the bundled demo dataset (train.jsonl with deliberate faults, eval.jsonl)."""
-    from .demo_data import make_demo_dataset
+    from ..demo.demo_data import make_demo_dataset
 
     info = make_demo_dataset(out_dir, rows=rows, seed=seed)
     click.echo(json.dumps(info, indent=2))
@@ -402,7 +402,7 @@ def stage() -> None:
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A pipeline parameter.")
 def stage_run(name, work, params) -> None:
     """Run stage NAME with its inputs from earlier stages' outputs under --work."""
-    from .standalone import run_stage
+    from ..standalone.runner import run_stage
 
     click.echo(f"{name}: {run_stage(name, work, _params(params))}")
 
@@ -423,7 +423,7 @@ def compile_cmd(targets, out_dir, check, registry, tag, digests) -> None:
     """Compile every pipeline to each target (byte-deterministic)."""
     from kfp_llmops.components import images
 
-    from .compile import COMPILED_DIR, TARGETS, compile_all
+    from ..compile import COMPILED_DIR, TARGETS, compile_all
 
     wanted = {"LLMOPS_REGISTRY": (registry or "").rstrip("/"), "LLMOPS_IMAGE_TAG": tag or "",
               "LLMOPS_IMAGE_DIGESTS": os.path.abspath(digests) if digests else ""}
@@ -435,7 +435,7 @@ def compile_cmd(targets, out_dir, check, registry, tag, digests) -> None:
                    "LLMOPS_IMAGE_TAG": images.TAG if images.TAG != images.VERSION else "",
                    "LLMOPS_IMAGE_DIGESTS": os.environ.get("LLMOPS_IMAGE_DIGESTS", "")}
         if current != wanted:        # image names are fixed at import: compile in a fresh interpreter
-            argv = [sys.executable, "-m", "kfp_llmops.pipelines.cli", "compile", "--out", out_dir]
+            argv = [sys.executable, "-m", "kfp_llmops.pipelines.cli.main", "compile", "--out", out_dir]
             argv += [a for t in targets for a in ("--target", t)] + (["--check"] if check else [])
             env = {k: v for k, v in os.environ.items() if k not in wanted}
             env.update({k: v for k, v in wanted.items() if v})
@@ -443,7 +443,7 @@ def compile_cmd(targets, out_dir, check, registry, tag, digests) -> None:
     target = out_dir or COMPILED_DIR
     stale = compile_all(target, check=check, targets=tuple(targets) or TARGETS)
     if not out_dir and not targets:          # in a source checkout, manifests/ is kept in step too
-        from .manifests import MANIFESTS_DIR, write_all
+        from ..manifests import MANIFESTS_DIR, write_all
         if os.path.isdir(MANIFESTS_DIR):
             stale += write_all(MANIFESTS_DIR, check=check)
     if check and stale:
@@ -464,7 +464,7 @@ def submit_cmd(pipeline, package, host, namespace, experiment, run_name, params)
     """Run a compiled pipeline as a run of its pipeline version (uploaded if the server
     lacks it) and print the run URL. The token comes from $LLMOPS_KFP_TOKEN or
     $KF_PIPELINES_TOKEN."""
-    from .submit import submit
+    from ..submit import submit
 
     result = submit(pipeline, package, host, namespace, experiment, _params(params), run_name)
     if result["uploaded"]:
@@ -486,7 +486,7 @@ def images_group() -> None:
 @click.option("--load/--no-load", default=True, show_default=True, help="Also load them into dockerd.")
 def images_build(base_source, stages, load) -> None:
     """Build (or reuse, when built from the same sources) the stage images with podman."""
-    from .containers import build, docker_ready, load_into_docker
+    from ..containers import build, docker_ready, load_into_docker
 
     report = build(base_source, list(stages) or None)
     for stage, r in report.items():
@@ -501,7 +501,7 @@ def images_build(base_source, stages, load) -> None:
 @images_group.command("check")
 def images_check() -> None:
     """Exit 0 when dockerd has every stage image, built from this tree."""
-    from .containers import check_runnable, docker_ready
+    from ..containers import check_runnable, docker_ready
 
     docker_ready()
     check_runnable()
@@ -515,7 +515,7 @@ def images_check() -> None:
               show_default=True, help="Where to write {stage: digest} for `llmops compile --digests`.")
 def images_push(registry, tag, digests_file) -> None:
     """Tag and push every stage image; write their digests."""
-    from .containers import push
+    from ..containers import push
 
     os.makedirs(os.path.dirname(os.path.abspath(digests_file)), exist_ok=True)
     push(registry, tag, digests_file)
@@ -528,6 +528,8 @@ def images_push(registry, tag, digests_file) -> None:
 @click.option("--pipeline", default="release", show_default=True, type=click.Choice(["release"]))
 @click.option("--dataset", type=click.Path(exists=True, dir_okay=False),
               help="Raw JSONL to use instead of the bundled demo dataset.")
+@click.option("--eval-dataset", type=click.Path(exists=True, dir_okay=False),
+              help="Held-out JSONL (prompt, reference response) instead of the demo's eval set.")
 @click.option("--rows", default=4000, show_default=True, help="Rows of the bundled demo dataset.")
 @click.option("--policy", default="balanced", show_default=True, type=POLICIES)
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False),
@@ -537,15 +539,15 @@ def images_push(registry, tag, digests_file) -> None:
 @click.option("--base-model-size", type=click.Choice(["demo", "tiny"]), default="demo", show_default=True)
 @click.option("--containers", is_flag=True, help="Run every stage in its image through kfp.local's DockerRunner "
               "(dockerd; `make images` first), as the images' user, with no network.")
-def run_cmd(out_dir, pipeline, dataset, rows, policy, config_path, train_config_path, base_model_size,
-            containers) -> None:
+def run_cmd(out_dir, pipeline, dataset, eval_dataset, rows, policy, config_path, train_config_path,
+            base_model_size, containers) -> None:
     """Run a pipeline locally through kfp.local (SubprocessRunner, or DockerRunner with --containers)."""
-    from .local_run import format_summary, run_local
+    from ..demo.local_run import format_summary, run_local
 
     data_config = open(config_path, encoding="utf-8").read() if config_path else ""
     train_config = open(train_config_path, encoding="utf-8").read() if train_config_path else ""
     summary = run_local(out_dir, pipeline, rows, policy, data_config, dataset, train_config, base_model_size,
-                        containers=containers)
+                        eval_dataset=eval_dataset, containers=containers)
     click.echo(format_summary(summary))
 
 
