@@ -37,7 +37,7 @@ SECURITY = {"runAsNonRoot": True, "runAsUser": 10001, "allowPrivilegeEscalation"
 # names come from the stage table
 _IMAGES = {
     "validate_dataset": (images.DATA, ["dataset_uri", "data_config", "pii_policy"], None),
-    "build_base_model": (images.TRAIN, ["base_model_size"], None),
+    "build_base_model": (images.TRAIN, ["base_model_uri", "base_model_root", "base_model_size"], None),
     "train_zero3": (images.TRAIN, ["train_config", "gpu_count", "model_uri", "model_root", "checkpoint_uri"],
                     ("train_cpu", "train_memory")),
     "evaluate_llm": (images.EVAL, ["eval_dataset_uri", "eval_config", "model_uri", "model_root"],
@@ -79,7 +79,7 @@ def _container(stage: str, image: str, names: list[str], declared: set[str], ext
     if stage == "train_zero3":
         args += ["--param", f"checkpoint_dir={CHECKPOINT_MOUNT}/{{{{workflow.name}}}}"]
         mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT})
-    if stage in ("validate_dataset", "triton_canary_deploy"):
+    if stage in ("validate_dataset", "build_base_model", "triton_canary_deploy"):      # read or write object storage
         env += [{"name": var, "valueFrom": {"secretKeyRef": {"name": STORAGE_SECRET, "key": key}}}
                 for key, var in STORAGE_ENV.items()]
     return {"image": image, "command": ["llmops"], "args": args + (extra or []), "volumeMounts": mounts,

@@ -37,7 +37,13 @@ ALL = {p.name: p for p in [
                                   "checkpoint that verifies."),
     _config("data_config", "data_validation", '{"gate": {"max_reject_rate": 0.2}}'),
     Param("pii_policy", "balanced", "PII policy: strict, balanced or permissive (README, 'PII policies')."),
-    Param("base_model_size", "demo", "Size of the demo base model built from the data: demo or tiny."),
+    Param("base_model_uri", "", "Your pretrained model to fine-tune: a Hugging Face folder sealed with `llmops "
+                                "model seal` (s3://, gs://, http(s) or a path on the release volume); empty builds "
+                                "the demo model."),
+    Param("base_model_root", "", "The base model's Merkle root as `llmops model seal` printed it; required with "
+                                 "base_model_uri, and the model is refused unless it matches."),
+    Param("base_model_size", "demo", "Size of the demo base model built from the data when no base_model_uri is "
+                                     "given: demo or tiny."),
     _config("train_config", "training", '{"steps": 200, "micro_batch": 8}'),
     _config("eval_config", "evaluation", '{"gate": {"value": {"bertscore_f1": {"lower": 0.6}}}}'),
     _config("watermark_config", "watermark", '{"delta": 3.0, "gamma": 0.25}'),
@@ -69,7 +75,8 @@ ALL = {p.name: p for p in [
 
 # What each pipeline takes, in order (required first).
 PIPELINE_PARAMS = {
-    "release": ["dataset_uri", "eval_dataset_uri", "data_config", "pii_policy", "base_model_size", "train_config",
+    "release": ["dataset_uri", "eval_dataset_uri", "data_config", "pii_policy", "base_model_uri", "base_model_root",
+                "base_model_size", "train_config",
                 "eval_config", "watermark_config", "deploy_config", "gpu_type", "gpu_count", "train_cpu",
                 "train_memory", "eval_cpu", "eval_memory", "deploy_cpu", "deploy_memory", "checkpoint_pvc",
                 "release_pvc", "checkpoint_dir", "release_dir", "serving_state_dir", "watermark_key_file"],

@@ -3,8 +3,8 @@
 
 - `release`: validate_dataset -> [gate passed] -> build_base_model -> train_zero3 ->
   evaluate_llm -> [blessed] -> verify_watermark -> [verified] -> triton_canary_deploy.
-  The demo base model is built from the clean data; production imports its base model
-  (the `continue-training` pipeline shows how).
+  The base model is the user's (`base_model_uri`, its root pinned by `base_model_root`),
+  else the demo model built from the clean data.
 - `continue-training`: validate new data, resume training from a checkpoint of an
   earlier run (its Merkle root pinned), then the same evaluate/watermark/deploy tail.
 - `evaluate-deploy`: an existing model (its root pinned) through evaluate, watermark
@@ -151,8 +151,9 @@ def _release(f: _Form) -> None:
     validated = _validate(f, raw.output)
     with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
         base = build_base_model(dataset=validated.outputs["clean"], size=f.p["base_model_size"],
+                                base_model_uri=f.p["base_model_uri"], base_model_root=f.p["base_model_root"],
                                 release_dir=f.get("release_dir"))
-        f.task(base, "build-base-model")
+        f.task(base, "build-base-model", storage=True)
         trained = _train(f, validated.outputs["clean"], base.outputs["base_model"])
         _tail(f, trained.outputs["model"], eval_set.output)
 

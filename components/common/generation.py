@@ -1,7 +1,12 @@
-"""The one prompt format and the one generation routine: training formats its examples
-with `format_example`, and evaluation, watermark verification and the served Triton model
+"""The one prompt format and the one generation routine: training encodes its examples
+with `encode_example`, and evaluation, watermark verification and the served Triton model
 all generate through `generate`, so a model is judged and served on the format it was
 trained on.
+
+The format is the tokenizer's chat template when it has one (the prompt as the user's
+turn, the response as the assistant's; what precedes the assistant's turn is the head,
+which training masks), else the plain format: the prompt on its own line, then the
+response. The answer always ends with EOS, where generation stops.
 
 Prompts longer than the context allows are cut from the left (the end of the prompt is
 what the answer follows) and counted as truncated.
@@ -10,11 +15,52 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import InputError
+
 
 def format_example(prompt: str, response: str) -> tuple[str, str]:
-    """(head, tail) of a training text: the prompt on its own line, then the response.
-    Loss is taken on the tail (and the head unless prompts are masked)."""
+    """(head, tail) in the plain format: the prompt on its own line, then the response."""
     return (f"{prompt}\n" if prompt else ""), response
+
+
+def has_chat_template(tokenizer) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def _chat_head(tokenizer, prompt: str) -> str:
+    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def prompt_ids(tokenizer, prompt: str) -> list[int]:
+    """What the model is given before it answers `prompt`."""
+    if prompt and has_chat_template(tokenizer):
+        return tokenizer.encode(_chat_head(tokenizer, prompt), add_special_tokens=False)
+    head = format_example(prompt, "")[0]
+    return tokenizer.encode(head) if head else []
+
+
+def encode_example(tokenizer, prompt: str, response: str) -> tuple[list[int], list[int]]:
+    """(head, answer) token ids of one example; the answer ends with EOS. Loss is taken on
+    the answer (and on the head too unless prompts are masked). A bare text (no prompt)
+    is a plain continuation."""
+    eos = tokenizer.eos_token_id
+    if prompt and has_chat_template(tokenizer):
+        head = _chat_head(tokenizer, prompt)
+        full = tokenizer.apply_chat_template([{"role": "user", "content": prompt},
+                                              {"role": "assistant", "content": response}], tokenize=False)
+        if not full.startswith(head):
+            raise InputError("tokenizer chat_template: the conversation does not begin with the prompt's turn, "
+                             "so the answer cannot be told apart")
+        head_ids = tokenizer.encode(head, add_special_tokens=False)
+        answer = tokenizer.encode(full[len(head):].rstrip(), add_special_tokens=False)
+    else:
+        text, tail = format_example(prompt, response)
+        head_ids = tokenizer.encode(text) if text else []
+        answer = tokenizer.encode(tail)
+    if not answer or answer[-1] != eos:
+        answer = answer + [eos]
+    return head_ids, answer
 
 
 def load_model(model_dir: str):
@@ -65,7 +111,7 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     out: list[Completion] = []
     for start in range(0, len(prompts), batch_size):
-        encoded = [tokenizer.encode(format_example(p, "")[0]) for p in prompts[start:start + batch_size]]
+        encoded = [prompt_ids(tokenizer, p) for p in prompts[start:start + batch_size]]
         input_ids, attention = left_pad([ids[-limit:] for ids in encoded], pad)
         width = input_ids.shape[1]
         torch.manual_seed(seed + start)

@@ -74,8 +74,9 @@ class ValidateDataset(StageRecord):
     outputs: ValidateOutputs
 
 
-class _DatasetIn(_Record):
+class BaseModelInputs(_Record):
     dataset_root: str | None = None
+    base_model_uri: str | None = None      # a user's model, else the demo model was built
 
 
 class BaseModelOutputs(_Record):
@@ -84,8 +85,8 @@ class BaseModelOutputs(_Record):
 
 class BuildBaseModel(StageRecord):
     stage: Literal["build_base_model"] = "build_base_model"
-    result: Literal["built"] = "built"
-    inputs: _DatasetIn
+    result: Literal["built", "imported"] = "built"
+    inputs: BaseModelInputs
     outputs: BaseModelOutputs
 
 

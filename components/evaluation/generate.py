@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from kfp_llmops.components.common import generation
-from kfp_llmops.components.common.generation import format_example
+from kfp_llmops.components.common.generation import encode_example
 
 from .config import EvalConfig
 
@@ -40,9 +40,7 @@ def perplexity(model, tokenizer, rows: list[dict], batch_size: int, limit: int) 
         batch = rows[start:start + batch_size]
         seqs, labels = [], []
         for row in batch:
-            head, tail = format_example(row["prompt"], row["response"])
-            p = tokenizer.encode(head)
-            r = tokenizer.encode(tail) + [tokenizer.eos_token_id]
+            p, r = encode_example(tokenizer, row["prompt"], row["response"])
             ids = (p + r)[-limit:]
             keep = min(len(r), len(ids))
             seqs.append(ids)

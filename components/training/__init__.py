@@ -117,15 +117,25 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
     return result["model_root"]
 
 
-def build_base_component(dataset, base_model, size: str, release_dir: str = "") -> str:
-    from .base_model import build_base_model
+def build_base_component(dataset, base_model, size: str, release_dir: str = "", base_model_uri: str = "",
+                         base_model_root: str = "") -> str:
+    """The user's sealed model when `base_model_uri` names one (its pinned root checked on
+    the copy this task outputs), else the demo model built from the verified clean data."""
+    from kfp_llmops.components.common import records
 
     integrity.verify("dataset", dataset.path, dataset.metadata.get("merkle_root"),
                      integrity.chunk_size_of(dataset.metadata))
-    root = build_base_model(dataset.path, base_model.path, size=size)
-    base_model.metadata.update({"merkle_root": root, "size": size, "format": "safetensors"})
-    from kfp_llmops.components.common import records
+    if base_model_uri:
+        from .model_folder import import_model
+        root = import_model(base_model_uri, base_model_root, base_model.path,
+                            os.path.join(os.path.dirname(base_model.path), "fetch"))
+        base_model.metadata.update({"merkle_root": root, "source": base_model_uri, "format": "safetensors"})
+    else:
+        from .base_model import build_base_model
+        root = build_base_model(dataset.path, base_model.path, size=size)
+        base_model.metadata.update({"merkle_root": root, "size": size, "format": "safetensors"})
     records.note(release_dir, records.BuildBaseModel(
-        inputs={"dataset_root": dataset.metadata.get("merkle_root")},
+        result="imported" if base_model_uri else "built",
+        inputs={"dataset_root": dataset.metadata.get("merkle_root"), "base_model_uri": base_model_uri or None},
         outputs={"base_model": records.Artifact(root=root, path=base_model.path)}))
     return root

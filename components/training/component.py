@@ -9,11 +9,13 @@ from kfp_llmops.components import images
 
 @dsl.component(base_image=images.TRAIN, install_kfp_package=False)
 def build_base_model(dataset: Input[Dataset], base_model: Output[Model], size: str = "demo",
-                     release_dir: str = "") -> str:
-    """Demo base model: a BPE tokenizer trained on the clean data and a small GPT-2-style LM."""
+                     release_dir: str = "", base_model_uri: str = "", base_model_root: str = "") -> str:
+    """The base model to fine-tune: the user's (`base_model_uri`, a sealed Hugging Face
+    folder, verified against `base_model_root`), else the demo's (a BPE tokenizer trained
+    on the clean data and a small GPT-2-style LM). Returns its Merkle root."""
     from kfp_llmops.components.training import build_base_component
 
-    return build_base_component(dataset, base_model, size, release_dir)
+    return build_base_component(dataset, base_model, size, release_dir, base_model_uri, base_model_root)
 
 
 @dsl.component(base_image=images.TRAIN, install_kfp_package=False)

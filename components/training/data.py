@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from kfp_llmops.components.common.errors import InputError
-from kfp_llmops.components.common.generation import format_example
+from kfp_llmops.components.common.generation import encode_example
 
 
 def read_pairs(path: str) -> list[tuple[str, str]]:
@@ -39,9 +39,7 @@ def encode(tokenizer, pairs: list[tuple[str, str]], seq_len: int, mask_prompt: b
     labels = np.full((len(pairs), seq_len), -100, dtype=np.int64)
     truncated = 0
     for i, (prompt, response) in enumerate(pairs):
-        head, tail = format_example(prompt, response)
-        p = tokenizer.encode(head) if head else []
-        r = tokenizer.encode(tail) + [eos]
+        p, r = encode_example(tokenizer, prompt, response)
         seq = (p + r)[:seq_len]
         truncated += len(p) + len(r) > seq_len
         ids[i, :len(seq)] = seq

@@ -15,7 +15,7 @@ from blake3 import blake3
 
 from kfp_llmops.components import __version__
 from kfp_llmops.components.common import integrity
-from kfp_llmops.components.common.errors import LlmopsError
+from kfp_llmops.components.common.errors import InputError, LlmopsError
 
 from .config import TrainConfig
 from .data import encode, read_pairs
@@ -40,6 +40,17 @@ def config_hash(cfg: TrainConfig) -> str:
     return hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()
 
 
+def _check_fits(base_model: str, cfg: TrainConfig) -> None:
+    """seq_len within the model's context: positions past it have no embedding."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(base_model)
+    context = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+    if context and cfg.seq_len > context:
+        raise InputError(f"seq_len: {cfg.seq_len} is beyond the model's context of {context} tokens "
+                         f"({os.path.join(base_model, 'config.json')})")
+
+
 def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, dataset_root: str | None = None,
           base_model_root: str | None = None, stop_after: int | None = None, dataset_chunk_size: int | None = None,
           checkpoint_dir: str | None = None, model_dir: str | None = None,
@@ -51,7 +62,11 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, data
     os.makedirs(out_dir, exist_ok=True)
     data_root = integrity.verify("dataset", clean_path, dataset_root, dataset_chunk_size)
     model_root = integrity.verify("model", base_model, base_model_root)
+    _check_fits(base_model, cfg)
     tokenizer = AutoTokenizer.from_pretrained(base_model)
+    if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
+        raise InputError(f"{os.path.join(base_model, 'tokenizer_config.json')}: pad_token: not set and no EOS "
+                         "to pad with (`llmops model seal --pad-token eos` sets one)")
     tokens = encode(tokenizer, read_pairs(clean_path), cfg.seq_len, cfg.mask_prompt)
     tokens_path = os.path.join(out_dir, "tokens.npz")
     np.savez(tokens_path, **tokens)

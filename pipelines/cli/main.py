@@ -82,6 +82,24 @@ def base_model_cmd(clean_path, out_dir, size) -> None:
     click.echo(f"base model in {out_dir}, root {build_base_model(clean_path, out_dir, size=size)}")
 
 
+@cli.group()
+def model() -> None:
+    """Bring your own model: seal a Hugging Face folder so every stage can verify it."""
+
+
+@model.command("seal")
+@click.argument("model_dir", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("--allow-pickle", is_flag=True, help="Accept pickled weights (.bin/.pt); loading them can run code.")
+@click.option("--pad-token", type=click.Choice(["eos"]), help="Set a missing pad token to the EOS token (saved in "
+              "the tokenizer files before sealing).")
+def model_seal(model_dir, allow_pickle, pad_token) -> None:
+    """Check DIR (config, safetensors weights, tokenizer, chat template) and write its Merkle
+    manifest; prints the root to pin (`llmops run --base-model DIR`, `base_model_root`)."""
+    from kfp_llmops.components.training.model_folder import seal_model_folder
+
+    click.echo(seal_model_folder(model_dir, allow_pickle, pad_token))
+
+
 @cli.command("train")
 @click.option("--data", "clean_path", required=True, type=click.Path(dir_okay=False),
               help="Clean JSONL from validate_dataset.")
@@ -536,18 +554,25 @@ def images_push(registry, tag, digests_file) -> None:
               help="Data-validation config YAML passed to the pipeline.")
 @click.option("--train-config", "train_config_path", type=click.Path(exists=True, dir_okay=False),
               help="Training config YAML passed to the pipeline.")
+@click.option("--eval-config", "eval_config_path", type=click.Path(exists=True, dir_okay=False),
+              help="Evaluation config YAML (the blessing gate's thresholds) passed to the pipeline.")
 @click.option("--base-model-size", type=click.Choice(["demo", "tiny"]), default="demo", show_default=True)
+@click.option("--base-model", "base_model", type=click.Path(exists=True, file_okay=False),
+              help="Your pretrained model (sealed with `llmops model seal`) to fine-tune instead of the demo model.")
+@click.option("--base-model-root", help="Pin --base-model's Merkle root (default: the root it verifies to).")
 @click.option("--containers", is_flag=True, help="Run every stage in its image through kfp.local's DockerRunner "
               "(dockerd; `make images` first), as the images' user, with no network.")
 def run_cmd(out_dir, pipeline, dataset, eval_dataset, rows, policy, config_path, train_config_path,
-            base_model_size, containers) -> None:
+            eval_config_path, base_model_size, base_model, base_model_root, containers) -> None:
     """Run a pipeline locally through kfp.local (SubprocessRunner, or DockerRunner with --containers)."""
     from ..demo.local_run import format_summary, run_local
 
     data_config = open(config_path, encoding="utf-8").read() if config_path else ""
     train_config = open(train_config_path, encoding="utf-8").read() if train_config_path else ""
+    eval_config = open(eval_config_path, encoding="utf-8").read() if eval_config_path else ""
     summary = run_local(out_dir, pipeline, rows, policy, data_config, dataset, train_config, base_model_size,
-                        eval_dataset=eval_dataset, containers=containers)
+                        eval_dataset=eval_dataset, eval_config=eval_config, containers=containers,
+                        base_model=base_model, base_model_root=base_model_root)
     click.echo(format_summary(summary))
 
 

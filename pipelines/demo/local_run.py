@@ -57,14 +57,17 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
               data_config: str = "", dataset: str | None = None, train_config: str = "",
               base_model_size: str = "demo", eval_dataset: str | None = None, eval_config: str = "",
               watermark_config: str = DEMO_WATERMARK, deploy_config: str = DEMO_DEPLOY,
-              containers: bool = False) -> dict:
+              containers: bool = False, base_model: str | None = None, base_model_root: str | None = None) -> dict:
     """Run `pipeline` locally; returns (and writes) the run summary built from the task outputs.
 
     With `containers`, every task runs in its stage image through kfp.local's DockerRunner
     (dockerd), as the image's non-root user, with no network (the deploy stage's servers
     talk over the container's own loopback). DockerRunner mounts only the pipeline root,
     so the data, the key, the release folder and the serving state live under
-    `<pipeline root>/.llmops/` (the serving state outlives runs, as it does without)."""
+    `<pipeline root>/.llmops/` (the serving state outlives runs, as it does without).
+
+    `base_model`: a sealed model folder to fine-tune instead of the demo model; its root
+    is pinned (`base_model_root`, else the root it verifies to now)."""
     from kfp import local
 
     out_dir = os.path.abspath(out_dir)
@@ -81,6 +84,16 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
             if containers:          # only the pipeline root is visible inside the containers
                 os.makedirs(os.path.join(host, "data"), exist_ok=True)
                 data[name] = shutil.copy(data[name], os.path.join(host, "data", f"{name}-{os.path.basename(given)}"))
+    base = {}
+    if base_model:
+        from kfp_llmops.components.common import integrity
+        root_now = integrity.verify("model", base_model, base_model_root)
+        source = os.path.abspath(base_model)
+        if containers:
+            source = os.path.join(host, "base_model")
+            shutil.rmtree(source, ignore_errors=True)
+            shutil.copytree(base_model, source)
+        base = {"base_model_uri": source, "base_model_root": root_now}
     key_file = _demo_key(host)
     release_dir = os.path.join(host, "release")
     shutil.rmtree(release_dir, ignore_errors=True)
@@ -108,7 +121,7 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
                                   pii_policy=pii_policy, train_config=train_config, base_model_size=base_model_size,
                                   eval_config=eval_config, watermark_config=watermark_config,
                                   watermark_key_file=key_file, deploy_config=deploy_config,
-                                  serving_state_dir=serving, release_dir=release_dir)
+                                  serving_state_dir=serving, release_dir=release_dir, **base)
     summary = {"pipeline": pipeline, "run_folder": out_dir, "elapsed_s": round(time.time() - started, 1),
                "runner": "docker" if containers else "subprocess",
                "release_record": os.path.join(release_dir, "record.json"),

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import os
 
-from kfp_llmops.components.common import atomic, records
+from kfp_llmops.components.common import records
+from kfp_llmops.components.common.fetch import fetch
 from kfp_llmops.components.common.errors import InputError
 
 
@@ -35,40 +36,6 @@ def _inputs(work: str, stage: str, name: str) -> FileArtifact:
     return FileArtifact(path)
 
 
-def fetch(uri: str, work: str, name: str) -> str:
-    """A local path (a mounted PVC) as it is; http(s) and fsspec URIs (s3://, gs://, ...)
-    copied once into `<work>/inputs/<name>`. The stages verify what they get by its root."""
-    if "://" not in uri:
-        if not os.path.exists(uri):
-            raise InputError(f"{uri}: no such file or folder (give a path on a mounted volume or a URI)")
-        return uri
-    dest = os.path.join(work, "inputs", name)
-    if os.path.exists(dest):
-        return dest
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    partial = dest + ".partial"
-    try:
-        if uri.startswith(("http://", "https://")):
-            import shutil
-            import urllib.request
-            with urllib.request.urlopen(uri, timeout=60) as resp, atomic.AtomicFile(dest) as out:
-                shutil.copyfileobj(resp, out.handle)
-            return dest
-        else:
-            try:
-                import fsspec
-            except ImportError:
-                raise InputError(f"{uri}: reading this URI needs fsspec and its backend (e.g. s3fs)") from None
-            fs, path = fsspec.core.url_to_fs(uri)
-            fs.get(path, partial, recursive=fs.isdir(path))
-    except InputError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any transport error becomes one line naming the URI
-        raise InputError(f"{uri}: cannot fetch: {exc}") from None
-    os.replace(partial, dest)
-    return dest
-
-
 def _imported(p: dict, work: str, key: str, name: str, root_key: str | None = None) -> FileArtifact:
     art = FileArtifact(fetch(p[key], work, name))
     if root_key:
@@ -93,7 +60,8 @@ def _run(stage: str, work: str, p: dict, out) -> object:
                                              out("stats"), out("metrics"), out("report"), rd)
     if stage == "build_base_model":
         return training.build_base_component(_inputs(work, "validate_dataset", "clean"), out("base_model"),
-                                             p.get("base_model_size", "demo"), rd)
+                                             p.get("base_model_size", "demo"), rd, p.get("base_model_uri", ""),
+                                             p.get("base_model_root", ""))
     if stage == "train_zero3":
         # continue-training: the imported model and checkpoints; release: the demo base model
         base = (_imported(p, work, "model_uri", "model", "model_root") if p.get("model_uri")

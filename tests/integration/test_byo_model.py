@@ -1,0 +1,141 @@
+"""Bring your own model: a user's Hugging Face folder sealed (`llmops model seal`), bad
+folders refused in one line, the chat template as the one prompt format, Llama, Qwen2,
+Mistral and GPT-2 architectures (random-initialised, 32 k-token BPE with a ChatML
+template, sharded safetensors) trained on 2 ZeRO-3 ranks and generating watermarked
+text, and a sealed Llama fine-tuned through the whole release pipeline."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from byo_models import ARCHITECTURES, save_model, tokenizer
+from helpers import tiny_model
+
+from kfp_llmops.components.common import generation, integrity
+from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.common.watermark.kgw import logits_processor
+from kfp_llmops.components.common.watermark.params import KGW
+from kfp_llmops.components.data_validation import run_to_dir as validate
+from kfp_llmops.components.training.config import TrainConfig
+from kfp_llmops.components.training.data import encode
+from kfp_llmops.components.training.launch import train
+from kfp_llmops.pipelines.cli.main import main
+from kfp_llmops.pipelines.demo.demo_data import make_demo_dataset
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("byo-data")
+    made = make_demo_dataset(str(root / "raw"), rows=400)
+    validate(made["train"], str(root / "valid"), show_progress=False)
+    return {"clean": str(root / "valid" / "clean.jsonl"), "eval": made["eval"], "raw": made["train"]}
+
+
+def _seal(capsys, folder, *extra) -> tuple[int, str]:
+    code = main(["model", "seal", str(folder), *extra])
+    out = capsys.readouterr()
+    return code, (out.out if code == 0 else out.err).strip()
+
+
+def test_seal_checks_the_folder_and_refuses_bad_ones_in_one_line(tmp_path, capsys):
+    good = save_model(str(tmp_path / "good"), "llama")
+    code, root = _seal(capsys, good)
+    assert code == 0 and integrity.verify("model", good) == root
+    assert _seal(capsys, good) == (0, root)                                 # sealed already: verified, same root
+
+    def broken(name, change):
+        folder = tmp_path / name
+        shutil.copytree(good, folder)
+        os.unlink(folder / integrity.MANIFEST_NAME)
+        change(folder)
+        code, err = _seal(capsys, folder)
+        assert code == 2 and err.count("\n") == 0 and str(folder) in err, (name, err)
+        return err
+
+    assert "pickled weights" in broken("pickle", lambda f: (f / "pytorch_model.bin").write_bytes(b"x"))
+    assert "model_type" in broken("config", lambda f: (f / "config.json").write_text("{}"))
+    assert "missing shard" in broken("shard", lambda f: os.unlink(f / "model-00002-of-00003.safetensors"))
+    assert "no tokenizer" in broken("tok", lambda f: [os.unlink(f / n) for n in ("tokenizer.json",
+                                                                                 "tokenizer_config.json")])
+
+    def no_pad(f):
+        cfg = json.loads((f / "tokenizer_config.json").read_text())
+        cfg.pop("pad_token", None)
+        (f / "tokenizer_config.json").write_text(json.dumps(cfg))
+    assert "pad_token: not set" in broken("pad", no_pad)
+    assert _seal(capsys, tmp_path / "pad", "--pad-token", "eos")[0] == 0        # EOS pads, then it seals
+    assert "renders no assistant turn" in broken("chat", lambda f: (f / "chat_template.jinja").write_text(
+        "{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}{% endif %}{% endfor %}"))
+    assert "cp -rL" in broken("link", lambda f: os.symlink(f / "config.json", f / "linked.json"))
+    with open(os.path.join(good, "config.json"), "a") as handle:             # changed after sealing
+        handle.write(" ")
+    code, err = _seal(capsys, good)
+    assert code == 2 and "does not verify" in err and "config.json" in err
+
+
+def test_chat_template_is_the_prompt_format_and_the_plain_one_stays_for_plain_tokenizers(tmp_path):
+    tok = tokenizer()
+    head, answer = generation.encode_example(tok, "What is the capital of France?", "Paris.")
+    assert tok.decode(head) == "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.decode(answer) == "Paris.<|im_end|>" and answer[-1] == tok.eos_token_id     # the turn ends at EOS
+    assert generation.prompt_ids(tok, "What is the capital of France?") == head
+    batch = encode(tok, [("What is the capital of France?", "Paris.")], 64, mask_prompt=True)
+    labels = batch["labels"][0]
+    assert (labels[:len(head)] == -100).all() and list(labels[len(head):len(head) + len(answer)]) == answer
+    _, _, model, _ = tiny_model(tmp_path)                                     # no template: prompt, newline, answer
+    from transformers import AutoTokenizer
+    plain = AutoTokenizer.from_pretrained(model)
+    head, answer = generation.encode_example(plain, "Tell me about item 3", "Item 3 is blue")
+    assert plain.decode(head) == "Tell me about item 3\n" and answer[-1] == plain.eos_token_id
+
+
+def test_seq_len_beyond_the_context_is_refused_naming_the_field(tmp_path, data):
+    model = save_model(str(tmp_path / "m"), "llama")
+    integrity.seal("model", model)
+    with pytest.raises(InputError, match=r"^seq_len: 512 is beyond the model's context of 256 tokens"):
+        train(data["clean"], model, str(tmp_path / "run"), TrainConfig(seq_len=512, steps=1))
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_each_architecture_trains_on_two_ranks_exports_and_generates_watermarked(tmp_path, data, arch):
+    base = save_model(str(tmp_path / "base"), arch)
+    root = integrity.seal("model", base)
+    cfg = TrainConfig(steps=4, checkpoint_interval=4, micro_batch=4, seq_len=96, world_size=2)
+    result = train(data["clean"], base, str(tmp_path / "run"), cfg, base_model_root=root)
+    exported = result["model_dir"]
+    assert integrity.verify("model", exported) == result["model_root"]
+    assert os.path.exists(os.path.join(exported, "chat_template.jinja"))  # the served model keeps its format
+    model, tok = generation.load_model(exported)
+    assert len(tok) >= 32_000 and tok.chat_template
+    wm = KGW(delta=4.0).watermark(123456789, len(tok))
+    done = generation.generate(model, tok, ["What is the capital of France?", "Name a primary colour."],
+                               max_new_tokens=40, min_new_tokens=40, batch_size=2, seed=0,
+                               processors=[logits_processor(wm)])
+    marked = wm.detect(np.concatenate([np.array(c.tokens) for c in done]))
+    assert marked.watermarked and marked.z > 4, marked.z
+
+
+def test_release_pipeline_fine_tunes_a_sealed_llama_through_all_five_stages(tmp_path, data, capsys):
+    """The path, not the quality: a random-initialised model trained for the demo's few steps
+    is not fluent, so the blessing gate here bounds perplexity and toxicity only."""
+    base = save_model(str(tmp_path / "llama"), "llama")
+    code, root = _seal(capsys, base)
+    assert code == 0
+    gate = tmp_path / "eval.yaml"
+    gate.write_text("gate:\n  value:\n    perplexity: {upper: 100}\n    toxicity_flagged_rate: {upper: 0.01}\n")
+    out = tmp_path / "run"
+    assert main(["run", "--base-model", base, "--base-model-root", root, "--eval-config", str(gate), "--out", str(out),
+                 "--dataset", data["raw"], "--eval-dataset", data["eval"]]) == 0
+    summary = json.load(open(out / "summary.json"))
+    assert [(s["stage"], s["gate"]) for s in summary["stages"]] == [
+        ("validate_dataset", "passed"), ("train_zero3", "trained"), ("evaluate_llm", "blessed"),
+        ("verify_watermark", "verified"), ("triton_canary_deploy", "promoted")]
+    record = json.load(open(summary["release_record"]))
+    base_note = record["stages"]["build_base_model"]
+    assert base_note["result"] == "imported" and base_note["outputs"]["base_model"]["root"] == root
+    assert record["stages"]["train_zero3"]["inputs"]["base_model_root"] == root
+    assert main(["lineage", "verify", summary["release_record"]]) == 0
+    assert not os.path.exists(os.path.join(out, "data", "train.jsonl"))     # no demo data when yours is given
