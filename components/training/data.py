@@ -4,48 +4,111 @@ checkpoint, so a resumed run sees exactly the batches an uninterrupted one would
 from __future__ import annotations
 
 import json
+import os
+from typing import Iterator
 
 import numpy as np
 
+from kfp_llmops.components.common import atomic
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.generation import encode_example
 
 
-def read_pairs(path: str) -> list[tuple[str, str]]:
-    """(prompt, response) pairs; `{"text"}` records train on the whole text."""
-    pairs = []
+def iter_pairs(path: str) -> Iterator[tuple[str, str]]:
+    """(prompt, response) pairs, one at a time; `{"text"}` records train on the whole text."""
     with open(path, encoding="utf-8") as handle:
         for n, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
             try:
                 row = json.loads(line)
             except ValueError:
                 raise InputError(f"{path}:{n}: not JSON (is this validate_dataset's clean output?)") from None
             if "prompt" in row and "response" in row:
-                pairs.append((row["prompt"], row["response"]))
+                yield row["prompt"], row["response"]
             elif "text" in row:
-                pairs.append(("", row["text"]))
+                yield "", row["text"]
             else:
                 raise InputError(f"{path}:{n}: record has neither prompt/response nor text")
+
+
+def read_pairs(path: str) -> list[tuple[str, str]]:
+    pairs = list(iter_pairs(path))
     if not pairs:
         raise InputError(f"{path}: no training records")
     return pairs
 
 
+def _encode_into(tokenizer, prompt: str, response: str, ids: np.ndarray, labels: np.ndarray,
+                 mask_prompt: bool) -> bool:
+    """One example into a row of input_ids / labels (already pad / -100); True when cut."""
+    seq_len = len(ids)
+    p, r = encode_example(tokenizer, prompt, response)
+    seq = (p + r)[:seq_len]
+    ids[:len(seq)] = seq
+    start = min(len(p), seq_len) if mask_prompt else 0
+    labels[start:len(seq)] = seq[start:]
+    return len(p) + len(r) > seq_len
+
+
+def _pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
 def encode(tokenizer, pairs: list[tuple[str, str]], seq_len: int, mask_prompt: bool) -> dict[str, np.ndarray]:
-    """input_ids / labels of shape [N, seq_len]; labels are -100 on padding (and prompts)."""
-    eos = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    ids = np.full((len(pairs), seq_len), pad, dtype=np.int64)
+    """input_ids / labels of shape [N, seq_len] in memory; labels are -100 on padding (and
+    prompts). Training streams instead (`tokenize_to_files`)."""
+    ids = np.full((len(pairs), seq_len), _pad_id(tokenizer), dtype=np.int64)
     labels = np.full((len(pairs), seq_len), -100, dtype=np.int64)
-    truncated = 0
-    for i, (prompt, response) in enumerate(pairs):
-        p, r = encode_example(tokenizer, prompt, response)
-        seq = (p + r)[:seq_len]
-        truncated += len(p) + len(r) > seq_len
-        ids[i, :len(seq)] = seq
-        start = min(len(p), seq_len) if mask_prompt else 0
-        labels[i, start:len(seq)] = seq[start:]
+    truncated = sum(_encode_into(tokenizer, p, r, ids[i], labels[i], mask_prompt) for i, (p, r) in enumerate(pairs))
     return {"input_ids": ids, "labels": labels, "truncated": np.array(truncated)}
+
+
+_BLOCK = 1024          # rows encoded between writes
+
+
+def tokenize_to_files(clean_path: str, tokenizer, seq_len: int, mask_prompt: bool, folder: str) -> dict:
+    """Stream the clean data once into `input_ids.npy` / `labels.npy` ([N, seq_len] int32,
+    written a block of rows at a time; training maps them), so memory stays flat however
+    large the dataset; a folder already complete (its `tokens.json` written last) is
+    reused as it is. The caller names the folder by what the tokens depend on (dataset
+    root, model, config)."""
+    meta_path = os.path.join(folder, "tokens.json")
+    if os.path.exists(meta_path):
+        with open(meta_path, encoding="utf-8") as handle:
+            return json.load(handle)
+    rows = sum(1 for _ in iter_pairs(clean_path))
+    if not rows:
+        raise InputError(f"{clean_path}: no training records")
+    os.makedirs(folder, exist_ok=True)
+    paths = {name: os.path.join(folder, f"{name}.npy") for name in ("input_ids", "labels")}
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.int32)), "fortran_order": False,
+              "shape": (rows, seq_len)}
+    outs = [atomic.AtomicFile(paths[name]) for name in ("input_ids", "labels")]
+    ids, labels = np.empty((_BLOCK, seq_len), np.int32), np.empty((_BLOCK, seq_len), np.int32)
+    truncated = filled = 0
+    try:
+        for out in outs:
+            np.lib.format.write_array_header_1_0(out.handle, header)
+        for prompt, response in iter_pairs(clean_path):
+            ids[filled], labels[filled] = _pad_id(tokenizer), -100
+            truncated += _encode_into(tokenizer, prompt, response, ids[filled], labels[filled], mask_prompt)
+            filled += 1
+            if filled == _BLOCK:
+                outs[0].write(ids.tobytes())
+                outs[1].write(labels.tobytes())
+                filled = 0
+        outs[0].write(ids[:filled].tobytes())
+        outs[1].write(labels[:filled].tobytes())
+    except BaseException:
+        for out in outs:
+            out.abort()
+        raise
+    for out in outs:
+        out.commit()
+    meta = {**paths, "rows": rows, "seq_len": seq_len, "truncated": truncated}
+    atomic.write_json(meta_path, meta)
+    return meta
 
 
 class Sampler:

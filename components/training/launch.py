@@ -18,7 +18,9 @@ from kfp_llmops.components.common import integrity
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 
 from .config import TrainConfig
-from .data import encode, read_pairs
+from .data import tokenize_to_files
+
+TOKENS_FORMAT = 1      # bump when the encoding of examples changes
 
 
 def environment() -> dict:
@@ -57,7 +59,6 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, data
           watermark_key_file: str | None = None) -> dict:
     """Run (or resume) training; returns rank 0's result (loss, throughput, saves, roots)."""
     from transformers import AutoTokenizer
-    import numpy as np
 
     os.makedirs(out_dir, exist_ok=True)
     data_root = integrity.verify("dataset", clean_path, dataset_root, dataset_chunk_size)
@@ -67,11 +68,12 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, data
     if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
         raise InputError(f"{os.path.join(base_model, 'tokenizer_config.json')}: pad_token: not set and no EOS "
                          "to pad with (`llmops model seal --pad-token eos` sets one)")
-    tokens = encode(tokenizer, read_pairs(clean_path), cfg.seq_len, cfg.mask_prompt)
-    tokens_path = os.path.join(out_dir, "tokens.npz")
-    np.savez(tokens_path, **tokens)
+    # Tokens depend on the data, the model (its tokenizer and chat template) and two settings.
+    key = blake3(json.dumps([data_root, model_root, cfg.seq_len, cfg.mask_prompt, TOKENS_FORMAT]).encode())
+    tokens = tokenize_to_files(clean_path, tokenizer, cfg.seq_len, cfg.mask_prompt,
+                               os.path.join(out_dir, "tokens", key.hexdigest()[:16]))
     spec = {
-        "config": cfg.model_dump(), "tokens": tokens_path, "base_model": os.path.abspath(base_model),
+        "config": cfg.model_dump(), "tokens": tokens, "base_model": os.path.abspath(base_model),
         "checkpoint_dir": os.path.abspath(checkpoint_dir or os.path.join(out_dir, "checkpoints")),
         "model_dir": os.path.abspath(model_dir or os.path.join(out_dir, "model")),
         "train_log": os.path.join(out_dir, "train_log.jsonl"), "result": os.path.join(out_dir, "result.json"),
@@ -117,7 +119,7 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, data
         result = json.load(handle)
     result.update({"dataset_root": data_root, "base_model_root": model_root,
                    "checkpoint_dir": spec["checkpoint_dir"], "model_dir": spec["model_dir"],
-                   "train_log": spec["train_log"], "truncated_examples": int(tokens["truncated"])})
+                   "train_log": spec["train_log"], "truncated_examples": tokens["truncated"]})
     return result
 
 

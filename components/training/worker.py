@@ -76,8 +76,8 @@ def main(spec_path: str) -> None:
     np.random.seed(cfg.seed + rank)
     torch.manual_seed(cfg.seed + rank)
 
-    tokens = np.load(spec["tokens"])
-    input_ids, labels = torch.from_numpy(tokens["input_ids"]), torch.from_numpy(tokens["labels"])
+    # memory-mapped [N, seq_len] int32: each batch's rows are read when it is taken
+    input_ids, labels = (np.load(spec["tokens"][name], mmap_mode="r") for name in ("input_ids", "labels"))
     model = AutoModelForCausalLM.from_pretrained(spec["base_model"])
     model.train()
     watermark_loss = attach_weight_watermark(model, cfg)
@@ -167,8 +167,9 @@ def main(spec_path: str) -> None:
         losses = []
         for micro in range(cfg.grad_accum):
             lo = (micro * world + rank) * cfg.micro_batch
-            rows = torch.from_numpy(batch[lo:lo + cfg.micro_batch])
-            out = engine(input_ids=input_ids[rows].to(engine.device), labels=labels[rows].to(engine.device))
+            rows = batch[lo:lo + cfg.micro_batch]
+            out = engine(input_ids=torch.from_numpy(input_ids[rows].astype(np.int64)).to(engine.device),
+                         labels=torch.from_numpy(labels[rows].astype(np.int64)).to(engine.device))
             engine.backward(out.loss + watermark_loss())
             engine.step()
             losses.append(out.loss.detach().float())
@@ -178,7 +179,7 @@ def main(spec_path: str) -> None:
         step += 1
         elapsed = time.perf_counter() - t0
         step_times.append(elapsed)
-        tokens_seen += int((labels[torch.from_numpy(batch)] != -100).sum())
+        tokens_seen += int((labels[batch] != -100).sum())
         if rank == 0:
             log.write(json.dumps({"step": step, "loss": loss, "lr": scheduler.get_last_lr()[0],
                                   "epoch": sampler.epoch, "step_time_s": round(elapsed, 4)}) + "\n")

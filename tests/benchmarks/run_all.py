@@ -3,13 +3,14 @@ Results also land in build/bench/results.json."""
 import json
 import os
 
-from tests.benchmarks import bench_ckpt, bench_data, bench_deploy, bench_eval, bench_watermark
+from tests.benchmarks import bench_ckpt, bench_data, bench_deploy, bench_eval, bench_tokens, bench_watermark
 
 
 def main() -> None:
     os.makedirs("build/bench", exist_ok=True)
     results = {}
-    for name, module in (("data", bench_data), ("checkpoints", bench_ckpt), ("evaluation", bench_eval),
+    for name, module in (("data", bench_data), ("tokens", bench_tokens), ("checkpoints", bench_ckpt),
+                         ("evaluation", bench_eval),
                          ("watermark", bench_watermark), ("deploy", bench_deploy)):
         results[name] = module.main()
         print(module.report(results[name]), flush=True)

@@ -139,3 +139,18 @@ def test_release_pipeline_fine_tunes_a_sealed_llama_through_all_five_stages(tmp_
     assert record["stages"]["train_zero3"]["inputs"]["base_model_root"] == root
     assert main(["lineage", "verify", summary["release_record"]]) == 0
     assert not os.path.exists(os.path.join(out, "data", "train.jsonl"))     # no demo data when yours is given
+
+
+def test_tokens_stream_to_files_equal_to_the_in_memory_encoding(tmp_path, data, monkeypatch):
+    from kfp_llmops.components.training import data as token_data
+    from kfp_llmops.components.training.data import read_pairs, tokenize_to_files
+    monkeypatch.setattr(token_data, "_BLOCK", 100)                          # several blocks and a partial one
+    tok = tokenizer()
+    pairs = read_pairs(data["clean"])
+    whole = encode(tok, pairs, 48, mask_prompt=True)
+    meta = tokenize_to_files(data["clean"], tok, 48, True, str(tmp_path / "tokens"))
+    assert meta["rows"] == len(pairs) > 300 and meta["truncated"] == int(whole["truncated"])
+    for name in ("input_ids", "labels"):
+        assert (np.load(meta[name], mmap_mode="r") == whole[name]).all()
+    again = tokenize_to_files(data["clean"], tok, 48, True, str(tmp_path / "tokens"))
+    assert again == meta                                                     # complete: reused, not redone

@@ -142,7 +142,7 @@ def test_detect_many_equals_one_by_one(scheme):
         assert (single.tokens_scored, single.green) == (d.tokens_scored, d.green)
 
 
-@pytest.mark.parametrize("vocab", [1000, 5000])          # dense table and per-row cache
+@pytest.mark.parametrize("vocab", [1000, 5000])          # dense table; rows unpacked per step
 def test_processor_adds_delta_exactly_on_the_green_list(vocab):
     wm = Watermark(11, vocab, "lefthash", delta=2.0)
     ids = torch.tensor([[3, 17], [4, 99], [5, 17]])

@@ -24,6 +24,7 @@ SCHEMES = ("lefthash", "selfhash")
 _MASK64 = (1 << 64) - 1
 _SELF_WIDTH = 4
 _DENSE_VOCAB = 4096          # up to here the processor keeps a dense V x V bias table
+_BUILD_ROWS = 256            # green lists unpacked at once while the packed table grows
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -56,11 +57,15 @@ class LeftHashGreenLists:
         missing = np.flatnonzero(needed & (self._row < 0))
         if not len(missing):
             return
-        rows = np.zeros((len(missing), self.vocab_size), dtype=bool)
-        for i, prev in enumerate(missing.tolist()):
-            rows[i, self.greenlist(prev).numpy()] = True
+        packed = []
+        for lo in range(0, len(missing), _BUILD_ROWS):     # a bounded block of unpacked rows at a time
+            block = missing[lo:lo + _BUILD_ROWS]
+            rows = np.zeros((len(block), self.vocab_size), dtype=bool)
+            for i, prev in enumerate(block.tolist()):
+                rows[i, self.greenlist(prev).numpy()] = True
+            packed.append(np.packbits(rows, axis=1, bitorder="little"))
         self._row[missing] = np.arange(len(self._bits), len(self._bits) + len(missing))
-        self._bits = np.concatenate([self._bits, np.packbits(rows, axis=1, bitorder="little")])
+        self._bits = np.concatenate([self._bits, *packed])
 
     def mask(self, prev: int) -> np.ndarray:
         self._ensure(np.array([prev], dtype=np.int64))
@@ -147,7 +152,6 @@ class Watermark:
         self.width = context_width(scheme)
         self.lefthash = LeftHashGreenLists(key, vocab_size, gamma) if scheme == "lefthash" else None
         self.selfhash = SelfHashGreen(key, vocab_size, gamma) if scheme == "selfhash" else None
-        self._bias_rows: dict = {}
         self._dense = None
 
     # -- detection ----------------------------------------------------------------------
@@ -223,14 +227,12 @@ class Watermark:
             scores[:, :v] += self._dense.index_select(0, input_ids[:, -1].clamp(0, v - 1)).to(scores.dtype)
             return scores
         if self.lefthash is not None:
-            rows = []
-            for prev in input_ids[:, -1].tolist():
-                row = self._bias_rows.get(prev)
-                if row is None:      # delta on the green ids, zero elsewhere, kept per previous token
-                    row = torch.from_numpy(self.lefthash.mask(prev).astype(np.float32) * self.delta)
-                    self._bias_rows[prev] = row
-                rows.append(row)
-            scores[:, :v] += torch.stack(rows).to(scores.dtype)
+            # Large vocabularies: each row's green list unpacked from the packed table (V/8
+            # bytes per previous token seen) at every step, never kept as V floats.
+            prev = input_ids[:, -1].clamp(0, v - 1).numpy()
+            self.lefthash._ensure(prev)
+            bits = np.unpackbits(self.lefthash._bits[self.lefthash._row[prev]], axis=1, bitorder="little")[:, :v]
+            scores[:, :v] += torch.from_numpy(bits).to(scores.dtype) * self.delta
             return scores
         # selfhash: each top-k candidate is salted with itself, so test the candidates.
         k = min(40, v)
