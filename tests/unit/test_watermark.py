@@ -151,3 +151,18 @@ def test_processor_adds_delta_exactly_on_the_green_list(vocab):
     for row, prev in enumerate([17, 99, 17]):
         expected = torch.from_numpy(wm.lefthash.mask(prev).astype(np.float32) * 2.0)
         assert torch.equal(out[row, :vocab], expected) and torch.equal(out[row, vocab:], torch.zeros(8))
+
+
+def test_green_list_table_stays_within_its_bound_and_results_do_not_change():
+    from kfp_llmops.components.common.watermark.kgw import LeftHashGreenLists
+    rng = np.random.default_rng(3)
+    vocab = 5000
+    free = Watermark(77, vocab, "lefthash")
+    bounded = Watermark(77, vocab, "lefthash")
+    bounded.lefthash = LeftHashGreenLists(77, vocab, 0.25, max_bytes=40 * ((vocab + 7) // 8))     # 40 rows
+    texts = [rng.integers(0, vocab, 30) for _ in range(20)]
+    for text in texts:                          # each call fits; together they pass the bound many times
+        assert bounded.detect(text).z == free.detect(text).z
+        assert len(bounded.lefthash._bits) <= 40
+    ids = torch.from_numpy(rng.integers(0, vocab, (4, 3)))
+    assert torch.equal(bounded.bias(ids, torch.zeros(4, vocab)), free.bias(ids, torch.zeros(4, vocab)))

@@ -25,6 +25,7 @@ _MASK64 = (1 << 64) - 1
 _SELF_WIDTH = 4
 _DENSE_VOCAB = 4096          # up to here the processor keeps a dense V x V bias table
 _BUILD_ROWS = 256            # green lists unpacked at once while the packed table grows
+TABLE_BYTES = 256 << 20      # bound of the packed green-list table (V/8 bytes a row)
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -36,11 +37,15 @@ def _mix64(x: np.ndarray) -> np.ndarray:
 
 class LeftHashGreenLists:
     """Green masks per previous token, from the reference construction, kept as a packed
-    bit table (V/8 bytes per previous token seen) so membership is one vectorized gather."""
+    bit table (V/8 bytes per previous token seen) so membership is one vectorized gather.
+    The table is bounded (`max_bytes`): when a call needs rows beyond it, the table is
+    started afresh with just what that call needs, so a long-lived server at a large
+    vocabulary stays within the bound and results never change."""
 
-    def __init__(self, key: int, vocab_size: int, gamma: float):
+    def __init__(self, key: int, vocab_size: int, gamma: float, max_bytes: int = TABLE_BYTES):
         self.key, self.vocab_size, self.gamma = key, vocab_size, gamma
         self.size = int(vocab_size * gamma)
+        self.max_rows = max(1, max_bytes // ((vocab_size + 7) // 8))
         self._row = np.full(vocab_size, -1, dtype=np.int64)      # previous token -> table row
         self._bits = np.zeros((0, (vocab_size + 7) // 8), dtype=np.uint8)
 
@@ -57,6 +62,10 @@ class LeftHashGreenLists:
         missing = np.flatnonzero(needed & (self._row < 0))
         if not len(missing):
             return
+        if len(self._bits) + len(missing) > self.max_rows:       # over the bound: start afresh
+            self._row[:] = -1
+            self._bits = self._bits[:0]
+            missing = np.flatnonzero(needed)
         packed = []
         for lo in range(0, len(missing), _BUILD_ROWS):     # a bounded block of unpacked rows at a time
             block = missing[lo:lo + _BUILD_ROWS]
