@@ -28,13 +28,12 @@ def fetch(uri: str, work: str, name: str) -> str:
             with urllib.request.urlopen(uri, timeout=60) as resp, atomic.AtomicFile(dest) as out:
                 shutil.copyfileobj(resp, out.handle)
             return dest
-        else:
-            try:
-                import fsspec
-            except ImportError:
-                raise InputError(f"{uri}: reading this URI needs fsspec and its backend (e.g. s3fs)") from None
-            fs, path = fsspec.core.url_to_fs(uri)
-            fs.get(path, partial, recursive=fs.isdir(path))
+        try:
+            import fsspec
+        except ImportError:
+            raise InputError(f"{uri}: reading this URI needs fsspec and its backend (e.g. s3fs)") from None
+        fs, path = fsspec.core.url_to_fs(uri)
+        fs.get(path, partial, recursive=fs.isdir(path))
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - any transport error becomes one line naming the URI

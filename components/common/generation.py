@@ -79,9 +79,14 @@ def load_model(model_dir: str):
     return model, tokenizer
 
 
+def context_of(config) -> int | None:
+    """The context length a transformers config states, if it states one."""
+    value = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+    return int(value) if value else None
+
+
 def context_size(model) -> int:
-    cfg = model.config
-    return int(getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", 2048))
+    return context_of(model.config) or 2048
 
 
 def left_pad(batch: list[list[int]], pad: int):

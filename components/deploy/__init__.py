@@ -38,17 +38,7 @@ def watermark_params(source, origin: str = "verify_watermark's output"):
     """The KGW parameters to serve with: the ones verify_watermark recorded (artifact
     metadata, or its metrics.json), else the defaults verification uses without a config."""
     from kfp_llmops.components.common.watermark.params import KGW
-    if source is None:
-        return KGW()
-    if isinstance(source, str):
-        try:
-            with open(source, encoding="utf-8") as handle:
-                source = json.load(handle)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"{source}: unreadable watermark record: {exc}") from None
-    if "kgw" not in source:
-        raise InputError(f"{origin}: no 'kgw' parameters recorded (was it written by verify_watermark?)")
-    return KGW.parse(source["kgw"], origin)
+    return KGW() if source is None else KGW.from_record(source, source if isinstance(source, str) else origin)
 
 
 def make_target(cfg: DeployConfig, state_dir: str, work: str, key_file: str | None):
@@ -151,7 +141,7 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
         outputs=records.DeployOutputs(
             repository=records.RepositoryOut(root=record["repository_root"], path=repository_out.path,
                                              version=record["version"],
-                                             weights=f"{built['model_name']}/{built['version']}/weights"),
+                                             weights=built["weights"]),
             serving_state=records.Artifact(path=os.path.abspath(state) if cfg.target == "local" else None))))
     raise_unless_promoted(record, cfg)
     return record["decision"]

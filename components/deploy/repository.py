@@ -84,7 +84,8 @@ def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
     known = {prefix + f.path: merkle.FileDigest(prefix + f.path, f.size, f.root, f.leaves)
              for f in model_manifest.files} if model_manifest.chunk_size == merkle.DEFAULT_CHUNK_SIZE else {}
     root = integrity.seal("repository", out_dir, known=known)
-    return {"repository_root": root, "model_root": model_root, "model_name": name, "version": version}
+    return {"repository_root": root, "model_root": model_root, "model_name": name, "version": version,
+            "weights": prefix.rstrip("/")}
 
 
 def describe(repo_dir: str) -> dict:

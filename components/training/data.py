@@ -77,7 +77,8 @@ def tokenize_to_files(clean_path: str, tokenizer, seq_len: int, mask_prompt: boo
     if os.path.exists(meta_path):
         with open(meta_path, encoding="utf-8") as handle:
             return json.load(handle)
-    rows = sum(1 for _ in iter_pairs(clean_path))
+    with open(clean_path, encoding="utf-8") as handle:     # the records iter_pairs yields; it checks them
+        rows = sum(1 for line in handle if line.strip())
     if not rows:
         raise InputError(f"{clean_path}: no training records")
     os.makedirs(folder, exist_ok=True)
@@ -87,11 +88,12 @@ def tokenize_to_files(clean_path: str, tokenizer, seq_len: int, mask_prompt: boo
     outs = [atomic.AtomicFile(paths[name]) for name in ("input_ids", "labels")]
     ids, labels = np.empty((_BLOCK, seq_len), np.int32), np.empty((_BLOCK, seq_len), np.int32)
     truncated = filled = 0
+    pad = _pad_id(tokenizer)
     try:
         for out in outs:
             np.lib.format.write_array_header_1_0(out.handle, header)
         for prompt, response in iter_pairs(clean_path):
-            ids[filled], labels[filled] = _pad_id(tokenizer), -100
+            ids[filled], labels[filled] = pad, -100
             truncated += _encode_into(tokenizer, prompt, response, ids[filled], labels[filled], mask_prompt)
             filled += 1
             if filled == _BLOCK:

@@ -46,8 +46,9 @@ def _check_fits(base_model: str, cfg: TrainConfig) -> None:
     """seq_len within the model's context: positions past it have no embedding."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(base_model)
-    context = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+    from kfp_llmops.components.common.generation import context_of
+
+    context = context_of(AutoConfig.from_pretrained(base_model))
     if context and cfg.seq_len > context:
         raise InputError(f"seq_len: {cfg.seq_len} is beyond the model's context of {context} tokens "
                          f"({os.path.join(base_model, 'config.json')})")

@@ -99,7 +99,7 @@ def detection_params(path: str | None):
         except (OSError, ValueError) as exc:
             raise InputError(f"{path}: unreadable: {exc}") from None
         if isinstance(data, dict) and "kgw" in data:
-            return KGW.parse(data["kgw"], path)
+            return KGW.from_record(data, path)
     return KGW.of(WatermarkConfig.load(path))
 
 

@@ -3,6 +3,7 @@ them in its output's metadata; the deploy stage writes exactly those into the se
 model's settings, where the Triton model and the canary's smoke detector read them."""
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -30,6 +31,20 @@ class KGW(BaseModel):
     def of(cls, config: BaseModel) -> "KGW":
         """The KGW fields of a config that embeds them (the watermark stage's)."""
         return cls(**{name: getattr(config, name) for name in cls.model_fields})
+
+    @classmethod
+    def from_record(cls, source: "dict | str", origin: str) -> "KGW":
+        """The parameters verify_watermark recorded: its output's metadata (a dict) or its
+        metrics.json (a path), both under `kgw`."""
+        if isinstance(source, str):
+            try:
+                with open(source, encoding="utf-8") as handle:
+                    source = json.load(handle)
+            except (OSError, ValueError) as exc:
+                raise InputError(f"{source}: unreadable watermark record: {exc}") from None
+        if not isinstance(source, dict) or "kgw" not in source:
+            raise InputError(f"{origin}: no 'kgw' parameters recorded (was it written by verify_watermark?)")
+        return cls.parse(source["kgw"], origin)
 
     @classmethod
     def parse(cls, data, origin: str) -> "KGW":
