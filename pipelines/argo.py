@@ -25,6 +25,7 @@ from kfp_llmops.components.common.k8s import DEFAULT_NAMESPACE
 
 from . import params as P
 from .release import (CHECKPOINT_MOUNT, FIXED_SIZE, KEY_MOUNT, KEY_SECRET, PULL_SECRET, RELEASE_MOUNT,
+                      SIGNING_MOUNT, SIGNING_SECRET,
                       STORAGE_ENV, STORAGE_SECRET, TIMEOUT)
 
 RUN = f"{RELEASE_MOUNT}/{{{{workflow.name}}}}"
@@ -74,6 +75,10 @@ def _container(stage: str, image: str, names: list[str], declared: set[str], ext
     if stage in ("verify_watermark", "triton_canary_deploy"):
         args += ["--param", f"watermark_key_file={KEY_MOUNT}/key"]
         mounts.append({"name": "watermark-key", "mountPath": KEY_MOUNT, "readOnly": True})
+    if stage in ("train_zero3", "triton_canary_deploy", "release_record"):
+        args += ["--param", f"signing_key_file={SIGNING_MOUNT}/private.pem",
+                 "--param", f"signing_public_key_file={SIGNING_MOUNT}/public.pem"]
+        mounts.append({"name": "signing-key", "mountPath": SIGNING_MOUNT, "readOnly": True})
     if stage == "triton_canary_deploy":
         args += ["--param", "default_target=kserve"]
     if stage == "train_zero3":
@@ -122,11 +127,12 @@ def workflow_template(pipeline: str, name: str, namespace: str = DEFAULT_NAMESPA
         tasks.append(entry)
         previous = entry["name"]
     record = {"name": "release-record", "activeDeadlineSeconds": str(TIMEOUT["release-record"]),
-              "container": _container("release_record", images.BASE, [], names, [
+              "container": _container("release_record", images.BASE, ["pipeline_spec_sha256"], names, [
                   "--param", "status={{workflow.status}}", "--param", "run={{workflow.name}}"])}
     record["container"]["resources"] = _size("release-record", None)
     volumes = [{"name": "release", "persistentVolumeClaim": {"claimName": _param("release_pvc")}},
-               {"name": "watermark-key", "secret": {"secretName": KEY_SECRET}}]
+               {"name": "watermark-key", "secret": {"secretName": KEY_SECRET}},
+               {"name": "signing-key", "secret": {"secretName": SIGNING_SECRET}}]
     if "checkpoint_pvc" in names:
         volumes.insert(1, {"name": "checkpoints", "persistentVolumeClaim": {"claimName": _param("checkpoint_pvc")}})
     return {

@@ -71,6 +71,14 @@ ALL = {p.name: p for p in [
     Param("release_dir", "", "Folder for the release record and lineage notes.", ("local",)),
     Param("serving_state_dir", "", "Folder holding the promoted Triton repositories (local target).", ("local",)),
     Param("watermark_key_file", "", "File with the watermark key (default: $LLMOPS_WATERMARK_KEY).", ("local",)),
+    Param("signing_key_file", "", "PEM ECDSA P-256 private key that signs the model, the Triton repository and "
+                                  "the release provenance (default: $LLMOPS_SIGNING_KEY; none: unsigned).",
+          ("local",)),
+    Param("signing_public_key_file", "", "Its PEM public key: deploy refuses a model or repository not signed by "
+                                         "its pair (default: $LLMOPS_SIGNING_PUBLIC_KEY).", ("local",)),
+    # both forms
+    Param("pipeline_spec_sha256", "", "SHA-256 of the compiled pipeline spec this run uses, recorded in the "
+                                      "release provenance (`llmops run submit` fills it in)."),
 ]}
 
 # What each pipeline takes, in order (required first).
@@ -79,15 +87,18 @@ PIPELINE_PARAMS = {
                 "base_model_size", "train_config",
                 "eval_config", "watermark_config", "deploy_config", "gpu_type", "gpu_count", "train_cpu",
                 "train_memory", "eval_cpu", "eval_memory", "deploy_cpu", "deploy_memory", "checkpoint_pvc",
-                "release_pvc", "checkpoint_dir", "release_dir", "serving_state_dir", "watermark_key_file"],
+                "release_pvc", "checkpoint_dir", "release_dir", "serving_state_dir", "watermark_key_file",
+                "signing_key_file", "signing_public_key_file", "pipeline_spec_sha256"],
     "continue-training": ["dataset_uri", "eval_dataset_uri", "model_uri", "model_root", "checkpoint_uri",
                           "data_config", "pii_policy", "train_config", "eval_config", "watermark_config",
                           "deploy_config", "gpu_type", "gpu_count", "train_cpu", "train_memory", "eval_cpu",
                           "eval_memory", "deploy_cpu", "deploy_memory", "checkpoint_pvc", "release_pvc",
-                          "checkpoint_dir", "release_dir", "serving_state_dir", "watermark_key_file"],
+                          "checkpoint_dir", "release_dir", "serving_state_dir", "watermark_key_file",
+                "signing_key_file", "signing_public_key_file", "pipeline_spec_sha256"],
     "evaluate-deploy": ["model_uri", "model_root", "eval_dataset_uri", "eval_config", "watermark_config",
                         "deploy_config", "eval_cpu", "eval_memory", "deploy_cpu", "deploy_memory", "release_pvc",
-                        "release_dir", "serving_state_dir", "watermark_key_file"],
+                        "release_dir", "serving_state_dir", "watermark_key_file",
+                "signing_key_file", "signing_public_key_file", "pipeline_spec_sha256"],
 }
 
 

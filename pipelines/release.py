@@ -33,6 +33,8 @@ from kfp_llmops.components.watermark.component import verify_watermark
 from . import params as P
 
 KEY_SECRET, KEY_MOUNT = "llmops-watermark-key", "/var/run/secrets/kfp-llmops/watermark"
+# model-signing and provenance keys: a Secret with `private.pem` and `public.pem`.
+SIGNING_SECRET, SIGNING_MOUNT = "llmops-signing-key", "/var/run/secrets/kfp-llmops/signing"
 # Object-storage credentials (DVC remote, model repository upload) as environment variables.
 STORAGE_SECRET = "llmops-storage"
 STORAGE_ENV = {"access_key_id": "AWS_ACCESS_KEY_ID", "secret_access_key": "AWS_SECRET_ACCESS_KEY"}
@@ -60,7 +62,8 @@ class _Form:
         return {"checkpoint_dir": f"{CHECKPOINT_MOUNT}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}",
                 "release_dir": f"{RELEASE_MOUNT}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}",
                 "serving_state_dir": SERVING_STATE, "watermark_key_file": f"{KEY_MOUNT}/key",
-                "gpu_count": "0"}[name]
+                "signing_key_file": f"{SIGNING_MOUNT}/private.pem",
+                "signing_public_key_file": f"{SIGNING_MOUNT}/public.pem", "gpu_count": "0"}[name]
 
     def size(self, task, cpu, memory):
         """Requests equal limits: a quota'd namespace admits the pod, and it is not evicted first.
@@ -72,7 +75,7 @@ class _Form:
         task.register_pipeline_channels([v for v in (cpu, memory) if isinstance(v, PipelineChannel)])
         return task
 
-    def task(self, task, name: str, key: bool = False, storage: bool = False, size=None):
+    def task(self, task, name: str, key: bool = False, storage: bool = False, size=None, signing: bool = False):
         task.set_display_name(name).set_caching_options(False)
         if not self.enabled:
             return task
@@ -83,12 +86,14 @@ class _Form:
         kubernetes.mount_pvc(task, pvc_name=self.p["release_pvc"], mount_path=RELEASE_MOUNT)
         if key:
             kubernetes.use_secret_as_volume(task, secret_name=KEY_SECRET, mount_path=KEY_MOUNT)
+        if signing:
+            kubernetes.use_secret_as_volume(task, secret_name=SIGNING_SECRET, mount_path=SIGNING_MOUNT)
         if storage:
             kubernetes.use_secret_as_env(task, secret_name=STORAGE_SECRET, secret_key_to_env=STORAGE_ENV)
         return task
 
     def training(self, task):
-        self.task(task, "train-zero3", size=(self.p.get("train_cpu"), self.p.get("train_memory")))
+        self.task(task, "train-zero3", size=(self.p.get("train_cpu"), self.p.get("train_memory")), signing=True)
         if not self.enabled:
             return task
         from kfp import kubernetes
@@ -117,8 +122,9 @@ def _tail(f: _Form, model, eval_set) -> None:
                 model=model, blessing=evaluated.outputs["blessing"], watermarked=marked.outputs["watermarked"],
                 config=f.p["deploy_config"],
                 default_target="kserve" if f.enabled else "local", key_file=f.get("watermark_key_file"),
-                state_dir=f.get("serving_state_dir"), release_dir=f.get("release_dir"))
-            f.task(deployed, "triton-canary-deploy", key=True, storage=True,
+                state_dir=f.get("serving_state_dir"), release_dir=f.get("release_dir"),
+                signing_key_file=f.get("signing_key_file"), public_key_file=f.get("signing_public_key_file"))
+            f.task(deployed, "triton-canary-deploy", key=True, storage=True, signing=True,
                    size=(f.p.get("deploy_cpu"), f.p.get("deploy_memory")))
 
 
@@ -127,7 +133,7 @@ def _train(f: _Form, dataset, base_model, resume_from=None):
     kwargs = {"resume_from": resume_from} if resume_from is not None else {}
     trained = train_zero3(dataset=dataset, base_model=base_model, config=f.p["train_config"],
                           checkpoint_dir=f.get("checkpoint_dir"), gpus=f.get("gpu_count"),
-                          release_dir=f.get("release_dir"), **kwargs)
+                          release_dir=f.get("release_dir"), signing_key_file=f.get("signing_key_file"), **kwargs)
     trained.set_retry(num_retries=2)
     return f.training(trained)
 
@@ -195,8 +201,9 @@ def _pipeline(key: str, cluster: bool):
 
     def fn(*values):
         f = _Form(cluster, dict(zip([p.name for p in declared], values)))
-        with dsl.ExitHandler(f.task(write_release_record(release_dir=f.get("release_dir")), "release-record"),
-                             name="release"):
+        record = write_release_record(release_dir=f.get("release_dir"), signing_key_file=f.get("signing_key_file"),
+                                      pipeline_spec_sha256=f.p["pipeline_spec_sha256"])
+        with dsl.ExitHandler(f.task(record, "release-record", signing=True), name="release"):
             body(f)
 
     fn.__signature__ = inspect.Signature([

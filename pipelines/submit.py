@@ -49,6 +49,10 @@ def submit(pipeline: str, package: str | None, host: str, namespace: str | None,
     package = package or os.path.join(COMPILED_DIR, f"{pipeline}.yaml")
     if not os.path.isfile(package):
         raise InputError(f"{package}: no compiled pipeline (run `llmops compile`)")
+    if "pipeline_spec_sha256" not in params:          # what the release provenance names
+        import hashlib
+        with open(package, "rb") as handle:
+            params = {**params, "pipeline_spec_sha256": hashlib.sha256(handle.read()).hexdigest()}
     token = next((os.environ[v] for v in TOKEN_VARS if os.environ.get(v)), None)
     try:
         with warnings.catch_warnings():

@@ -21,8 +21,12 @@ from blake3 import blake3
 
 from . import atomic, merkle
 from .errors import InputError
+from .signing import SIGNATURE_NAME
 
 MANIFEST_NAME = "manifest.json"
+# Files of a sealed folder its manifest does not cover: the manifest itself, and the
+# model-signing signature written over the sealed folder (manifest included).
+UNSEALED = (MANIFEST_NAME, SIGNATURE_NAME)
 _SEGMENT_CHUNKS = 64          # work unit of the parallel verifier, in chunks
 # Chunks per mapping: each unmap interrupts every CPU running this process to flush its
 # TLB, so one mapping per chunk costs more than hashing; a few chunks amortize it.
@@ -43,7 +47,7 @@ def check_relpath(rel: str) -> str:
     return rel
 
 
-def list_files(root: str, exclude: tuple[str, ...] = (MANIFEST_NAME,)) -> dict[str, int]:
+def list_files(root: str, exclude: tuple[str, ...] = UNSEALED) -> dict[str, int]:
     """Relative path -> size of every regular file under `root`; symlinks are refused."""
     out: dict[str, int] = {}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -59,7 +63,7 @@ def list_files(root: str, exclude: tuple[str, ...] = (MANIFEST_NAME,)) -> dict[s
 
 
 def hash_directory(root: str, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE,
-                   exclude: tuple[str, ...] = (MANIFEST_NAME,),
+                   exclude: tuple[str, ...] = UNSEALED,
                    known: dict[str, merkle.FileDigest] | None = None) -> merkle.Manifest:
     """`known`: digests (same chunk size) of files whose bytes were just verified elsewhere,
     e.g. a verified folder copied in; those are not read again."""
@@ -173,7 +177,7 @@ def write_manifest(path: str, manifest: merkle.Manifest, extra: dict | None = No
 
 def verify_directory(root: str, manifest: merkle.Manifest, stated_root: str | None = None,
                      expected_root: str | None = None, only: list[str] | None = None,
-                     threads: int | None = None, exclude: tuple[str, ...] = (MANIFEST_NAME,),
+                     threads: int | None = None, exclude: tuple[str, ...] = UNSEALED,
                      extras: bool | None = None) -> VerifyReport:
     """Check `root` against `manifest`, the manifest against the root it states, and that
     root against `expected_root` (pinned elsewhere: `latest`, artifact metadata, a chain).

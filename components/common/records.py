@@ -35,7 +35,11 @@ class CleanData(Artifact):
     chunk_size: int = merkle.DEFAULT_CHUNK_SIZE
 
 
-class ModelOut(Artifact):
+class Signed(Artifact):
+    signed_sha256: str | None = Field(None, description="model-signing's SHA-256 of the folder, when signed.")
+
+
+class ModelOut(Signed):
     checkpoint_root: str | None = None
 
 
@@ -47,7 +51,7 @@ class BlessingOut(Artifact):
     blessed: bool = False
 
 
-class RepositoryOut(Artifact):
+class RepositoryOut(Signed):
     version: int | None = None
     weights: str | None = Field(None, description="The model folder inside the repository, relative to it.")
 
@@ -58,6 +62,8 @@ class StageRecord(_Record):
     result: str
     reason: str | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
+    params: dict[str, str] = Field(default_factory=dict, description="The pipeline parameters the stage was given "
+                                                                      "(configs, URIs; never keys).")
 
 
 class _Model(_Record):
@@ -138,6 +144,8 @@ class DeployInputs(_Record):
 class DeployOutputs(_Record):
     repository: RepositoryOut
     serving_state: Artifact = Field(default_factory=Artifact)
+    served_uri: str | None = Field(None, description="Where a cluster target serves the repository from "
+                                                     "(object storage or pvc://), under its root.")
 
 
 class TritonCanaryDeploy(StageRecord):
@@ -208,6 +216,7 @@ def read_notes(release_dir: str) -> dict[str, StageRecord]:
 
 # --- The local target's serving state: which repository serves as stable now ----------
 SERVING_STATE = "state.json"
+STABLE_DIR = "stable"       # the repository the stable server loads, inside the state folder
 
 
 def read_serving_state(state_dir: str) -> dict:

@@ -67,6 +67,7 @@ def run_component(raw_path: str, config: str, policy: str, reference_stats: str 
     metrics.metadata["merkle_root"] = m["merkle_root"]
     from kfp_llmops.components.common import records
     records.note(release_dir, records.ValidateDataset(
+        params={"data_config": config, "pii_policy": policy},
         result="passed" if result.passed else "failed", reason="; ".join(result.gate_reasons) or None,
         outputs=records.ValidateOutputs(clean=records.CleanData(
             root=m["merkle_root"], path=clean.path, merkle_file=CLEAN_NAME, rows=m["rows_out"],

@@ -27,11 +27,12 @@ def next_version(cfg: DeployConfig, state_dir: str) -> int:
 
 
 def build_repository(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig,
-                     state_dir: str, kgw=None) -> dict:
-    """`kgw`: the watermark parameters verify_watermark verified (`watermark_params`)."""
+                     state_dir: str, kgw=None, signing_key: str | None = None) -> dict:
+    """`kgw`: the watermark parameters verify_watermark verified (`watermark_params`);
+    `signing_key`: the repository is signed with model-signing."""
     from . import repository
     return repository.build(model_dir, blessed_root, out_dir, cfg, next_version(cfg, state_dir),
-                            kgw if kgw is not None else watermark_params(None))
+                            kgw if kgw is not None else watermark_params(None), signing_key)
 
 
 def watermark_params(source, origin: str = "verify_watermark's output"):
@@ -50,13 +51,14 @@ def make_target(cfg: DeployConfig, state_dir: str, work: str, key_file: str | No
 
 
 def deploy(repo_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig, state_dir: str,
-           key_file: str | None = None, before_interval=None, log=print) -> dict:
-    """Verify the repository is the blessed model, roll it out, write record and report."""
+           key_file: str | None = None, before_interval=None, log=print, public_key: str | None = None) -> dict:
+    """Verify the repository is the blessed model (and, with `public_key`, signed by its
+    pair) before any traffic moves, roll it out, write record and report."""
     from . import repository
     from .canary import rollout
     from .report import render_html, timeline_png
 
-    info = repository.verify(repo_dir, blessed_root)
+    info = repository.verify(repo_dir, blessed_root, public_key=public_key)
     key, tokenizer = None, None
     if cfg.watermark.enabled:
         from transformers import AutoTokenizer
@@ -74,6 +76,7 @@ def deploy(repo_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
     stable = target.stable_at_start
     record.update({"target": cfg.target, "model_name": info["model_name"], "version": info["version"],
                    "repository_root": info["repository_root"], "model_root": info["model_root"],
+                   "signed_sha256": info["signed_sha256"], "served_uri": getattr(target, "storage_uri", None) or None,
                    "stable_version": stable["version"] if stable else None,
                    "stable_repository_root": stable["repository_root"] if stable else None,
                    "drill": cfg.drill.model_dump(), "steps": cfg.steps, "interval_s": cfg.interval_s})
@@ -105,9 +108,13 @@ def raise_unless_promoted(record: dict, cfg: DeployConfig) -> None:
 
 
 def run_component(model, blessing, config: str, key_file: str, state_dir: str, repository_out, record_out,
-                  metrics, report, release_dir: str = "", default_target: str = "local", watermarked=None) -> str:
+                  metrics, report, release_dir: str = "", default_target: str = "local", watermarked=None,
+                  signing_key_file: str = "", public_key_file: str = "") -> str:
     """KFP entry: only a blessed model whose root matches the blessing is deployed, with
-    the watermark parameters `watermarked` (verify_watermark's output) records."""
+    the watermark parameters `watermarked` (verify_watermark's output) records. With a
+    public key, the model must carry a signature by its pair, and the repository built
+    from it is signed (`signing_key_file`) and its signature verified before traffic moves."""
+    from kfp_llmops.components.common import signing
     cfg = DeployConfig.load(config)
     if "target" not in cfg.model_fields_set:
         cfg = DeployConfig.load(config, {"target": default_target})
@@ -121,11 +128,15 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
     if watermarked is not None and watermarked.metadata.get("model_root") != blessed_root:
         raise InputError(f"watermarked: verified model {watermarked.metadata.get('model_root')} is not the blessed "
                          f"root {blessed_root}")
-    built = build_repository(model.path, blessed_root, repository_out.path, cfg, state, kgw)
+    private, public = signing.key_file(signing_key_file), signing.key_file(public_key_file, public=True)
+    if public:
+        signing.verify_folder(model.path, public)
+    built = build_repository(model.path, blessed_root, repository_out.path, cfg, state, kgw, private)
     repository_out.metadata.update({"merkle_root": built["repository_root"], "model_root": built["model_root"],
-                                    "model_name": built["model_name"], "version": built["version"]})
+                                    "model_name": built["model_name"], "version": built["version"],
+                                    "signed_sha256": built["signed_sha256"]})
     work = os.path.join(os.path.dirname(report.path), "deploy")
-    record = deploy(repository_out.path, blessed_root, work, cfg, state, key_file or None)
+    record = deploy(repository_out.path, blessed_root, work, cfg, state, key_file or None, public_key=public)
     shutil.copyfile(os.path.join(work, "record.json"), record_out.path)
     with open(report.path, "w", encoding="utf-8") as handle:
         handle.write(open(os.path.join(work, "report.html"), encoding="utf-8").read())
@@ -136,12 +147,14 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
     metrics.metadata.update({"decision": record["decision"], "reason": record["reason"][:500]})
     from kfp_llmops.components.common import records
     records.note(release_dir, records.TritonCanaryDeploy(
+        params={"deploy_config": config},
         result=record["decision"], reason=record["reason"],
         inputs=records.DeployInputs(model_root=record["model_root"], blessed_root=blessed_root),
         outputs=records.DeployOutputs(
             repository=records.RepositoryOut(root=record["repository_root"], path=repository_out.path,
                                              version=record["version"],
-                                             weights=built["weights"]),
-            serving_state=records.Artifact(path=os.path.abspath(state) if cfg.target == "local" else None))))
+                                             weights=built["weights"], signed_sha256=built["signed_sha256"]),
+            serving_state=records.Artifact(path=os.path.abspath(state) if cfg.target == "local" else None),
+            served_uri=record.get("served_uri"))))
     raise_unless_promoted(record, cfg)
     return record["decision"]

@@ -31,7 +31,7 @@ LABELS = {"app.kubernetes.io/part-of": "kfp-llmops", "kfp-llmops/stage": "triton
 
 def _storage(cfg: DeployConfig, repository_root: str) -> str:
     """Each repository lives under its own root: what is served is addressed by content."""
-    from .storage import destination
+    from kfp_llmops.components.common.storage import destination
     return destination(cfg.cluster.storage_uri, repository_root)
 
 
@@ -203,9 +203,7 @@ class ClusterTarget:
 
     def start(self, canary_repo: str) -> None:
         """Upload the verified repository under its root; find what serves now."""
-        from kfp_llmops.components.common import integrity
-
-        from . import storage
+        from kfp_llmops.components.common import integrity, storage
         self.repository_root = integrity.load_manifest(f"{canary_repo}/{integrity.MANIFEST_NAME}")[1]
         self.storage_uri = storage.upload(canary_repo, self.cfg.cluster.storage_uri, self.cfg.cluster.pvc_mounts,
                                           self.log)

@@ -19,6 +19,8 @@ def triton_canary_deploy(
     key_file: str = "",
     state_dir: str = "",
     release_dir: str = "",
+    signing_key_file: str = "",
+    public_key_file: str = "",
 ) -> str:
     """Build the Triton repository from exactly the blessed model, roll it out as a canary
     (steps, SLA analysis against stable, smoke tests with watermark detection), and
@@ -26,8 +28,10 @@ def triton_canary_deploy(
     (verify_watermark's output) records. Returns `promoted` or `rolled_back`; fails on rollback unless
     `fail_on_rollback: false`. `state_dir` (local target) holds the promoted repositories.
     `default_target` applies when the config names no `target` (the cluster forms: kserve).
+    `public_key_file`: the model must be signed by its pair; the repository is signed with
+    `signing_key_file` and verified before traffic moves (both from a mounted Secret).
     """
     from kfp_llmops.components.deploy import run_component
 
     return run_component(model, blessing, config, key_file, state_dir, repository, record, metrics, report,
-                         release_dir, default_target, watermarked)
+                         release_dir, default_target, watermarked, signing_key_file, public_key_file)

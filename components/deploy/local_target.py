@@ -11,7 +11,7 @@ import os
 import shutil
 import time
 
-from kfp_llmops.components.common.records import read_serving_state, write_serving_state
+from kfp_llmops.components.common.records import STABLE_DIR, read_serving_state, write_serving_state
 from kfp_llmops.components.common.errors import InputError
 
 from . import metrics as prom
@@ -52,7 +52,7 @@ class LocalTarget:
         """The promoted repository, verified against the root recorded at promotion."""
         if not self.state.get("stable"):
             return None
-        repo = os.path.join(self.state_dir, "stable")
+        repo = os.path.join(self.state_dir, STABLE_DIR)
         rec = self.state["stable"]
         return repository.verify(repo, rec["model_root"], rec["repository_root"])
 
@@ -63,7 +63,7 @@ class LocalTarget:
         timeout = self.cfg.local.startup_timeout_s
         host = self.cfg.local.host
         if has_stable:
-            self.stable = TritonServer(os.path.join(self.state_dir, "stable"), self.work, "stable", host, self.server_env).start()
+            self.stable = TritonServer(os.path.join(self.state_dir, STABLE_DIR), self.work, "stable", host, self.server_env).start()
         self.canary = TritonServer(canary_repo, self.work, "canary", host, self.server_env).start()
         for server in (self.stable, self.canary):       # both load in parallel, then wait
             if server is not None:
@@ -165,7 +165,7 @@ class LocalTarget:
     def promote(self, info: dict) -> None:
         """Canary becomes stable; the old stable is kept as `previous/` for one-step rollback."""
         self.split.set_canary_percent(100)
-        stable_dir, previous_dir = os.path.join(self.state_dir, "stable"), os.path.join(self.state_dir, "previous")
+        stable_dir, previous_dir = os.path.join(self.state_dir, STABLE_DIR), os.path.join(self.state_dir, "previous")
         staging = os.path.join(self.state_dir, f".incoming-{os.getpid()}-{time.time_ns()}")
         _copy_repository(self.canary_repo, staging)
         if os.path.exists(previous_dir):

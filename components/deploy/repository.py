@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 
-from kfp_llmops.components.common import integrity, merkle
+from kfp_llmops.components.common import integrity, merkle, signing
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.watermark.params import KGW
 
@@ -61,9 +61,10 @@ def serving_settings(cfg: DeployConfig, model_root: str, version: int, kgw: KGW)
 
 
 def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig, version: int,
-          kgw: KGW) -> dict:
-    """Verify the model against the blessed root, then write and seal the repository;
-    `kgw`: the watermark parameters verify_watermark verified."""
+          kgw: KGW, signing_key: str | None = None) -> dict:
+    """Verify the model against the blessed root, then write and seal the repository, and
+    sign it with `signing_key` when given; `kgw`: the watermark parameters verify_watermark
+    verified."""
     if not blessed_root:
         raise InputError(f"{model_dir}: no blessed model root given; deploy only what evaluate_llm blessed")
     model_root = integrity.verify("model", model_dir, blessed_root)
@@ -84,8 +85,9 @@ def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
     known = {prefix + f.path: merkle.FileDigest(prefix + f.path, f.size, f.root, f.leaves)
              for f in model_manifest.files} if model_manifest.chunk_size == merkle.DEFAULT_CHUNK_SIZE else {}
     root = integrity.seal("repository", out_dir, known=known)
+    signed = signing.sign_folder(out_dir, signing_key) if signing_key else None
     return {"repository_root": root, "model_root": model_root, "model_name": name, "version": version,
-            "weights": prefix.rstrip("/")}
+            "weights": prefix.rstrip("/"), "signed_sha256": signed}
 
 
 def describe(repo_dir: str) -> dict:
@@ -106,8 +108,11 @@ def describe(repo_dir: str) -> dict:
             "weights": os.path.join(repo_dir, names[0], versions[0], "weights")}
 
 
-def verify(repo_dir: str, blessed_root: str | None, repository_root: str | None = None) -> dict:
-    """Refuse a repository that is damaged or whose weights are not the blessed model."""
+def verify(repo_dir: str, blessed_root: str | None, repository_root: str | None = None,
+           public_key: str | None = None) -> dict:
+    """Refuse a repository that is damaged, whose weights are not the blessed model, or,
+    with `public_key`, that is unsigned or not signed by its pair."""
+    signed = signing.verify_folder(repo_dir, public_key)["digest"] if public_key else None
     root = integrity.verify("repository", repo_dir, repository_root)
     info = describe(repo_dir)
     if not blessed_root:
@@ -116,4 +121,4 @@ def verify(repo_dir: str, blessed_root: str | None, repository_root: str | None 
         weights_root = integrity.verify("model", info["weights"], blessed_root)
     except InputError as exc:
         raise InputError(f"refusing to deploy: weights are not the blessed model ({exc})") from None
-    return {**info, "repository_root": root, "model_root": weights_root}
+    return {**info, "repository_root": root, "model_root": weights_root, "signed_sha256": signed}

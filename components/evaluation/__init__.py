@@ -66,6 +66,7 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
     metrics.metadata["model_root"] = result["model_root"]
     from kfp_llmops.components.common import records
     records.note(release_dir, records.EvaluateLlm(
+        params={"eval_config": config},
         result="blessed" if result["blessed"] else "not blessed", inputs={"model_root": result["model_root"]},
         outputs={"blessing": records.BlessingOut(root=result["model_root"], path=blessing.path,
                                                  blessed=result["blessed"])}))

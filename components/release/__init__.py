@@ -6,8 +6,13 @@ import os
 import shutil
 
 
-def run_component(status, release_dir: str, record, report) -> str:
-    """KFP exit-handler entry: the record of this run, whatever happened in it."""
+def run_component(status, release_dir: str, record, report, provenance=None, signing_key_file: str = "",
+                  pipeline_spec_sha256: str = "") -> str:
+    """KFP exit-handler entry: the record of this run, whatever happened in it, and its
+    provenance statement (signed with the key given) when it produced a model."""
+    from kfp_llmops.components.common import signing
+
+    from . import provenance as slsa
     from .record import write
 
     fields = status if isinstance(status, dict) else {
@@ -20,4 +25,10 @@ def run_component(status, release_dir: str, record, report) -> str:
     shutil.copyfile(os.path.join(folder, "record.md"), report.path)
     record.metadata.update({"status": result["status"], "decision": result["decision"] or "none",
                             "stages": sorted(result["stages"])})
+    if provenance is not None and "train_zero3" in result["stages"]:
+        attested = slsa.write(result, folder, os.path.join(folder, slsa.FILE_NAME),
+                              signing.key_file(signing_key_file), pipeline_spec_sha256)
+        shutil.copyfile(attested["path"], provenance.path)
+        provenance.metadata.update({"signed": attested["signed"], "subjects": attested["subjects"],
+                                    "predicateType": slsa.PREDICATE_TYPE})
     return result["status"]

@@ -8,7 +8,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
-from kfp_llmops.components.common import integrity, records
+from kfp_llmops.components.common import integrity, records, signing
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 
 
@@ -80,9 +80,50 @@ def _stages(record: dict) -> dict[str, records.StageRecord]:
     return {name: records.parse(data, f"release record stages.{name}") for name, data in stages.items()}
 
 
-def verify(record: dict) -> tuple[bool, list[Link]]:
+def _signature(what: str, folder: str, stated: str | None, public_key: str | None, links: list[Link]) -> None:
+    """With a public key, the folder's model-signing signature verifies and states the
+    digest the record (and so the attestation's subject) names."""
+    if not public_key:
+        return
+
+    def check():
+        digest = signing.verify_folder(folder, public_key)["digest"]
+        if stated and digest != stated:
+            raise InputError(f"{folder}: signed digest {digest} is not the recorded {stated}")
+        return f"signature verifies with {os.path.basename(public_key)} (sha256 {digest[:16]}…)"
+    links.append(Link(f"{what} signature", *_check(check)))
+
+
+def _served(state: records.Artifact, repo: records.RepositoryOut, public_key: str | None, links: list[Link]) -> None:
+    """The bytes the stable server loads, re-hashed: not the state file's word for them."""
+    serving = (records.read_serving_state(state.path).get("stable") or {}).get("repository_root")
+    links.append(Link("serving now", serving == repo.root,
+                      f"stable serves {serving}" + ("" if serving == repo.root else ", a later release or a rollback")))
+    stable = os.path.join(state.path, records.STABLE_DIR)
+    if serving and os.path.isdir(stable):
+        links.append(Link("served bytes", *_check(lambda: "the stable folder re-hashed: " + integrity.verify(
+            "repository", stable, serving))))
+        _signature("served", stable, repo.signed_sha256 if serving == repo.root else None, public_key, links)
+    elif serving:
+        links.append(Link("served bytes", False, f"{stable}: the stable repository is missing"))
+
+
+def _stored(uri: str, root: str | None) -> Link:
+    """A cluster's served copy in object storage, re-hashed through its manifest."""
+    from kfp_llmops.components.common import storage
+    try:
+        storage.verify_stored(uri, root)
+    except storage.Unreachable as exc:
+        return Link("served bytes", True, f"stored copy not reachable from here ({exc})")
+    except LlmopsError as exc:
+        return Link("served bytes", False, str(exc))
+    return Link("served bytes", True, f"the stored copy at {uri} re-hashed: {root}")
+
+
+def verify(record: dict, public_key: str | None = None) -> tuple[bool, list[Link]]:
+    """Walk the chain; with `public_key`, the model's and repository's signatures too."""
     stages = _stages(record)
-    links: list[Link] = []
+    links: list[Link] = [Link("attestation", True, record["attestation"])] if record.get("attestation") else []
     data_root = _dataset(stages.get("validate_dataset"), links)
     train = stages.get("train_zero3")
     if not train:
@@ -102,6 +143,7 @@ def verify(record: dict) -> tuple[bool, list[Link]]:
     if _exists(model.path):
         good, detail = _check(lambda: "model folder re-hashed: " + integrity.verify("model", model.path, model.root))
         links.append(Link("model", good, detail))
+        _signature("model", model.path, model.signed_sha256, public_key, links)
     ev = stages.get("evaluate_llm")
     if not ev:
         links.append(Link("model -> blessing", False, "no evaluate_llm stage in the record"))
@@ -121,12 +163,13 @@ def verify(record: dict) -> tuple[bool, list[Link]]:
     links.append(Link("blessing -> deployment", ok, f"repository {repo.root} holds model {dep.inputs.model_root}"))
     if _exists(repo.path):
         links.append(Link("deployed repository", *_check(lambda: _repository(repo, model.root))))
+        _signature("repository", repo.path, repo.signed_sha256, public_key, links)
     links.append(Link("serving", dep.result == "promoted", f"decision {dep.result}"))
     state = dep.outputs.serving_state
     if _exists(state.path):
-        serving = (records.read_serving_state(state.path).get("stable") or {}).get("repository_root")
-        links.append(Link("serving now", serving == repo.root,
-                          f"stable serves {serving}" + ("" if serving == repo.root else ", a later release or a rollback")))
+        _served(state, repo, public_key, links)
+    elif dep.outputs.served_uri:
+        links.append(_stored(dep.outputs.served_uri, repo.root))
     return all(link.ok for link in links), links
 
 
@@ -139,12 +182,20 @@ def _repository(repo: records.RepositoryOut, model_root: str | None) -> str:
     return f"repository re-verified: root {root}, weights are model {model_root}"
 
 
-def load_record(path: str) -> dict:
+def load_record(path: str, public_key: str | None = None) -> dict:
+    """A release record, or the one inside a signed provenance attestation after its
+    signature, schema, digest and subjects check out."""
     try:
         with open(path, encoding="utf-8") as handle:
             record = json.load(handle)
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: unreadable release record: {exc}") from None
+    if isinstance(record, dict) and ("payloadType" in record or "_type" in record):
+        from .provenance import open_attestation
+        stmt, record = open_attestation(path, public_key)
+        record["attestation"] = (f"signed by {signing.key_id(public_key)[:16]}…, subjects "
+                                 + ", ".join(s["name"] for s in stmt["subject"]))
+        return record
     if record.get("format") != "kfp-llmops-release/1":
         raise InputError(f"{path}: not a kfp-llmops release record (format {record.get('format')!r})")
     return record

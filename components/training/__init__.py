@@ -70,8 +70,10 @@ def ranks_for(gpus: str) -> dict:
 
 def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir: str,
                   model, checkpoints_out, metrics, report, train_log, release_dir: str = "",
-                  gpus: str = "0") -> str:
-    """KFP entry: verifies the inputs' roots from their metadata, trains, stamps lineage."""
+                  gpus: str = "0", signing_key_file: str = "") -> str:
+    """KFP entry: verifies the inputs' roots from their metadata, trains, stamps lineage;
+    signs the exported model with model-signing when a signing key is given."""
+    from kfp_llmops.components.common import signing
     from .launch import train
 
     cfg = TrainConfig.load(config, ranks_for(gpus))
@@ -97,6 +99,10 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
                            "framework": "transformers", "format": "safetensors", **lineage})
     if cfg.weight_watermark.enabled:     # verify_watermark checks exactly what was embedded
         model.metadata["weight_watermark"] = cfg.weight_watermark.model_dump()
+    key = signing.key_file(signing_key_file)
+    signed = signing.sign_folder(model.path, key) if key else None
+    if signed:
+        model.metadata["signature"] = {"file": signing.SIGNATURE_NAME, "sha256": signed}
     checkpoints_out.metadata.update({"merkle_root": result["checkpoint_root"],
                                      "tag": (result["saves"][-1]["tag"] if result["saves"] else result["resumed_from"]),
                                      "location": ckpt_dir, **lineage})
@@ -109,9 +115,11 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
         metrics.log_metric("checkpoint_commit_seconds", sum(s["commit_seconds"] for s in saves) / len(saves))
     from kfp_llmops.components.common import records
     records.note(release_dir, records.TrainZero3(
+        params={"train_config": config, "gpu_count": str(gpus)},
         inputs=records.TrainInputs(dataset_root=result["dataset_root"], base_model_root=result["base_model_root"]),
         outputs=records.TrainOutputs(
-            model=records.ModelOut(root=result["model_root"], path=model.path, checkpoint_root=result["checkpoint_root"]),
+            model=records.ModelOut(root=result["model_root"], path=model.path, checkpoint_root=result["checkpoint_root"],
+                                   signed_sha256=signed),
             checkpoints=records.CheckpointsOut(root=result["checkpoint_root"], path=ckpt_dir,
                                                tag=checkpoints_out.metadata["tag"]))))
     return result["model_root"]
@@ -135,6 +143,7 @@ def build_base_component(dataset, base_model, size: str, release_dir: str = "", 
         root = build_base_model(dataset.path, base_model.path, size=size)
         base_model.metadata.update({"merkle_root": root, "size": size, "format": "safetensors"})
     records.note(release_dir, records.BuildBaseModel(
+        params={"base_model_uri": base_model_uri, "base_model_root": base_model_root, "base_model_size": size},
         result="imported" if base_model_uri else "built",
         inputs={"dataset_root": dataset.metadata.get("merkle_root"), "base_model_uri": base_model_uri or None},
         outputs={"base_model": records.Artifact(root=root, path=base_model.path)}))

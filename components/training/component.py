@@ -32,14 +32,17 @@ def train_zero3(
     resume_from: Optional[Input[Artifact]] = None,
     gpus: str = "0",
     release_dir: str = "",
+    signing_key_file: str = "",
 ) -> str:
     """DeepSpeed ZeRO-3 training with Merkle-verified checkpoints; returns the model's root.
 
     `checkpoint_dir` (e.g. a PVC mount) keeps checkpoints across task retries, so a retry
     resumes from the newest intact one. `gpus` (the pod's GPU limit; a string because it
     is also the accelerator count) sets one rank per GPU; "0" keeps the config's ranks.
+    `signing_key_file` (a mounted Secret): the exported model is signed with model-signing.
     """
     from kfp_llmops.components.training import run_component
 
     return run_component(dataset, base_model, config, resume_from, checkpoint_dir,
-                         model, checkpoints, metrics, report, train_log, release_dir, gpus)
+                         model, checkpoints, metrics, report, train_log, release_dir, gpus,
+                         signing_key_file)

@@ -65,6 +65,7 @@ def run_component(model, eval_dataset, config: str, key_file: str, watermarked, 
     metrics.metadata.update({"verified": result["verified"], "model_root": result["model_root"]})
     from kfp_llmops.components.common import records
     records.note(release_dir, records.VerifyWatermark(
+        params={"watermark_config": config},
         result="verified" if result["verified"] else "not verified", inputs={"model_root": result["model_root"]},
         metrics={k: v for k, v in result["metrics"].items() if v == v},
         outputs={"watermarked": records.Artifact(root=result["model_root"], path=watermarked.path),

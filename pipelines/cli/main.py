@@ -100,6 +100,45 @@ def model_seal(model_dir, allow_pickle, pad_token) -> None:
     click.echo(seal_model_folder(model_dir, allow_pickle, pad_token))
 
 
+@model.command("keygen")
+@click.option("--private-key", required=True, type=click.Path(dir_okay=False), help="Where the PEM private key goes "
+              "(owner-only; store it as a Secret, never in YAML).")
+@click.option("--public-key", required=True, type=click.Path(dir_okay=False), help="Where the PEM public key goes.")
+def model_keygen(private_key, public_key) -> None:
+    """A new ECDSA P-256 key pair for model-signing signatures and release attestations."""
+    from kfp_llmops.components.common import signing
+
+    signing.generate_keys(private_key, public_key)
+    click.echo(f"wrote {private_key} (private, mode 600) and {public_key}; key id {signing.key_id(public_key)}")
+
+
+@model.command("sign")
+@click.argument("model_dir", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("--private-key", required=True, type=click.Path(dir_okay=False), help="PEM ECDSA P-256 private key.")
+@click.option("--signature", type=click.Path(dir_okay=False), help="Where the signature goes (default DIR/model.sig).")
+@click.option("--hash", "hash_name", type=click.Choice(["sha256", "blake3"]), default="sha256", show_default=True,
+              help="Per-file digest; `model_signing verify key` (1.1.1) checks sha256 signatures only.")
+def model_sign(model_dir, private_key, signature, hash_name) -> None:
+    """Sign every file of DIR with OpenSSF model-signing (key-based, offline); prints the
+    folder's model-signing digest. `model_signing verify key` checks it."""
+    from kfp_llmops.components.common import signing
+
+    click.echo(signing.sign_folder(model_dir, private_key, signature, hash_name))
+
+
+@model.command("verify")
+@click.argument("model_dir", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("--public-key", required=True, type=click.Path(dir_okay=False), help="PEM public key of the signer.")
+@click.option("--signature", type=click.Path(dir_okay=False), help="The signature (default DIR/model.sig).")
+def model_verify(model_dir, public_key, signature) -> None:
+    """Check DIR against its model-signing signature (exit 2 naming what failed)."""
+    from kfp_llmops.components.common import signing
+
+    stated = signing.verify_folder(model_dir, public_key, signature)
+    click.echo(f"{model_dir}: signature verifies ({len(stated['files'])} files, {stated['hash']}, "
+               f"digest {stated['digest']})")
+
+
 @cli.command("train")
 @click.option("--data", "clean_path", required=True, type=click.Path(dir_okay=False),
               help="Clean JSONL from validate_dataset.")
@@ -301,12 +340,17 @@ def deploy_setup() -> None:
 @click.option("--watermark", "watermark_record", type=click.Path(dir_okay=False),
               help="metrics.json of `llmops watermark verify`: serve with the parameters it verified "
                    "(default: verification's defaults).")
-def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, state_dir, watermark_record) -> None:
+@click.option("--signing-key", type=click.Path(dir_okay=False), help="Sign the repository with this PEM private key "
+              "(else $LLMOPS_SIGNING_KEY; neither: unsigned).")
+def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, state_dir, watermark_record,
+                      signing_key) -> None:
     """Build a sealed Triton model repository from exactly the blessed model."""
+    from kfp_llmops.components.common import signing
     from kfp_llmops.components.deploy import DeployConfig, build_repository, watermark_params
 
     built = build_repository(model_dir, _blessed_root(blessing, blessed_root), out_dir,
-                             DeployConfig.load(config_path), state_dir, watermark_params(watermark_record))
+                             DeployConfig.load(config_path), state_dir, watermark_params(watermark_record),
+                             signing.key_file(signing_key))
     click.echo(f"{out_dir}: {built['model_name']} version {built['version']}, repository root "
                f"{built['repository_root']}, model root {built['model_root']}")
 
@@ -326,8 +370,12 @@ def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, s
 @click.option("--watermark", "watermark_record", type=click.Path(dir_okay=False),
               help="metrics.json of `llmops watermark verify`: serve with the parameters it verified "
                    "(default: verification's defaults).")
+@click.option("--public-key", type=click.Path(dir_okay=False), help="Refuse a repository (and, with --model, a "
+              "model) not signed by this key's pair (else $LLMOPS_SIGNING_PUBLIC_KEY).")
+@click.option("--signing-key", type=click.Path(dir_okay=False), help="With --model: sign the repository built "
+              "(else $LLMOPS_SIGNING_KEY).")
 def deploy_canary(repo_dir, model_dir, blessing, blessed_root, out_dir, state_dir, config_path, key_file,
-                  drill_failure_rate, drill_latency_ms, watermark_record) -> None:
+                  drill_failure_rate, drill_latency_ms, watermark_record, public_key, signing_key) -> None:
     """Roll a repository out progressively; exit 0 promoted, 1 rolled back, 2 bad input."""
     from kfp_llmops.components.deploy import (DeployConfig, build_repository, deploy, raise_unless_promoted,
                                               watermark_params)
@@ -337,12 +385,17 @@ def deploy_canary(repo_dir, model_dir, blessing, blessed_root, out_dir, state_di
     root = _blessed_root(blessing, blessed_root)
     if bool(repo_dir) == bool(model_dir):
         raise LlmopsError("give exactly one of --repository and --model")
+    from kfp_llmops.components.common import signing
+    public_key = signing.key_file(public_key, public=True)
     if model_dir:
+        if public_key:
+            signing.verify_folder(model_dir, public_key)
         repo_dir = os.path.join(out_dir, "repository")
-        build_repository(model_dir, root, repo_dir, cfg, state_dir, watermark_params(watermark_record))
+        build_repository(model_dir, root, repo_dir, cfg, state_dir, watermark_params(watermark_record),
+                         signing.key_file(signing_key))
     elif watermark_record:
         raise LlmopsError("--watermark applies when building from --model; a sealed repository keeps its own")
-    record = deploy(repo_dir, root, out_dir, cfg, state_dir, key_file, log=click.echo)
+    record = deploy(repo_dir, root, out_dir, cfg, state_dir, key_file, log=click.echo, public_key=public_key)
     click.echo(f"decision={record['decision']} version={record['version']} reason: {record['reason']}")
     click.echo(f"record {os.path.join(out_dir, 'record.json')}, report {os.path.join(out_dir, 'report.html')}")
     raise_unless_promoted(record, cfg)
@@ -379,13 +432,19 @@ def lineage() -> None:
 
 @lineage.command("verify")
 @click.argument("record_path", metavar="RECORD", type=click.Path(dir_okay=False))
+@click.option("--public-key", type=click.Path(dir_okay=False), help="PEM public key: check the signed attestation "
+              "and the model's, repository's and served folder's signatures (else $LLMOPS_SIGNING_PUBLIC_KEY).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
-def lineage_verify(record_path, as_json) -> None:
+def lineage_verify(record_path, public_key, as_json) -> None:
     """Prove (exit 0) or refute (exit 1, naming the broken link) that what serves traffic
-    descends from the validated dataset; artifacts still on disk are re-hashed."""
+    descends from the validated dataset; artifacts still on disk, and the bytes the stable
+    server loads, are re-hashed. RECORD is record.json or the signed provenance
+    (provenance.intoto.json, a DSSE envelope: its signature is checked first)."""
+    from kfp_llmops.components.common import signing
     from kfp_llmops.components.release.lineage import load_record, verify
 
-    ok, links = verify(load_record(record_path))
+    public_key = signing.key_file(public_key, public=True)
+    ok, links = verify(load_record(record_path, public_key), public_key)
     if as_json:
         click.echo(json.dumps({"ok": ok, "links": [link.to_json() for link in links]}, indent=2))
     else:

@@ -38,6 +38,28 @@ def _demo_key(out_dir: str) -> str:
     return path
 
 
+def _demo_signing_keys(out_dir: str) -> tuple[str, str]:
+    """A per-run-folder signing key pair (a Secret's role locally), made once."""
+    from kfp_llmops.components.common import signing
+    private, public = (os.path.join(out_dir, "signing", name) for name in ("private.pem", "public.pem"))
+    if not (os.path.exists(private) and os.path.exists(public)):
+        signing.generate_keys(private, public)
+    return private, public
+
+
+def spec_sha256(pipeline_func) -> str:
+    """SHA-256 of the pipeline spec as compiled now (what the provenance names)."""
+    import hashlib
+    import tempfile
+
+    from kfp import compiler
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "spec.yaml")
+        compiler.Compiler().compile(pipeline_func, path)
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+
+
 HOST_DIR = ".llmops"      # container runs: host-side inputs and state under the pipeline root
 IMAGE_UID = 10001       # the stage images' user (images/Dockerfile.base)
 
@@ -95,6 +117,7 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
             shutil.copytree(base_model, source)
         base = {"base_model_uri": source, "base_model_root": root_now}
     key_file = _demo_key(host)
+    signing_key, public_key = _demo_signing_keys(host)
     release_dir = os.path.join(host, "release")
     shutil.rmtree(release_dir, ignore_errors=True)
     serving = os.path.join(host, "serving")
@@ -121,10 +144,13 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
                                   pii_policy=pii_policy, train_config=train_config, base_model_size=base_model_size,
                                   eval_config=eval_config, watermark_config=watermark_config,
                                   watermark_key_file=key_file, deploy_config=deploy_config,
-                                  serving_state_dir=serving, release_dir=release_dir, **base)
+                                  serving_state_dir=serving, release_dir=release_dir, signing_key_file=signing_key,
+                                  signing_public_key_file=public_key,
+                                  pipeline_spec_sha256=spec_sha256(LOCAL_PIPELINES[pipeline]), **base)
     summary = {"pipeline": pipeline, "run_folder": out_dir, "elapsed_s": round(time.time() - started, 1),
                "runner": "docker" if containers else "subprocess",
                "release_record": os.path.join(release_dir, "record.json"),
+               "provenance": os.path.join(release_dir, "provenance.intoto.json"), "public_key": public_key,
                "dataset": data["train"], "eval_dataset": data.get("eval"), "stages": collect_stages(root)}
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=2)
@@ -215,5 +241,8 @@ def format_summary(summary: dict) -> str:
         if "report" in s["outputs"]:
             lines.append(f"{s['stage']} report: {s['outputs']['report']}")
     lines.append(f"release record: {summary['release_record']} (llmops lineage verify it)")
+    if os.path.exists(summary.get("provenance") or ""):
+        lines.append(f"signed provenance: {summary['provenance']} (llmops lineage verify it --public-key "
+                     f"{summary['public_key']})")
     lines.append(f"summary: {os.path.join(summary['run_folder'], 'summary.json')}")
     return "\n".join(lines)

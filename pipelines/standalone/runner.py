@@ -69,7 +69,8 @@ def _run(stage: str, work: str, p: dict, out) -> object:
         resume = _imported(p, work, "checkpoint_uri", "checkpoints") if p.get("checkpoint_uri") else None
         return training.run_component(_inputs(work, "validate_dataset", "clean"), base, p.get("train_config", ""),
                                       resume, p.get("checkpoint_dir", ""), out("model"), out("checkpoints"),
-                                      out("metrics"), out("report"), out("train_log"), rd, p.get("gpu_count", "0"))
+                                      out("metrics"), out("report"), out("train_log"), rd, p.get("gpu_count", "0"),
+                                      p.get("signing_key_file", ""))
     if stage == "evaluate_llm":
         return evaluation.run_component(model(), FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
                                         None, p.get("eval_config", ""), out("responses"), out("metrics"),
@@ -82,10 +83,12 @@ def _run(stage: str, work: str, p: dict, out) -> object:
         return deploy.run_component(model(), _inputs(work, "evaluate_llm", "blessing"), p.get("deploy_config", ""),
                                     p.get("watermark_key_file", ""), p.get("serving_state_dir", ""),
                                     out("repository"), out("record"), out("metrics"), out("report"), rd,
-                                    p.get("default_target", "local"), _inputs(work, "verify_watermark", "watermarked"))
+                                    p.get("default_target", "local"), _inputs(work, "verify_watermark", "watermarked"),
+                                    p.get("signing_key_file", ""), p.get("signing_public_key_file", ""))
     if stage == "release_record":
         return release.run_component({"state": p.get("status", "UNKNOWN"), "pipeline_job_resource_name": p.get("run"),
-                                      "error": p.get("error") or None}, rd, out("record"), out("report"))
+                                      "error": p.get("error") or None}, rd, out("record"), out("report"),
+                                     out("provenance"), p.get("signing_key_file", ""), p.get("pipeline_spec_sha256", ""))
     raise InputError(f"unknown stage {stage!r}")
 
 

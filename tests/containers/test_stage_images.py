@@ -97,6 +97,10 @@ def test_release_dag_runs_inside_the_images_and_its_lineage_is_proven(tmp_path, 
     capsys.readouterr()
     assert main(["lineage", "verify", summary["release_record"]]) == 0
     assert "lineage proven" in capsys.readouterr().out
+    # Signed inside the images (model-signing, DSSE): the attestation verifies here.
+    assert main(["lineage", "verify", summary["provenance"], "--public-key", summary["public_key"]]) == 0
+    out = capsys.readouterr().out
+    assert "ok  attestation" in out and "ok  served signature" in out
     # Each task really ran in its image, as uid 10001: its outputs are owned by that user.
     clean = summary["stages"][0]["outputs"]["clean"]
     assert os.stat(clean).st_uid == 10001

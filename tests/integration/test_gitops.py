@@ -66,13 +66,18 @@ def test_argo_target_is_a_valid_standalone_workflowtemplate_of_the_same_dag():
     assert by_name["triton-canary-deploy"]["container"]["image"] == images.DEPLOY
     assert by_name["triton-canary-deploy"]["serviceAccountName"] == "llmops-deploy"
     assert "serviceAccountName" not in by_name["evaluate-llm"]          # no API access where none is needed
-    # The key reaches the pods only as a mounted Secret: no parameter carries it or its path.
-    assert {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v} == {"llmops-watermark-key"}
+    # The keys reach the pods only as mounted Secrets: no parameter carries them or their paths.
+    assert {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v} == {"llmops-watermark-key",
+                                                                                   "llmops-signing-key"}
     assert not [p for p in spec["arguments"]["parameters"] if "key" in p["name"]]
     for t in ("verify-watermark", "triton-canary-deploy"):
         assert {"name": "watermark-key", "mountPath": "/var/run/secrets/kfp-llmops/watermark", "readOnly": True} \
             in by_name[t]["container"]["volumeMounts"]
-    assert not [m for m in by_name["evaluate-llm"]["container"]["volumeMounts"] if m["name"] == "watermark-key"]
+    for t in ("train-zero3", "triton-canary-deploy", "release-record"):      # those that sign or check signatures
+        assert {"name": "signing-key", "mountPath": "/var/run/secrets/kfp-llmops/signing", "readOnly": True} \
+            in by_name[t]["container"]["volumeMounts"]
+    for t in ("evaluate-llm", "validate-dataset"):
+        assert not [m for m in by_name[t]["container"]["volumeMounts"] if m["name"].endswith("-key")]
     bad = json.loads(json.dumps(doc))
     bad["spec"]["templates"][1]["container"]["volumeMounts"] = "work"
     with pytest.raises(jsonschema.ValidationError):

@@ -51,6 +51,7 @@ def test_release_pipeline_runs_through_kfp_local(tmp_path):
     assert state["stable"]["repository_root"] == record["repository_root"]
     assert "watermark.key" not in open(os.path.join(compile_mod.COMPILED_DIR, "release.yaml")).read()
     assert "train_zero3" in format_summary(summary)
+    _signed_and_attested(summary, tmp_path)
     _lineage_is_proven_then_refuted_at_the_broken_link(summary["release_record"], tmp_path)
     _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_path)
     _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path)
@@ -94,6 +95,46 @@ def _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_p
     assert record["decision"] == "promoted", record["stages"]["triton_canary_deploy"]["reason"]
     state = json.load(open(run / "serving" / "state.json"))
     assert state["stable"]["version"] == 2 and state["previous"]["version"] == 1     # a real canary against v1
+
+
+def _signed_and_attested(summary, tmp_path):
+    """The release ends signed: the model and repository (the upstream CLI agrees) and a
+    signed SLSA provenance that lineage verify checks; a flipped byte in what stable
+    serves is caught there, not trusted from the state file."""
+    import glob
+    import subprocess
+    import sys
+
+    from kfp_llmops.components.release.lineage import load_record, verify
+    from kfp_llmops.pipelines.cli.main import main
+    prov, public = summary["provenance"], summary["public_key"]
+    assert json.load(open(prov))["payloadType"] == "application/vnd.in-toto+json"
+    assert main(["lineage", "verify", prov, "--public-key", public]) == 0
+    record = json.load(open(summary["release_record"]))
+    stages = record["stages"]
+    for folder in (stages["train_zero3"]["outputs"]["model"]["path"],
+                   stages["triton_canary_deploy"]["outputs"]["repository"]["path"]):
+        done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "model_signing"), "verify", "key",
+                               folder, "--signature", os.path.join(folder, "model.sig"), "--public_key", public],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-500:]
+    served = glob.glob(str(tmp_path / "run" / "serving" / "stable" / "llm" / "*" / "weights" / "model.safetensors"))
+    assert len(served) == 1
+    with open(served[0], "r+b") as handle:
+        handle.seek(4096)
+        byte = handle.read(1)
+        handle.seek(4096)
+        handle.write(bytes([byte[0] ^ 1]))
+    try:
+        ok, links = verify(load_record(prov, public), public)
+        broken = {link.link: link.detail for link in links if not link.ok}
+        assert not ok and set(broken) == {"served bytes", "served signature"}, broken
+        assert "model.safetensors" in broken["served bytes"] and "model.safetensors" in broken["served signature"]
+    finally:
+        with open(served[0], "r+b") as handle:
+            handle.seek(4096)
+            handle.write(byte)
+    assert main(["lineage", "verify", summary["release_record"]]) == 0
 
 
 def _lineage_is_proven_then_refuted_at_the_broken_link(record_path, tmp_path):

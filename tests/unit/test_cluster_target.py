@@ -10,7 +10,8 @@ from kubernetes.client.exceptions import ApiException
 
 from kfp_llmops.components.common import integrity
 from kfp_llmops.components.common.errors import InputError, LlmopsError
-from kfp_llmops.components.deploy import DeployConfig, storage
+from kfp_llmops.components.common import storage
+from kfp_llmops.components.deploy import DeployConfig
 from kfp_llmops.components.deploy.cluster import FIELD_MANAGER, ClusterTarget
 from strict_schema import validate as strict
 
@@ -148,3 +149,23 @@ def test_cluster_defaults_need_no_settings_beyond_the_namespace(tmp_path, monkey
     (tmp_path / "ns").write_text("team-c\n")
     monkeypatch.setattr("kfp_llmops.components.common.k8s.POD_NAMESPACE_FILE", str(tmp_path / "ns"))
     assert ClusterTarget(DeployConfig.load("target: kserve\n"), api=RecordingApi()).namespace == "team-c"
+
+
+def test_the_signature_travels_and_lineage_rehashes_the_stored_copy(tmp_path):
+    from kfp_llmops.components.common import signing
+    from kfp_llmops.components.release.lineage import _stored
+    repo, root = _repo(tmp_path)
+    signing.generate_keys(str(tmp_path / "k.pem"), str(tmp_path / "k.pub"))
+    signing.sign_folder(repo, str(tmp_path / "k.pem"))
+    uri = storage.upload(repo, f"file://{tmp_path}/bucket/models", log=lambda *_: None)
+    stored = tmp_path / "bucket" / "models" / root
+    assert signing.verify_folder(str(stored), str(tmp_path / "k.pub"))        # stored next to the model
+    assert storage.verify_stored(uri, root) == root and _stored(uri, root).ok
+    weights = stored / "llm" / "1" / "weights" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[5] ^= 1
+    weights.write_bytes(bytes(data))
+    link = _stored(uri, root)
+    assert not link.ok and "model.safetensors: stored bytes differ" in link.detail
+    assert _stored("nosuch://bucket/models/x", root).ok                         # not reachable from here: not proof
+    assert "not reachable" in _stored("nosuch://bucket/models/x", root).detail

@@ -1,9 +1,11 @@
 """The sealed Triton repository in the storage KServe reads, under its own Merkle root,
-and proof that what landed there is what was sealed.
+and proof that what landed there is what was sealed: checked by the deploy stage after
+upload, and by `llmops lineage verify` later (the bytes a cluster serves).
 
 URIs are fsspec's (s3:// with s3fs, gs:// with gcsfs, file://, ...) plus KServe's
 `pvc://<claim>/<path>`, which the deploy pod reaches where that claim is mounted
-(`cluster.pvc_mounts`). Files go first and the manifest last, so a manifest in storage
+(`cluster.pvc_mounts`). Files go first (the model-signing signature with them, stored next
+to the model as registries keep it) and the manifest last, so a manifest in storage
 means a complete upload; the copy is then read back through the same filesystem and
 re-hashed chunk by chunk against the manifest. An existing copy under the same root is
 verified and kept (uploads are idempotent and retries are cheap).
@@ -13,8 +15,9 @@ from __future__ import annotations
 import json
 import os
 
-from kfp_llmops.components.common import integrity, merkle
-from kfp_llmops.components.common.errors import InputError
+from . import integrity, merkle
+from .errors import InputError
+from .signing import SIGNATURE_NAME
 
 
 def destination(storage_uri: str, repository_root: str) -> str:
@@ -39,10 +42,10 @@ def _filesystem(uri: str, pvc_mounts: dict[str, str]):
         raise InputError(f"{uri}: no filesystem for this URI ({exc}); install its fsspec backend, e.g. s3fs") from None
 
 
-def verify_remote(fs, base: str, manifest: merkle.Manifest, root: str, uri: str) -> None:
+def verify_remote(fs, base: str, manifest: merkle.Manifest, root: str, uri: str, signed: bool = False) -> None:
     """Re-hash every file as stored; the first difference is a one-line error."""
     listed = {os.path.relpath(p, base).replace(os.sep, "/") for p in fs.find(base)}
-    expected = {f.path for f in manifest.files} | {integrity.MANIFEST_NAME}
+    expected = {f.path for f in manifest.files} | {integrity.MANIFEST_NAME} | ({SIGNATURE_NAME} if signed else set())
     if listed != expected:
         extra, missing = sorted(listed - expected), sorted(expected - listed)
         raise InputError(f"{uri}: stored copy differs: " + "; ".join(
@@ -67,17 +70,43 @@ def upload(repo_dir: str, storage_uri: str, pvc_mounts: dict[str, str] | None = 
     uri = destination(storage_uri, root)
     fs, base = _filesystem(uri, pvc_mounts or {})
     base = base.rstrip("/")
+    signed = os.path.isfile(os.path.join(repo_dir, SIGNATURE_NAME))
     if fs.exists(f"{base}/{integrity.MANIFEST_NAME}"):
-        verify_remote(fs, base, manifest, root, uri)
+        verify_remote(fs, base, manifest, root, uri, signed)
         log(f"[deploy] {uri}: already stored and verified")
         return uri
     try:
-        for f in sorted(manifest.files, key=lambda f: f.path):
-            fs.makedirs(os.path.dirname(f"{base}/{f.path}"), exist_ok=True)
-            fs.put_file(os.path.join(repo_dir, f.path), f"{base}/{f.path}")
+        for rel in sorted(f.path for f in manifest.files) + ([SIGNATURE_NAME] if signed else []):
+            fs.makedirs(os.path.dirname(f"{base}/{rel}"), exist_ok=True)
+            fs.put_file(os.path.join(repo_dir, rel), f"{base}/{rel}")
         fs.put_file(os.path.join(repo_dir, integrity.MANIFEST_NAME), f"{base}/{integrity.MANIFEST_NAME}")
     except OSError as exc:
         raise InputError(f"{uri}: upload failed: {exc}") from None
-    verify_remote(fs, base, manifest, root, uri)
+    verify_remote(fs, base, manifest, root, uri, signed)
     log(f"[deploy] {uri}: uploaded {len(manifest.files)} files, verified")
     return uri
+
+
+class Unreachable(InputError):
+    """The storage cannot be reached from here (no backend, no credentials, no network)."""
+
+
+def verify_stored(uri: str, root: str, pvc_mounts: dict[str, str] | None = None) -> str:
+    """The stored copy at `uri` re-hashed against its own manifest, whose root must be
+    `root`: what a cluster serves, checked from wherever the storage is reachable."""
+    try:
+        fs, base = _filesystem(uri, pvc_mounts or {})
+    except InputError as exc:
+        raise Unreachable(str(exc)) from None
+    base = base.rstrip("/")
+    try:
+        with fs.open(f"{base}/{integrity.MANIFEST_NAME}", "rb") as stream:
+            manifest = merkle.Manifest.from_json(json.load(stream))
+    except FileNotFoundError:
+        raise InputError(f"{uri}: no stored manifest: the served copy is gone or incomplete") from None
+    except OSError as exc:
+        raise Unreachable(f"{uri}: {type(exc).__name__}: {exc}") from None
+    except ValueError as exc:
+        raise InputError(f"{uri}/{integrity.MANIFEST_NAME}: unreadable stored manifest: {exc}") from None
+    verify_remote(fs, base, manifest, root, uri, fs.exists(f"{base}/{SIGNATURE_NAME}"))
+    return root
