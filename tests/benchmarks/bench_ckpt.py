@@ -1,32 +1,38 @@
-"""Checkpoint benchmark on a >= 2 GB ZeRO-3 checkpoint (2 CPU ranks):
-(a) save with hashing vs DeepSpeed's stock save_checkpoint, both without fsync (also with
-torch's zip CRC-32 kept, which isolates the cost of hashing), and the durable commit on
-its own; (b) verify vs a plain sequential read and vs serial per-file
-SHA-256 (Megatron's approach); (c) verify's peak memory vs chunk and file size."""
+"""Checkpoint benchmark on a >= 2 GB ZeRO-3 checkpoint (2 CPU ranks), each part with its
+rounds interleaved and reported as the median and interquartile range of per-round
+ratios (a round pairs the engines under the same conditions):
+
+(1) compute: the hashing engine vs DeepSpeed's stock save into tmpfs (no disk), wall
+    time and CPU seconds; (2) durable: stock save plus an fsync of the same files vs
+    our engine with its durable commit, writeback drained and the page cache dropped
+    before every round; (3) verify vs a plain sequential read, cold cache, and vs serial
+    per-file SHA-256 (Megatron's approach) on a warm one; (4) verify's peak memory."""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import time
 
+from tests.benchmarks.ckpt_worker import drop_page_cache
 from tests.benchmarks.peak import run_with_peak
 
 MB = 1024 * 1024
+SHM = "/dev/shm"
 
 
-def _drop_page_cache() -> bool:
-    """Cold-cache reads where the machine allows it (root on a real kernel)."""
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as handle:
-            handle.write("3\n")
-        return True
-    except OSError:
-        return False
+def spread(values: list[float]) -> dict:
+    """Median and interquartile range."""
+    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
+    return {"median": statistics.median(values), "q1": q[0], "q3": q[2], "n": len(values)}
+
+
+def paired(num: list[float], den: list[float]) -> dict:
+    return spread([a / b for a, b in zip(num, den)])
 
 
 def _files(tag_dir: str) -> list[str]:
@@ -62,18 +68,19 @@ def merkle_verify(tag_dir: str) -> float:
     return report.seconds
 
 
-def _read_verify_sha(tag_dir: str, drop: bool) -> dict:
-    """Median seconds of each reader over 5 alternating rounds, cold or warm page cache
-    (the shared disk's speed drifts within a minute; alternation spreads it evenly)."""
+def _read_verify_sha(tag_dir: str, drop: bool, rounds: int) -> dict:
+    """Seconds of each reader per round, rotating order, the page cache dropped (cold)
+    or filled by a read (warm) before each."""
     runs = {"read": [], "verify": [], "sha256": []}
-    for _ in range(5):
-        for name, fn in (("read", plain_read), ("verify", merkle_verify), ("sha256", serial_sha256)):
+    readers = [("read", plain_read), ("verify", merkle_verify), ("sha256", serial_sha256)]
+    for r in range(rounds):
+        for name, fn in readers[r % 3:] + readers[:r % 3]:
             if drop:
-                _drop_page_cache()
+                drop_page_cache()
             else:
                 plain_read(tag_dir)
             runs[name].append(fn(tag_dir))
-    return dict({k: statistics.median(v) for k, v in runs.items()}, rounds=runs)
+    return runs
 
 
 def _peak_rss_mb(code: str) -> float:
@@ -92,19 +99,27 @@ def _sealed_small(work: str, size: int = 256 * MB) -> str:
     return folder
 
 
-def main(work: str = "build/bench/ckpt", width: int = 4096, layers: int = 12, rounds: int = 6) -> dict:
-    os.makedirs(work, exist_ok=True)
+def _phase(folder: str, phase: str, width: int, layers: int, rounds: int, log) -> dict:
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
+    os.makedirs(folder, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                    "-m", "tests.benchmarks.ckpt_worker", folder, str(width), str(layers), str(rounds), phase],
+                   env=env, stdout=log, stderr=log, check=True)
+    with open(os.path.join(folder, f"{phase}.json")) as handle:
+        return json.load(handle)
+
+
+def main(work: str = "build/bench/ckpt", width: int = 4096, layers: int = 12, rounds: int = 10) -> dict:
+    os.makedirs(work, exist_ok=True)
+    shm = os.path.join(SHM, "llmops-bench-ckpt") if os.path.isdir(SHM) else os.path.join(work, "mem")
     with open(os.path.join(work, "ranks.log"), "wb") as log:
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        "-m", "tests.benchmarks.ckpt_worker", work, str(width), str(layers), str(rounds)],
-                       env=env, stdout=log, stderr=log, check=True)
-    with open(os.path.join(work, "save.json")) as handle:
-        save = json.load(handle)
-    tag_dir = save["tag_dir"]
-    size = save["bytes"]
-    cold = _drop_page_cache()
-    med, warm = _read_verify_sha(tag_dir, drop=True), _read_verify_sha(tag_dir, drop=False)
+        try:
+            compute = _phase(shm, "compute", width, layers, rounds, log)
+        finally:
+            shutil.rmtree(shm, ignore_errors=True)
+        durable = _phase(work, "durable", width, layers, rounds, log)
+    tag_dir, size = durable["tag_dir"], durable["bytes"]
+    cold, warm = _read_verify_sha(tag_dir, True, rounds), _read_verify_sha(tag_dir, False, 5)
     base = "import kfp_llmops.components.training.checkpoints as c"
     rss_base = _peak_rss_mb(base)
     rss_verify = _peak_rss_mb(f"{base}; r = c.verify({tag_dir!r}); assert r.ok")
@@ -112,46 +127,58 @@ def main(work: str = "build/bench/ckpt", width: int = 4096, layers: int = 12, ro
     rss_small = _peak_rss_mb(f"{base}; from kfp_llmops.components.common import integrity as i; "
                              f"i.verify_sealed({small!r})")
     largest = max(os.path.getsize(p) for p in _files(tag_dir))
+    cw, dw = compute["wall_s"], durable["wall_s"]
     return {
-        "checkpoint_bytes": size, "params": save["params"], "rounds": rounds,
-        "save_plain_s": save["plain_s"], "save_hashed_s": save["hashed_s"],
-        "save_ratio_median": statistics.median(save["hashed_s"]) / statistics.median(save["plain_s"]),
-        "save_ratio_min": min(save["hashed_s"]) / min(save["plain_s"]),
-        "save_hashed_crc_s": save["hashed_crc_s"],
-        "save_crc_ratio_median": statistics.median(save["hashed_crc_s"]) / statistics.median(save["plain_s"]),
-        "durable_save_s": save["durable_save_s"], "durable_commit_s": save["durable_commit_s"],
-        "durable_extra_s": save["durable_save_s"] + save["durable_commit_s"] - statistics.median(save["hashed_s"]),
-        "cold_cache": cold, "read_s": med["read"], "verify_s": med["verify"], "sha256_s": med["sha256"],
-        "read_mb_s": size / MB / med["read"], "verify_mb_s": size / MB / med["verify"],
-        "sha256_mb_s": size / MB / med["sha256"],
-        "verify_vs_read": med["read"] / med["verify"], "verify_vs_sha256": med["sha256"] / med["verify"],
-        "warm_read_mb_s": size / MB / warm["read"], "warm_verify_mb_s": size / MB / warm["verify"],
-        "warm_sha256_mb_s": size / MB / warm["sha256"], "warm_verify_vs_read": warm["read"] / warm["verify"],
-        "warm_verify_vs_sha256": warm["sha256"] / warm["verify"],
+        "checkpoint_bytes": size, "params": durable["params"], "rounds": rounds, "cpus": os.cpu_count(),
+        "tmpfs": shm.startswith(SHM), "cache_dropped": durable["cache_dropped"],
+        "compute": {"plain_s": spread(cw["plain"]), "hashed_s": spread(cw["hashed"]),
+                    "ratio": paired(cw["hashed"], cw["plain"]), "crc_ratio": paired(cw["hashed_crc"], cw["plain"]),
+                    "plain_cpu_s": spread([sum(c) for c in compute["cpu_s"]["plain"]]),
+                    "hashed_cpu_s": spread([sum(c) for c in compute["cpu_s"]["hashed"]]),
+                    "hashed_crc_cpu_s": spread([sum(c) for c in compute["cpu_s"]["hashed_crc"]]), "rounds_s": cw},
+        "durable": {"plain_s": spread(dw["plain"]), "hashed_s": spread(dw["hashed"]),
+                    "ratio": paired(dw["hashed"], dw["plain"]), "rounds_s": dw},
+        "cold": {"read_mb_s": size / MB / statistics.median(cold["read"]),
+                 "verify_mb_s": size / MB / statistics.median(cold["verify"]),
+                 "sha256_mb_s": size / MB / statistics.median(cold["sha256"]),
+                 "verify_vs_read": paired(cold["read"], cold["verify"]),
+                 "verify_vs_sha256": paired(cold["sha256"], cold["verify"]), "rounds_s": cold},
+        "warm": {"read_mb_s": size / MB / statistics.median(warm["read"]),
+                 "verify_mb_s": size / MB / statistics.median(warm["verify"]),
+                 "sha256_mb_s": size / MB / statistics.median(warm["sha256"]),
+                 "verify_vs_read": paired(warm["read"], warm["verify"]),
+                 "verify_vs_sha256": paired(warm["sha256"], warm["verify"]), "rounds_s": warm},
         "verify_peak_rss_mb": rss_verify, "import_peak_rss_mb": rss_base,
         "verify_extra_rss_mb": rss_verify - rss_base, "largest_file_mb": largest / MB,
         "verify_small_extra_rss_mb": rss_small - rss_base,
-        "cold_rounds_s": med["rounds"], "warm_rounds_s": warm["rounds"],
     }
+
+
+def _r(s: dict) -> str:
+    return f"{s['median']:.2f} (IQR {s['q1']:.2f}-{s['q3']:.2f})"
 
 
 def report(r: dict) -> str:
     gb = r["checkpoint_bytes"] / 1024 ** 3
+    c, d, cold, warm = r["compute"], r["durable"], r["cold"], r["warm"]
     return "\n".join([
-        f"## train_zero3 checkpoints ({gb:.2f} GB ZeRO-3 checkpoint, {r['params'] / 1e6:.0f} M params, 2 ranks)",
-        f"save, no fsync: hashing engine {statistics.median(r['save_hashed_s']):.2f} s vs DeepSpeed stock "
-        f"{statistics.median(r['save_plain_s']):.2f} s (median of {r['rounds']}): ratio {r['save_ratio_median']:.2f} "
-        f"(best-of ratio {r['save_ratio_min']:.2f}; target <= 1.05)",
-        f"hashing with torch's zip CRC-32 kept (the cost of hashing alone): "
-        f"{statistics.median(r['save_hashed_crc_s']):.2f} s, ratio {r['save_crc_ratio_median']:.2f}",
-        f"durable commit (fsync files and dirs, manifest, renames): +{r['durable_extra_s']:.2f} s "
-        f"(commit step alone {r['durable_commit_s']:.3f} s)",
-        f"verify {r['verify_mb_s']:.0f} MB/s vs plain sequential read {r['read_mb_s']:.0f} MB/s: "
-        f"{r['verify_vs_read']:.2f} (target >= 0.9); vs serial SHA-256 {r['sha256_mb_s']:.0f} MB/s: "
-        f"{r['verify_vs_sha256']:.1f}x (target >= 3x); page cache dropped: {r['cold_cache']}",
-        f"warm page cache: verify {r['warm_verify_mb_s']:.0f} MB/s vs read {r['warm_read_mb_s']:.0f} MB/s: "
-        f"{r['warm_verify_vs_read']:.2f}; vs serial SHA-256 {r['warm_sha256_mb_s']:.0f} MB/s: "
-        f"{r['warm_verify_vs_sha256']:.1f}x",
+        f"## train_zero3 checkpoints ({gb:.2f} GB ZeRO-3 checkpoint, {r['params'] / 1e6:.0f} M params, 2 ranks, "
+        f"{r['cpus']} CPUs, {r['rounds']} interleaved rounds; per-round ratios, median and IQR)",
+        f"compute, {'tmpfs' if r['tmpfs'] else 'disk (no tmpfs here)'}, no fsync: hashing engine "
+        f"{c['hashed_s']['median']:.2f} s vs stock {c['plain_s']['median']:.2f} s: ratio {_r(c['ratio'])} "
+        f"(target <= 1.15); CPU s (both ranks) {c['hashed_cpu_s']['median']:.2f} vs "
+        f"{c['plain_cpu_s']['median']:.2f}",
+        f"  with torch's zip CRC-32 kept (hashing on top of the stock work): ratio {_r(c['crc_ratio'])}, CPU s "
+        f"{c['hashed_crc_cpu_s']['median']:.2f}",
+        f"durable save (fsync of files and folders; ours with its commit), page cache dropped "
+        f"{r['cache_dropped']}: hashing engine {d['hashed_s']['median']:.2f} s vs stock + fsync "
+        f"{d['plain_s']['median']:.2f} s: ratio {_r(d['ratio'])} (target <= 1.05)",
+        f"verify, cold cache: {cold['verify_mb_s']:.0f} MB/s vs plain sequential read {cold['read_mb_s']:.0f} MB/s: "
+        f"{_r(cold['verify_vs_read'])} (target >= 0.9); serial SHA-256 {cold['sha256_mb_s']:.0f} MB/s: "
+        f"{_r(cold['verify_vs_sha256'])}x (the disk is the limit)",
+        f"verify, warm cache: {warm['verify_mb_s']:.0f} MB/s vs read {warm['read_mb_s']:.0f} MB/s: "
+        f"{_r(warm['verify_vs_read'])}; vs serial SHA-256 {warm['sha256_mb_s']:.0f} MB/s: "
+        f"{_r(warm['verify_vs_sha256'])}x (target >= 3x)",
         f"verify peak RSS {r['verify_peak_rss_mb']:.0f} MB (imports alone {r['import_peak_rss_mb']:.0f} MB, "
         f"+{r['verify_extra_rss_mb']:.0f} MB) for files up to {r['largest_file_mb']:.0f} MB; "
         f"+{r['verify_small_extra_rss_mb']:.0f} MB for one 256 MB file",

@@ -1,26 +1,65 @@
-"""One rank of the checkpoint benchmark (run by torchrun from bench_ckpt.py): a ~2 GB
-ZeRO-3 checkpoint saved by DeepSpeed's stock engine, by the hashing engine, and by the
-hashing engine with torch's zip CRC-32 kept, in rotating order, then a durable commit;
-rank 0 writes the timings."""
+"""One rank of the checkpoint benchmark (run by torchrun from bench_ckpt.py) on a ~2 GB
+ZeRO-3 checkpoint, in one of two phases, rounds interleaved (the order rotates) after
+one untimed warm-up round; rank 0 writes the timings.
+
+- `compute`: DeepSpeed's stock engine vs the hashing engine (and the hashing engine with
+  torch's zip CRC-32 kept), no fsync, into a memory-backed folder (tmpfs): the cost of
+  hashing without the disk, as wall time and each rank's CPU seconds.
+- `durable`: saves that are durable, as a checkpoint must be to be useful: the stock
+  engine plus an fsync of every file it wrote and of the folders, vs the hashing engine
+  with its own fsyncs and the commit (manifest, renames, `latest`). Before every round
+  the previous round's files are removed, writeback drained (`sync`) and the page cache
+  dropped where the machine allows it.
+"""
 from __future__ import annotations
 
 import json
 import logging
 import os
+import resource
 import shutil
 import sys
 import time
 
 
-def main(out_dir: str, width: int, layers: int, rounds: int) -> None:
+def _cpu_seconds() -> float:
+    """This process's CPU time, every thread included (the hashing helper too)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def drop_page_cache() -> bool:
+    """Drain writeback, then drop the page cache where the machine allows it (root)."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as handle:
+            handle.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def main(out_dir: str, width: int, layers: int, rounds: int, phase: str) -> None:
     import deepspeed
     import torch
     import torch.distributed as dist
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
     from deepspeed.utils import logger
 
-    from kfp_llmops.components.common import merkle
+    from kfp_llmops.components.common import atomic, merkle
     from kfp_llmops.components.training import checkpoints
     from kfp_llmops.components.training.ckpt_engine import HashingCheckpointEngine
+
+    class FsyncEngine(TorchCheckpointEngine):
+        """DeepSpeed's stock save, then an fsync of the file it wrote."""
+
+        def save(self, state_dict, path: str) -> None:
+            super().save(state_dict, path)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     logger.setLevel(logging.WARNING)
     deepspeed.init_distributed(dist_backend="gloo")
@@ -35,62 +74,80 @@ def main(out_dir: str, width: int, layers: int, rounds: int) -> None:
     engine.backward(loss)
     engine.step()
     params = sum(p.ds_numel for p in model.parameters())
+    stock = engine.checkpoint_engine
+    dropped = [False]
 
-    def timed(fn) -> float:
+    def prepare(target: str) -> None:
+        if rank == 0:
+            shutil.rmtree(target, ignore_errors=True)
+            if phase == "durable":
+                dropped[0] = drop_page_cache()
+            else:
+                os.sync()
         dist.barrier()
-        start = time.perf_counter()
-        fn()
-        dist.barrier()
-        return time.perf_counter() - start
 
-    stock = engine.checkpoint_engine          # DeepSpeed's own engine, as configured
-    engines = {"plain": stock, "hashed": HashingCheckpointEngine(durable=False),
-               "hashed_crc": HashingCheckpointEngine(durable=False, zip_crc32=True)}
-    times: dict[str, list[float]] = {mode: [] for mode in engines}
-    order = list(engines)
-    for r in range(rounds + 1):               # round 0 warms the allocator and page cache, untimed
+    def save_plain(eng, target: str) -> None:
+        engine.checkpoint_engine = eng
+        engine.save_checkpoint(target, tag="t", save_latest=False)
+
+    def save_hashed(eng, target: str) -> None:
+        engine.checkpoint_engine = eng
+        eng.begin(os.path.join(target, "t"))
+        engine.save_checkpoint(target, tag="t", save_latest=False)
+
+    def save_stock_durable(target: str) -> None:
+        save_plain(FsyncEngine(None), target)
+        dist.barrier()
+        if rank == 0:
+            atomic.fsync_dir(os.path.join(target, "t"))
+            atomic.fsync_dir(target)
+
+    def save_hashed_durable(target: str) -> None:
+        """What train_zero3 does: hash while writing, fsync, then rank 0 commits."""
+        eng = HashingCheckpointEngine(durable=True)
+        staging = os.path.join(target, ".staging")
+        save_hashed(eng, staging)
+        digests = [None] * world
+        dist.all_gather_object(digests, [d.to_json() for d in eng.digests.values()])
+        if rank == 0:
+            checkpoints.commit(target, staging, "t", [merkle.FileDigest.from_json(d) for part in digests for d in part],
+                               merkle.DEFAULT_CHUNK_SIZE, {"step": 1}, durable=True)
+
+    if phase == "compute":
+        modes = {"plain": lambda t: save_plain(stock, t),
+                 "hashed": lambda t: save_hashed(HashingCheckpointEngine(durable=False), t),
+                 "hashed_crc": lambda t: save_hashed(HashingCheckpointEngine(durable=False, zip_crc32=True), t)}
+    else:
+        modes = {"plain": save_stock_durable, "hashed": save_hashed_durable}
+    wall: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[list[float]]] = {m: [] for m in modes}
+    order = list(modes)
+    for r in range(rounds + 1):               # round 0 warms the allocator, untimed
         for mode in order[r % len(order):] + order[:r % len(order)]:
             target = os.path.join(out_dir, mode)
-            if rank == 0:
-                shutil.rmtree(target, ignore_errors=True)
-                os.sync()                      # no writeback of an earlier round in this one
+            prepare(target)
+            cpu0 = _cpu_seconds()
             dist.barrier()
-            engine.checkpoint_engine = engines[mode]
-            if mode != "plain":
-                engines[mode].begin(os.path.join(target, "t"))
-            seconds = timed(lambda: engine.save_checkpoint(target, tag="t", save_latest=False))
+            start = time.perf_counter()
+            modes[mode](target)
+            dist.barrier()
+            seconds = time.perf_counter() - start
+            used = [None] * world
+            dist.all_gather_object(used, _cpu_seconds() - cpu0)
             if r:
-                times[mode].append(seconds)
-
-    # The durable path: hashing engine with fsync, then rank 0's commit (manifest, fsyncs, renames).
-    durable = HashingCheckpointEngine(durable=True)
-    engine.checkpoint_engine = durable
-    root = os.path.join(out_dir, "durable")
-    staging = os.path.join(root, ".staging-step-00000001")
+                wall[mode].append(seconds)
+                cpu[mode].append(used)
+    tag_dir = os.path.join(out_dir, "hashed", "t")
+    size = sum(os.path.getsize(os.path.join(tag_dir, f)) for f in os.listdir(tag_dir) if f.endswith(".pt"))
     if rank == 0:
-        shutil.rmtree(root, ignore_errors=True)
+        with open(os.path.join(out_dir, f"{phase}.json"), "w") as handle:
+            json.dump({"phase": phase, "params": params, "bytes": size, "wall_s": wall, "cpu_s": cpu,
+                       "cache_dropped": dropped[0], "tag_dir": tag_dir}, handle, indent=2)
     dist.barrier()
-    durable.begin(os.path.join(staging, "step-00000001"))
-    save_s = timed(lambda: engine.save_checkpoint(staging, tag="step-00000001", save_latest=False))
-    digests = [None] * world
-    dist.all_gather_object(digests, [d.to_json() for d in durable.digests.values()])
-    commit_s = None
-    if rank == 0:
-        res = checkpoints.commit(root, staging, "step-00000001",
-                                 [merkle.FileDigest.from_json(d) for part in digests for d in part],
-                                 merkle.DEFAULT_CHUNK_SIZE, {"step": 1}, durable=True)
-        commit_s = res.commit_seconds
-        size = res.bytes
-        with open(os.path.join(out_dir, "save.json"), "w") as handle:
-            json.dump({"params": params, "bytes": size, "plain_s": times["plain"], "hashed_s": times["hashed"],
-                       "hashed_crc_s": times["hashed_crc"],
-                       "durable_save_s": save_s, "durable_commit_s": commit_s,
-                       "tag_dir": os.path.join(root, "step-00000001")}, handle, indent=2)
-    dist.barrier()
-    for mode in engines:
-        if rank == 0:
+    if rank == 0 and phase == "compute":
+        for mode in modes:
             shutil.rmtree(os.path.join(out_dir, mode), ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])

@@ -181,8 +181,10 @@ def test_healthy_canary_with_the_default_config_is_promoted(released, tmp_path):
 
 def test_too_little_traffic_extends_the_interval_instead_of_failing_it(released, tmp_path):
     """A machine too slow for min_requests at the 5 % step (here: min_requests far above
-    what 2 s can bring): each interval waits up to max_interval_s, then judges what came."""
-    cfg = DeployConfig.load("interval_s: 2\nmax_interval_s: 5\nsla: {min_requests: 400}\n")
+    what 2 s can bring): each interval waits up to max_interval_s, then judges what came.
+    Latency is not what this test judges: two servers of the same model on two cores
+    differ by up to 2x in a short interval, so the tolerance is wide here."""
+    cfg = DeployConfig.load("interval_s: 2\nmax_interval_s: 5\nsla: {min_requests: 400, latency_tolerance: 3.0}\n")
     record, _ = _canary(released, tmp_path, cfg)
     assert record["decision"] == "promoted", record["reason"]
     first = record["intervals"][0]
