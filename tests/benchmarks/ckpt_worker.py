@@ -97,6 +97,7 @@ def main(out_dir: str, width: int, layers: int, rounds: int, phase: str) -> None
 
     def save_stock_durable(target: str) -> None:
         save_plain(FsyncEngine(None), target)
+        parts["write"] = time.perf_counter()
         dist.barrier()
         if rank == 0:
             atomic.fsync_dir(os.path.join(target, "t"))
@@ -107,6 +108,7 @@ def main(out_dir: str, width: int, layers: int, rounds: int, phase: str) -> None
         eng = HashingCheckpointEngine(durable=True)
         staging = os.path.join(target, ".staging")
         save_hashed(eng, staging)
+        parts["write"] = time.perf_counter()
         digests = [None] * world
         dist.all_gather_object(digests, [d.to_json() for d in eng.digests.values()])
         if rank == 0:
@@ -120,6 +122,8 @@ def main(out_dir: str, width: int, layers: int, rounds: int, phase: str) -> None
     else:
         modes = {"plain": save_stock_durable, "hashed": save_hashed_durable}
     wall: dict[str, list[float]] = {m: [] for m in modes}
+    parts: dict[str, float] = {}
+    split: dict[str, list[float]] = {m: [] for m in modes}       # rank 0: the files written and fsynced
     cpu: dict[str, list[list[float]]] = {m: [] for m in modes}
     order = list(modes)
     for r in range(rounds + 1):               # round 0 warms the allocator, untimed
@@ -136,12 +140,13 @@ def main(out_dir: str, width: int, layers: int, rounds: int, phase: str) -> None
             dist.all_gather_object(used, _cpu_seconds() - cpu0)
             if r:
                 wall[mode].append(seconds)
+                split[mode].append(parts.pop("write", start + seconds) - start)
                 cpu[mode].append(used)
     tag_dir = os.path.join(out_dir, "hashed", "t")
     size = sum(os.path.getsize(os.path.join(tag_dir, f)) for f in os.listdir(tag_dir) if f.endswith(".pt"))
     if rank == 0:
         with open(os.path.join(out_dir, f"{phase}.json"), "w") as handle:
-            json.dump({"phase": phase, "params": params, "bytes": size, "wall_s": wall, "cpu_s": cpu,
+            json.dump({"phase": phase, "params": params, "bytes": size, "wall_s": wall, "cpu_s": cpu, "write_s": split,
                        "cache_dropped": dropped[0], "tag_dir": tag_dir}, handle, indent=2)
     dist.barrier()
     if rank == 0 and phase == "compute":
