@@ -105,18 +105,36 @@ def signature_path(folder: str, signature: str | None = None) -> str:
     return signature or os.path.join(folder, SIGNATURE_NAME)
 
 
-def sign_folder(folder: str, private_key: str, signature: str | None = None, hash_name: str = DEFAULT_HASH) -> str:
+def sign_folder(folder: str, private_key: str | None, signature: str | None = None, hash_name: str = DEFAULT_HASH,
+                certificate: str | None = None, chain: tuple[str, ...] = (), sigstore: bool = False) -> str:
     """Sign every file of `folder` (but the signature) with model-signing; returns the
-    folder's model-signing digest (SHA-256 over its files' digests)."""
+    folder's model-signing digest (SHA-256 over its files' digests).
+
+    Modes: a private key (the default, offline); a private key with its signing
+    `certificate` and `chain` (offline, verified against the chain); `sigstore` (keyless,
+    needs a network and an OIDC identity; not exercised here)."""
     import model_signing
     if not os.path.isdir(folder):
         raise InputError(f"{folder}: not a folder to sign")
-    load_private_key(private_key)                 # a clear error before model-signing's own
+    config = model_signing.signing.Config()
+    if sigstore:
+        config = config.use_sigstore_signer()
+    else:
+        load_private_key(private_key)             # a clear error before model-signing's own
+        if certificate:
+            for path in (certificate, *chain):
+                _read_pem(path, "certificate")
+            config = config.use_certificate_signer(private_key=private_key, signing_certificate=certificate,
+                                                   certificate_chain=chain)
+        else:
+            config = config.use_elliptic_key_signer(private_key=private_key)
     out = signature_path(folder, signature)
     if os.path.exists(out):
         os.remove(out)                            # a stale signature is never left behind
-    model_signing.signing.Config().use_elliptic_key_signer(private_key=private_key).set_hashing_config(
-        _hashing(hash_name)).sign(folder, out)
+    try:
+        config.set_hashing_config(_hashing(hash_name)).sign(folder, out)
+    except (ValueError, TypeError) as exc:
+        raise SignatureError(f"{folder}: signing failed: {' '.join(str(exc).split())[:300]}") from None
     return read_signature(out)["digest"]
 
 
@@ -136,19 +154,30 @@ def read_signature(signature: str) -> dict:
         raise SignatureError(f"{signature}: not a model-signing signature ({type(exc).__name__}: {exc})") from None
 
 
-def verify_folder(folder: str, public_key: str, signature: str | None = None) -> dict:
-    """Check `folder` against its signature with `public_key` (model-signing's verifier:
-    the signature, then every file re-hashed); SignatureError naming what failed."""
+def verify_folder(folder: str, public_key: str | None, signature: str | None = None,
+                  chain: tuple[str, ...] = (), sigstore: tuple[str, str] | None = None) -> dict:
+    """Check `folder` against its signature (model-signing's verifier: the signature,
+    then every file re-hashed) with `public_key`, or a certificate `chain`, or a Sigstore
+    (identity, OIDC issuer); SignatureError naming what failed."""
     import model_signing
     sig = signature_path(folder, signature)
     stated = read_signature(sig)
-    load_public_key(public_key)
+    config = model_signing.verifying.Config()
+    if sigstore:
+        config, trust = config.use_sigstore_verifier(identity=sigstore[0], oidc_issuer=sigstore[1]), sigstore[0]
+    elif chain:
+        for path in chain:
+            _read_pem(path, "certificate")
+        config, trust = config.use_certificate_verifier(certificate_chain=chain), os.path.basename(chain[0])
+    else:
+        load_public_key(public_key)
+        config, trust = config.use_elliptic_key_verifier(public_key=public_key), os.path.basename(public_key)
     try:
-        model_signing.verifying.Config().use_elliptic_key_verifier(public_key=public_key).verify(folder, sig)
+        config.verify(folder, sig)
     except Exception as exc:      # model-signing raises ValueError and library errors alike
         detail = _why(str(exc)) or type(exc).__name__
-        raise SignatureError(f"{folder}: signature {os.path.basename(sig)} does not verify with "
-                             f"{os.path.basename(public_key)}: {detail[:400]}") from None
+        raise SignatureError(f"{folder}: signature {os.path.basename(sig)} does not verify with {trust}: "
+                             f"{detail}") from None
     return stated
 
 

@@ -118,23 +118,33 @@ def model_keygen(private_key, public_key) -> None:
 @click.option("--signature", type=click.Path(dir_okay=False), help="Where the signature goes (default DIR/model.sig).")
 @click.option("--hash", "hash_name", type=click.Choice(["sha256", "blake3"]), default="sha256", show_default=True,
               help="Per-file digest; `model_signing verify key` (1.1.1) checks sha256 signatures only.")
-def model_sign(model_dir, private_key, signature, hash_name) -> None:
-    """Sign every file of DIR with OpenSSF model-signing (key-based, offline); prints the
-    folder's model-signing digest. `model_signing verify key` checks it."""
+@click.option("--certificate", type=click.Path(dir_okay=False), help="Certificate mode: the private key's signing "
+              "certificate (KeyUsage digitalSignature or code signing).")
+@click.option("--certificate-chain", multiple=True, type=click.Path(dir_okay=False),
+              help="Certificate mode: the certificates up to the root (repeat).")
+def model_sign(model_dir, private_key, signature, hash_name, certificate, certificate_chain) -> None:
+    """Sign every file of DIR with OpenSSF model-signing (a key, or a key with its
+    certificate; offline); prints the folder's model-signing digest.
+    `model_signing verify key` (or `verify certificate`) checks it."""
     from kfp_llmops.components.common import signing
 
-    click.echo(signing.sign_folder(model_dir, private_key, signature, hash_name))
+    click.echo(signing.sign_folder(model_dir, private_key, signature, hash_name, certificate,
+                                   tuple(certificate_chain)))
 
 
 @model.command("verify")
 @click.argument("model_dir", metavar="DIR", type=click.Path(file_okay=False))
-@click.option("--public-key", required=True, type=click.Path(dir_okay=False), help="PEM public key of the signer.")
+@click.option("--public-key", type=click.Path(dir_okay=False), help="PEM public key of the signer.")
+@click.option("--certificate-chain", multiple=True, type=click.Path(dir_okay=False),
+              help="Or certificate mode: the chain to trust (repeat).")
 @click.option("--signature", type=click.Path(dir_okay=False), help="The signature (default DIR/model.sig).")
-def model_verify(model_dir, public_key, signature) -> None:
+def model_verify(model_dir, public_key, certificate_chain, signature) -> None:
     """Check DIR against its model-signing signature (exit 2 naming what failed)."""
     from kfp_llmops.components.common import signing
 
-    stated = signing.verify_folder(model_dir, public_key, signature)
+    if bool(public_key) == bool(certificate_chain):
+        raise LlmopsError("give exactly one of --public-key and --certificate-chain")
+    stated = signing.verify_folder(model_dir, public_key, signature, tuple(certificate_chain))
     click.echo(f"{model_dir}: signature verifies ({len(stated['files'])} files, {stated['hash']}, "
                f"digest {stated['digest']})")
 

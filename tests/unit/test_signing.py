@@ -143,3 +143,53 @@ def test_deploy_refuses_an_unsigned_or_wrongly_signed_repository_before_traffic(
     assert main(canary + ["--model", model]) == 2                          # an unsigned model is not even built
     assert "no signature" in capsys.readouterr().err
     assert not os.path.exists(os.path.join(out, "record.json")) and not os.path.exists(os.path.join(state, "stable"))
+
+
+def _ca(tmp_path, name: str, leaf_key_path: str):
+    """A root CA and a code-signing certificate for the key at `leaf_key_path`."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} root")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+          .not_valid_after(now + datetime.timedelta(days=30))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    leaf_key = signing.load_private_key(leaf_key_path)
+    leaf = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "release")]))
+            .issuer_name(ca_name).public_key(leaf_key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = tmp_path / f"{name}-ca.pem", tmp_path / f"{name}-leaf.pem"
+    for path, cert in zip(paths, (ca, leaf)):
+        path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return [str(p) for p in paths]
+
+
+def test_certificate_mode_signs_offline_and_verifies_against_the_chain(tmp_path, keys, capsys):
+    folder = _model(tmp_path / "m")
+    ca, leaf = _ca(tmp_path, "ours", str(keys / "private.pem"))
+    other_ca, _ = _ca(tmp_path, "theirs", str(keys / "other.pem"))
+    assert main(["model", "sign", folder, "--private-key", str(keys / "private.pem"), "--certificate", leaf,
+                 "--certificate-chain", ca]) == 0
+    assert main(["model", "verify", folder, "--certificate-chain", ca]) == 0
+    cli = os.path.join(os.path.dirname(sys.executable), "model_signing")
+    done = subprocess.run([cli, "verify", "certificate", folder, "--signature", os.path.join(folder, "model.sig"),
+                           "--certificate_chain", ca], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-300:]
+    capsys.readouterr()
+    assert main(["model", "verify", folder, "--certificate-chain", other_ca]) == 2      # another root of trust
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not verify with theirs-ca.pem" in err
+    with pytest.raises(InputError, match="not a PEM file"):
+        signing.sign_folder(folder, str(keys / "private.pem"), certificate=str(tmp_path / "m" / "config.json"))
+    assert main(["model", "verify", folder]) == 2                                       # neither mode given
