@@ -50,9 +50,8 @@ def submit(pipeline: str, package: str | None, host: str, namespace: str | None,
     if not os.path.isfile(package):
         raise InputError(f"{package}: no compiled pipeline (run `llmops compile`)")
     if "pipeline_spec_sha256" not in params:          # what the release provenance names
-        import hashlib
-        with open(package, "rb") as handle:
-            params = {**params, "pipeline_spec_sha256": hashlib.sha256(handle.read()).hexdigest()}
+        from kfp_llmops.components.common.integrity import sha256_file
+        params = {**params, "pipeline_spec_sha256": sha256_file(package)}
     token = next((os.environ[v] for v in TOKEN_VARS if os.environ.get(v)), None)
     try:
         with warnings.catch_warnings():

@@ -39,4 +39,13 @@ def tiny_model(root, rows: int = 40):
     return pairs, clean, model, build_base_model(clean, model, size="tiny")
 
 
-__all__ = ["write_lines", "validate_lines", "read_jsonl", "sft", "tiny_model", "os"]
+def flip_byte(path, offset: int) -> None:
+    """Flip the lowest bit of one byte in place; flipping it again restores the file."""
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        byte = handle.read(1)
+        handle.seek(offset)
+        handle.write(bytes([byte[0] ^ 1]))
+
+
+__all__ = ["write_lines", "validate_lines", "read_jsonl", "sft", "tiny_model", "flip_byte", "os"]

@@ -147,6 +147,17 @@ def _check_read(fd: int, chunk_size: int, first: int, leaves: list[bytes], size:
     return bad
 
 
+def sha256_file(path: str) -> str:
+    """Plain SHA-256 of one file, streamed: for digests others pin (a classifier
+    checkpoint, a compiled pipeline spec), where a Merkle root is not what is asked."""
+    import hashlib
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def verify_sealed(folder: str, expected_root: str | None = None, what: str = "folder") -> str:
     """The root of a folder sealed with its own manifest, after every file is checked;
     InputError naming the folder and what is wrong otherwise."""

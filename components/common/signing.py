@@ -14,7 +14,6 @@ records or pipeline YAML.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 
@@ -234,10 +233,3 @@ def verify_envelope(envelope: dict, public_key: str, origin: str) -> dict:
     except ValueError as exc:
         raise SignatureError(f"{origin}: the signed payload is not JSON ({exc})") from None
 
-
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -84,7 +84,7 @@ def build(out_dir: str, seed: int = 0) -> str:
     from transformers.utils import logging as hf_logging
 
     from .similarity import resolve_model
-    from .toxicity import sha256_file
+    from kfp_llmops.components.common.integrity import sha256_file
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

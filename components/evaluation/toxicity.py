@@ -8,20 +8,12 @@ Hugging Face config folder so it never reaches for the hub.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 
 from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.common.integrity import sha256_file
 
 from .config import ToxicityConfig
-
-
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def resolve_checkpoint(cfg: ToxicityConfig) -> tuple[str, str, str]:

@@ -49,15 +49,15 @@ def _demo_signing_keys(out_dir: str) -> tuple[str, str]:
 
 def spec_sha256(pipeline_func) -> str:
     """SHA-256 of the pipeline spec as compiled now (what the provenance names)."""
-    import hashlib
     import tempfile
 
     from kfp import compiler
+
+    from kfp_llmops.components.common.integrity import sha256_file
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "spec.yaml")
         compiler.Compiler().compile(pipeline_func, path)
-        with open(path, "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
+        return sha256_file(path)
 
 
 HOST_DIR = ".llmops"      # container runs: host-side inputs and state under the pipeline root

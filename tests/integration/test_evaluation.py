@@ -11,7 +11,8 @@ from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.evaluation import raise_unless_blessed, run_to_dir
 from kfp_llmops.components.evaluation.config import BertScoreConfig, ToxicityConfig
 from kfp_llmops.components.evaluation.similarity import bertscore
-from kfp_llmops.components.evaluation.toxicity import ModelDetector, lexical_scores, sha256_file
+from kfp_llmops.components.common.integrity import sha256_file
+from kfp_llmops.components.evaluation.toxicity import ModelDetector, lexical_scores
 from kfp_llmops.components.training.base_model import build_base_model
 
 pytestmark = pytest.mark.timeout(600)

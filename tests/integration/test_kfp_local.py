@@ -11,6 +11,7 @@ from kfp_llmops.components.training import checkpoints
 
 from kfp_llmops.pipelines import compile as compile_mod
 from kfp_llmops.pipelines.demo.local_run import format_summary, run_local
+from helpers import flip_byte
 
 
 TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
@@ -120,20 +121,14 @@ def _signed_and_attested(summary, tmp_path):
         assert done.returncode == 0, done.stderr[-500:]
     served = glob.glob(str(tmp_path / "run" / "serving" / "stable" / "llm" / "*" / "weights" / "model.safetensors"))
     assert len(served) == 1
-    with open(served[0], "r+b") as handle:
-        handle.seek(4096)
-        byte = handle.read(1)
-        handle.seek(4096)
-        handle.write(bytes([byte[0] ^ 1]))
+    flip_byte(served[0], 4096)
     try:
         ok, links = verify(load_record(prov, public), public)
         broken = {link.link: link.detail for link in links if not link.ok}
         assert not ok and set(broken) == {"served bytes", "served signature"}, broken
         assert "model.safetensors" in broken["served bytes"] and "model.safetensors" in broken["served signature"]
     finally:
-        with open(served[0], "r+b") as handle:
-            handle.seek(4096)
-            handle.write(byte)
+        flip_byte(served[0], 4096)                       # flipped back: later releases meet this stable
     assert main(["lineage", "verify", summary["release_record"]]) == 0
 
 

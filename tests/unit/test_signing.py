@@ -12,6 +12,7 @@ import pytest
 from kfp_llmops.components.common import integrity, signing
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.pipelines.cli.main import main
+from helpers import flip_byte
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +36,6 @@ def _upstream_verify(folder, public_key) -> subprocess.CompletedProcess:
     cli = os.path.join(os.path.dirname(sys.executable), "model_signing")
     return subprocess.run([cli, "verify", "key", folder, "--signature", os.path.join(folder, "model.sig"),
                            "--public_key", public_key], capture_output=True, text=True, timeout=300)
-
-
-def _flip(path, offset=1000):
-    with open(path, "r+b") as handle:
-        handle.seek(offset)
-        byte = handle.read(1)
-        handle.seek(offset)
-        handle.write(bytes([byte[0] ^ 1]))
 
 
 def test_signed_folder_verifies_here_and_with_the_upstream_cli(tmp_path, keys, capsys):
@@ -72,7 +65,7 @@ def test_merkle_roots_and_signature_digests_describe_the_same_bytes(tmp_path, ke
     # The folder digest is SHA-256 over the file digests in path order (model-signing's subject).
     joined = b"".join(bytes.fromhex(stated["files"][p]) for p in sorted(stated["files"]))
     assert hashlib.sha256(joined).hexdigest() == stated["digest"]
-    _flip(os.path.join(folder, "model.safetensors"), 2 * 1024 * 1024 + 5)
+    flip_byte(os.path.join(folder, "model.safetensors"), 2 * 1024 * 1024 + 5)
     with pytest.raises(InputError, match=r"corrupted model\.safetensors"):
         integrity.verify("model", folder)
     with pytest.raises(signing.SignatureError, match=r"changed: model\.safetensors$"):
