@@ -48,8 +48,22 @@ class Policy(str, Enum):
     permissive = "permissive"
 
 
+class NamesConfig(_Section):
+    """PERSON and ADDRESS detection (names.py); the NER model is needed only when enabled."""
+
+    enabled: bool = True
+    ner_model: str = Field("bundled", description="Local spaCy model folder, or 'bundled' "
+                                                  "(en_core_web_sm 3.8.0 from the data extra).")
+    ner_sha256: str | None = Field(None, description="Pinned Merkle root of ner_model's folder; "
+                                                     "the bundled model's root is built in.")
+    allow: list[str] = Field(default_factory=list,
+                             description="Names never redacted, e.g. public figures in encyclopaedic text.")
+    ner_batch_size: int = Field(64, ge=1, le=4096)
+
+
 class PiiConfig(_Section):
     policy: Policy = Policy.balanced
+    names: NamesConfig = Field(default_factory=NamesConfig)
     # Overrides of the policy table (pii.POLICIES); None keeps the policy's value.
     max_density: float | None = Field(None, ge=0.0, le=1.0,
                                       description="Max PII findings per word of a record.")

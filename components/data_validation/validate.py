@@ -107,6 +107,7 @@ class Validator:
             else config.pii.quarantine_secrets
         self.max_density = policy.max_density if config.pii.max_density is None \
             else config.pii.max_density
+        self.names = _name_finder(config) if config.pii.names.enabled else None
         self.reference = reference
         self.formats = config.schema_.formats
         self._format_keys = [(fmt, set(fmt.fields)) for fmt in self.formats]
@@ -178,28 +179,23 @@ class Validator:
                 raise _Rejected("near_duplicate", None, f"similar to line {first}")
             self.near.add(sig, line_no)
 
-    def _scan_pii(self, obj: dict, fmt: RecordFormat) -> tuple[dict, float, int]:
-        """Redact every string in the record (extra and nested fields too).
-
-        PII density = findings per whitespace-separated word of the whole record, so one
-        email in a sentence is fine while a dump of contacts is not.
-        """
-        strings: list[str] = []
-        n_findings = 0
-        secret_field = None
+    def _scan_patterns(self, obj: dict, fmt: RecordFormat) -> "_Scan":
+        """Pattern findings in every string of the record (extra and nested fields too),
+        and the name candidates when names are on."""
+        scan = _Scan(obj, fmt)
+        strings = scan.strings
 
         def visit(value: Any, path: str) -> Any:
-            nonlocal n_findings, secret_field
             if isinstance(value, str):
                 strings.append(value)
                 findings = pii.find_pii(value)
                 if not findings:
                     return value
-                n_findings += len(findings)
+                scan.n_findings += len(findings)
                 for f in findings:
                     self.pii_found[f.type] += 1
-                    if f.type in pii.SECRET_TYPES and secret_field is None:
-                        secret_field = path
+                    if f.type in pii.SECRET_TYPES and scan.secret_field is None:
+                        scan.secret_field = path
                 return _Redaction(value, findings)
             if isinstance(value, dict):
                 return {k: visit(v, f"{path}.{k}" if path else k) for k, v in value.items()}
@@ -208,20 +204,68 @@ class Validator:
             return value
 
         if all(type(v) is str for v in obj.values()):   # the common flat record
-            scanned = {k: visit(v, k) for k, v in obj.items()}
+            scan.scanned = {k: visit(v, k) for k, v in obj.items()}
         else:
-            scanned = visit(obj, "")
+            scan.scanned = visit(obj, "")
+        if self.names is not None:
+            scan.proposal = self.names.propose(strings)
+        return scan
+
+    def _conclude(self, scan: "_Scan", name_spans: list | None) -> tuple[dict, float, int]:
+        """Merge the confirmed names, then the density and secret verdicts and redaction.
+
+        PII density = findings per word of the whole record (pii.word_count), so one
+        email in a sentence is fine while a dump of contacts is not.
+        """
+        scanned, n_findings = scan.scanned, scan.n_findings
+        if name_spans and any(name_spans):
+            scanned, added = self._merge_names(scan.strings, name_spans, scanned)
+            n_findings += added
         density = 0.0
         if n_findings:
             self.rows_with_pii += 1
-            density = n_findings / max(1, sum(len(s.split()) for s in strings))
-        if secret_field is not None and self.quarantine_secrets:
-            raise _Rejected("secret", secret_field, "secret found; policy quarantines secrets")
+            density = n_findings / max(1, sum(pii.word_count(s) for s in scan.strings))
+        if scan.secret_field is not None and self.quarantine_secrets:
+            raise _Rejected("secret", scan.secret_field, "secret found; policy quarantines secrets")
         if density > self.max_density:
             raise _Rejected("pii_density", None,
                             f"PII density {density:.2f} > max_density {self.max_density:.2f}")
-        text_chars = sum(len(obj[n]) for n in fmt.fields if isinstance(obj.get(n), str))
+        obj = scan.obj
+        text_chars = sum(len(obj[n]) for n in scan.fmt.fields if isinstance(obj.get(n), str))
         return (self._apply(scanned) if n_findings else obj), density, text_chars
+
+    def _merge_names(self, strings: list[str], name_spans: list, scanned: Any) -> tuple[Any, int]:
+        """Add the PERSON/ADDRESS findings to the scanned record; a span the pattern engine
+        already claimed (an email holding a name) stays its."""
+        by_text: dict[str, list[pii.Finding]] = {}
+        for text, spans in zip(strings, name_spans):
+            if spans:
+                by_text[text] = [pii.Finding(s, e, t) for s, e, t in spans]
+        added = 0
+
+        def merge(value: Any) -> Any:
+            nonlocal added
+            if isinstance(value, _Redaction):
+                extra = by_text.get(value.text, ())
+                new = [f for f in extra if all(f.end <= k.start or f.start >= k.end for k in value.findings)]
+                value.findings = sorted(value.findings + new, key=lambda f: f.start)
+            elif isinstance(value, str):
+                new = by_text.get(value)
+                if not new:
+                    return value
+                value = _Redaction(value, list(new))
+            elif isinstance(value, dict):
+                return {k: merge(v) for k, v in value.items()}
+            elif isinstance(value, list):
+                return [merge(v) for v in value]
+            else:
+                return value
+            for f in new:
+                self.pii_found[f.type] += 1
+            added += len(new)
+            return value
+
+        return merge(scanned), added
 
     def _apply(self, value: Any) -> Any:
         if isinstance(value, _Redaction):
@@ -237,6 +281,18 @@ class Validator:
 
     def check(self, raw: bytes, line_no: int) -> dict:
         """The clean record for one raw line, or raise _Rejected."""
+        scan = self.begin(raw, line_no)
+        spans = self.names.settle([scan.proposal])[0] if scan.proposal is not None else None
+        return self.complete(scan, spans)
+
+    def complete(self, scan: "_Scan", name_spans: list | None) -> dict:
+        """The second half of `check`, once the doubtful names of `scan` are settled."""
+        clean, density, chars = self._conclude(scan, name_spans)
+        self.stats.add(chars, density)
+        return clean
+
+    def begin(self, raw: bytes, line_no: int) -> "_Scan":
+        """Everything up to the NER model: decode, parse, schema, dedup, patterns."""
         nul = raw.find(b"\x00")
         if nul >= 0:
             raise _Rejected("nul_byte", None, f"NUL at byte {nul}")
@@ -254,9 +310,27 @@ class Validator:
             raise _Rejected("json_error", None, str(exc).split(":")[0][:120]) from None
         fmt = self._check_schema(obj)
         self._dedup(obj, fmt, line_no)
-        clean, density, chars = self._scan_pii(obj, fmt)
-        self.stats.add(chars, density)
-        return clean
+        return self._scan_patterns(obj, fmt)
+
+
+def _name_finder(config: DataValidationConfig):
+    """The PERSON/ADDRESS detector, its NER model verified before any row is read."""
+    from .names import NameFinder
+    from .ner import NerConfirmer, resolve
+    cfg = config.pii.names
+    path, _ = resolve(cfg.ner_model, cfg.ner_sha256)
+    return NameFinder(NerConfirmer(path, cfg.ner_batch_size), cfg.allow)
+
+
+@dataclass
+class _Scan:
+    obj: dict
+    fmt: RecordFormat
+    scanned: Any = None
+    strings: list[str] = field(default_factory=list)
+    n_findings: int = 0
+    secret_field: str | None = None
+    proposal: Any = None          # names.Proposal when names are on
 
 
 @dataclass
@@ -304,11 +378,43 @@ def validate(input_path: str, outputs: OutputPaths, config: DataValidationConfig
 
 def _stream(src: InputStream, validator: Validator, clean: _Sink, quarantine: _Sink,
             config: DataValidationConfig, show_progress: bool) -> tuple[int, int]:
+    """With names on, rows wait in order (at most `_PENDING_ROWS`) until their doubtful
+    name candidates fill one NER batch; both outputs keep input order."""
     max_line = config.schema_.max_line_bytes
     readline = src.reader.readline
     rows_in = rows_out = 0
     bar = progress(src.size, f"validate {os.path.basename(src.path)}", enabled=show_progress)
     last_pos = 0
+    batched = validator.names is not None
+    batch = config.pii.names.ner_batch_size
+    pending: list[tuple[int, bytes, Any]] = []      # (line, raw, _Scan or _Rejected)
+    doubtful = 0
+
+    def reject(rej: _Rejected, line_no: int, line: bytes) -> None:
+        validator.by_reason[rej.reason] += 1
+        entry = {"line": line_no, "reason": rej.reason, "field": rej.field, "detail": rej.detail}
+        entry.update(_raw_field(line))
+        quarantine.write(orjson.dumps(entry) + b"\n")
+        if len(validator.samples) < 20:
+            validator.samples.append({k: entry[k] for k in ("line", "reason", "field", "detail")})
+
+    def flush() -> None:
+        nonlocal rows_out, doubtful
+        scans = [s.proposal for _, _, s in pending if isinstance(s, _Scan)]
+        settled = iter(validator.names.settle(scans))
+        for line_no, line, scan in pending:
+            try:
+                if isinstance(scan, _Rejected):
+                    raise scan
+                record = validator.complete(scan, next(settled))
+            except _Rejected as rej:
+                reject(rej, line_no, line)
+                continue
+            clean.write(orjson.dumps(record) + b"\n")
+            rows_out += 1
+        pending.clear()
+        doubtful = 0
+
     try:
         while True:
             try:
@@ -318,34 +424,45 @@ def _stream(src: InputStream, validator: Validator, clean: _Sink, quarantine: _S
             if not line:
                 break
             rows_in += 1
-            overlong = len(line) > max_line
-            if line.endswith(b"\n"):
-                line = line[:-1]
-            try:
-                if overlong:
-                    _quarantine_overlong(src, quarantine, rows_in, line, max_line)
-                    validator.by_reason["line_too_long"] += 1
-                    continue
-                record = validator.check(line, rows_in)
-            except _Rejected as rej:
-                validator.by_reason[rej.reason] += 1
-                entry = {"line": rows_in, "reason": rej.reason, "field": rej.field,
-                         "detail": rej.detail}
-                entry.update(_raw_field(line))
-                quarantine.write(orjson.dumps(entry) + b"\n")
-                if len(validator.samples) < 20:
-                    validator.samples.append({k: entry[k] for k in ("line", "reason", "field", "detail")})
-                continue
-            clean.write(orjson.dumps(record) + b"\n")
-            rows_out += 1
             if not rows_in & 1023:
                 pos = src.position()
                 bar.update(pos - last_pos)
                 last_pos = pos
+            overlong = len(line) > max_line
+            if line.endswith(b"\n"):
+                line = line[:-1]
+            if overlong:
+                if pending:
+                    flush()
+                _quarantine_overlong(src, quarantine, rows_in, line, max_line)
+                validator.by_reason["line_too_long"] += 1
+                continue
+            if batched:
+                try:
+                    scan = validator.begin(line, rows_in)
+                    doubtful += len(scan.proposal.doubtful)
+                except _Rejected as rej:
+                    scan = rej
+                pending.append((rows_in, line, scan))
+                if doubtful >= batch or len(pending) >= _PENDING_ROWS:
+                    flush()
+                continue
+            try:
+                record = validator.check(line, rows_in)
+            except _Rejected as rej:
+                reject(rej, rows_in, line)
+                continue
+            clean.write(orjson.dumps(record) + b"\n")
+            rows_out += 1
+        if pending:
+            flush()
         bar.update(src.size - last_pos)
     finally:
         bar.close()
     return rows_in, rows_out
+
+
+_PENDING_ROWS = 8192
 
 
 def _quarantine_overlong(src: InputStream, quarantine: _Sink, line_no: int, head: bytes,

@@ -40,6 +40,11 @@ _ASK = ["{q}", "Question: {q}", "Please answer: {q}", "Can you tell me this? {q}
 _PASSES = ["{p}", "{p} Answer briefly.", "Quick one: {p}", "{p} One sentence, please."]
 _NAMES = ["alice", "bob", "chen.wei", "dana", "erik", "fatima", "george", "hana"]
 _DOMAINS = ["example.com", "mail.example.org", "corp.example.net"]
+# Person names and postal addresses, English and Chinese (redacted as [PERSON]/[ADDRESS]).
+_PEOPLE = ["Maria Garcia", "James Wright", "Aisha Patel", "Lucas Novak", "Hannah Kim", "Omar Haddad"]
+_STREETS = ["Baker Street", "Maple Avenue", "Mill Road", "Church Lane", "Sunset Boulevard"]
+_ZH_PEOPLE = ["张伟", "李小明", "王芳", "陈建国", "欧阳娜娜"]
+_ZH_ADDRESSES = ["北京市朝阳区建国路{n}号", "上海市浦东新区世纪大道{n}号", "广州市天河区体育西路{n}号"]
 
 
 def _qa_items() -> list[tuple[str, str, str]]:
@@ -80,6 +85,17 @@ def _phone(rng: random.Random) -> str:
                        f"+44 20 7946 {rng.randint(1000, 9999)}", f"138{rng.randint(10000000, 99999999)}"])
 
 
+def _name_or_address(rng: random.Random) -> str:
+    kind = rng.randrange(4)
+    if kind == 0:
+        return f" My name is {rng.choice(_PEOPLE)}."
+    if kind == 1:
+        return f" Please reply to my home at {rng.randint(2, 990)} {rng.choice(_STREETS)}."
+    if kind == 2:
+        return f" 我叫{rng.choice(_ZH_PEOPLE)}。"
+    return f" 我住在{rng.choice(_ZH_ADDRESSES).format(n=rng.randint(1, 300))}。"
+
+
 def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed: int = 7,
                       train: bool = True) -> dict:
     """Write `train.jsonl` (raw, with deliberate faults; not with `train=False`, when the
@@ -99,7 +115,9 @@ def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed
         prompt = _PASSES[(i // len(train_items)) % len(_PASSES)].format(p=prompt)
         roll = rng.random()
         if roll < 0.03:
-            prompt += f" You can reach me at {_email(rng) if rng.random() < 0.5 else _phone(rng)}."
+            pick = rng.random()
+            prompt += (f" You can reach me at {_email(rng) if pick < 0.25 else _phone(rng)}." if pick < 0.5
+                       else _name_or_address(rng))
             faults["pii_redacted"] += 1
         line = json.dumps({"prompt": prompt, "response": a}).encode()
         if 0.03 <= roll < 0.04 and seen:

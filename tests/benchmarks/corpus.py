@@ -7,17 +7,19 @@ import os
 import random
 
 from kfp_llmops.pipelines.demo.demo_data import _qa_items
-from tests.pii_corpus import labeled_samples
+from tests.pii_corpus import labeled_samples, name_samples
 
 
 def write_corpus(path: str, target_bytes: int, seed: int = 0) -> dict:
-    """Write SFT rows until `target_bytes`: 1 in 4 carries PII or a hard negative, 1 % are
-    duplicates and 0.5 % malformed."""
+    """Write SFT rows until `target_bytes`: 1 in 4 carries PII or a hard negative (a third
+    of those a person name, an address or a name hard negative), 1 % are duplicates and
+    0.5 % malformed."""
     if os.path.exists(path) and os.path.getsize(path) >= target_bytes:
         return {"path": path, "bytes": os.path.getsize(path)}
     rng = random.Random(seed)
     items = _qa_items()
-    extras = [s.text for s in labeled_samples(4000, seed=seed)]
+    extras = [s.text for s in labeled_samples(4000, seed=seed)] + \
+        [s.text for s in name_samples(2000, seed=seed)]
     rows = written = 0
     tmp = f"{path}.partial"
     with open(tmp, "w", encoding="utf-8") as handle:

@@ -19,7 +19,9 @@ from kfp_llmops.pipelines.cli.main import main
 pytestmark = pytest.mark.timeout(1500)
 IMPORTS = {
     "base": "import kfp_llmops.components.release, kfp",
-    "data": "import kfp_llmops.components.data_validation.validate, orjson, dvc",
+    "data": "import kfp_llmops.components.data_validation.validate, orjson, dvc; "
+            "from kfp_llmops.components.data_validation import ner, names; "
+            "names.NameFinder(ner.NerConfirmer(ner.resolve(ner.BUNDLED, None)[0]))",
     "train": "import kfp_llmops.components.training.launch, torch, deepspeed, transformers",
     "eval": "import kfp_llmops.components.evaluation.evaluate, bert_score, detoxify, profanity_check, torch",
     "deploy": "import kfp_llmops.components.deploy.local_target, tritonclient.http, torch, transformers; "
@@ -104,3 +106,6 @@ def test_release_dag_runs_inside_the_images_and_its_lineage_is_proven(tmp_path, 
     # Each task really ran in its image, as uid 10001: its outputs are owned by that user.
     clean = summary["stages"][0]["outputs"]["clean"]
     assert os.stat(clean).st_uid == 10001
+    # The pinned NER model ran in the data image: names and addresses came out redacted.
+    text = open(clean, encoding="utf-8").read()
+    assert "[PERSON]" in text and "[ADDRESS]" in text

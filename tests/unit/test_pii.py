@@ -49,7 +49,7 @@ def test_positive_is_found_with_its_type_and_exact_span(text, kind, value):
 
 
 def test_every_type_has_a_positive_case():
-    assert {p[1] for p in POSITIVES} == set(pii.ALL_TYPES)
+    assert {p[1] for p in POSITIVES} == set(pii.ALL_TYPES) - pii.NAME_TYPES   # names: test_names.py
 
 
 HARD_NEGATIVES = [

