@@ -1,5 +1,5 @@
 """Stage 2, train_zero3: DeepSpeed ZeRO-3 training whose checkpoints are Merkle-hashed
-while written, committed atomically, verified before resume and resumed bit-for-bit.
+as they are written, committed atomically, verified before resume and resumed bit-for-bit.
 
 `run_to_dir` serves the CLI, `run_component` the KFP component; both call `launch.train`.
 """

@@ -63,7 +63,7 @@ def commit(ckpt_root: str, staging: str, tag: str, digests: list[merkle.FileDige
     integrity.write_manifest(os.path.join(tag_dir, integrity.MANIFEST_NAME), manifest,
                              {"format": integrity.CHECKPOINT_FORMAT, "files_root": files_root, "root": root, "meta": meta})
     # The manifest must verify (entries consistent, file set and sizes exact) before the
-    # tag becomes visible; content was hashed while written, so nothing is re-read.
+    # tag becomes visible; content was hashed as it was written, so nothing is re-read.
     loaded, stated = integrity.load_checkpoint(tag_dir)
     if stated["root"] != root or integrity.list_files(tag_dir) != {f.path: f.size for f in loaded.files}:
         raise RuntimeError(f"checkpoint {tag}: manifest does not verify after writing")

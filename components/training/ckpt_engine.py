@@ -1,8 +1,12 @@
-"""A DeepSpeed checkpoint engine that hashes every file as it is written.
+"""A DeepSpeed checkpoint engine that hashes every file it writes.
 
 DeepSpeed calls `save(state_dict, path)` on every rank for the files that rank owns;
-here `torch.save` streams into a writer that feeds a Merkle hasher chunk by chunk, so
-each rank hashes exactly what it wrote and nobody reads the checkpoint back.
+each rank hashes exactly what it wrote, chunk by chunk, into a Merkle tree. When saves
+are durable (the default: a checkpoint that is not on disk is no checkpoint), `torch.save`
+writes at full speed and the file is then hashed back from the page cache, in large
+reads, while `fsync` drains it to the disk: the hashing hides behind the flush that a
+durable save waits for anyway. Without fsync (nothing to hide behind), a helper thread
+hashes each buffer while it is being written, so nothing is read twice.
 
 torch's zip writer also computes a CRC-32 of every record, single-threaded at about
 1 GB/s, which `torch.load` never checks (a flipped payload byte loads silently; a test
@@ -21,14 +25,18 @@ from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchChe
 from kfp_llmops.components.common import merkle
 
 
+_READ_BLOCK = 8 << 20       # hash-back read size: a multiple of every chunk size in use
+
+
 class HashingWriter(io.RawIOBase):
-    """Writes the caller's buffer while a helper thread hashes the same buffer (both
-    release the GIL), and returns only when both are done: torch owns the buffer again
-    as soon as `write` returns."""
+    """Durable: writes at full speed; `finish` hashes the file back while fsync runs.
+    Not durable: writes the caller's buffer while a helper thread hashes the same buffer
+    (both release the GIL), returning only when both are done, since torch owns the
+    buffer again as soon as `write` returns."""
 
     def __init__(self, path: str, chunk_size: int, durable: bool):
         super().__init__()
-        self._file = open(path, "wb", buffering=0)
+        self._file = open(path, "w+b", buffering=0)
         self._hasher = merkle.MerkleWriter(chunk_size)
         self._durable = durable
         self._pool = ThreadPoolExecutor(max_workers=1)
@@ -38,22 +46,40 @@ class HashingWriter(io.RawIOBase):
 
     def write(self, data) -> int:
         view = memoryview(data).cast("B")
-        hashed = self._pool.submit(self._hasher.update, view)
+        hashed = None if self._durable else self._pool.submit(self._hasher.update, view)
         written = 0
         try:
             while written < len(view):
                 written += self._file.write(view[written:])
         finally:
-            hashed.result()
+            if hashed is not None:
+                hashed.result()
         return len(view)
 
     def finish(self, rel_path: str) -> merkle.FileDigest:
-        self._pool.shutdown()
+        fd = self._file.fileno()
         if self._durable:
-            os.fsync(self._file.fileno())
+            synced = self._pool.submit(os.fsync, fd)
+            try:
+                self._hash_back(fd)
+            finally:
+                synced.result()
+        self._pool.shutdown()
         self._file.close()
         self.close()
         return self._hasher.finish(rel_path)
+
+    def _hash_back(self, fd: int) -> None:
+        """Hash the file as written, from the page cache (pread: the fsync thread shares
+        the descriptor, not an offset)."""
+        block = memoryview(bytearray(_READ_BLOCK))
+        offset = 0
+        while True:
+            got = os.preadv(fd, [block], offset)
+            if got == 0:
+                return
+            self._hasher.update(block[:got])
+            offset += got
 
 
 class HashingCheckpointEngine(TorchCheckpointEngine):

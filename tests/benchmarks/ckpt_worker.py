@@ -104,7 +104,7 @@ def main(out_dir: str, width: int, layers: int, rounds: int, phase: str) -> None
             atomic.fsync_dir(target)
 
     def save_hashed_durable(target: str) -> None:
-        """What train_zero3 does: hash while writing, fsync, then rank 0 commits."""
+        """What train_zero3 does: write, hash back while fsync runs, then rank 0 commits."""
         eng = HashingCheckpointEngine(durable=True)
         staging = os.path.join(target, ".staging")
         save_hashed(eng, staging)
