@@ -228,8 +228,9 @@ class Validator:
         if scan.secret_field is not None and self.quarantine_secrets:
             raise _Rejected("secret", scan.secret_field, "secret found; policy quarantines secrets")
         if density > self.max_density:
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(_finding_types(scanned).items()))
             raise _Rejected("pii_density", None,
-                            f"PII density {density:.2f} > max_density {self.max_density:.2f}")
+                            f"PII density {density:.2f} > max_density {self.max_density:.2f} ({kinds})")
         obj = scan.obj
         text_chars = sum(len(obj[n]) for n in scan.fmt.fields if isinstance(obj.get(n), str))
         return (self._apply(scanned) if n_findings else obj), density, text_chars
@@ -320,6 +321,20 @@ def _name_finder(config: DataValidationConfig):
     cfg = config.pii.names
     path, _ = resolve(cfg.ner_model, cfg.ner_sha256)
     return NameFinder(NerConfirmer(path, cfg.ner_batch_size), cfg.allow)
+
+
+def _finding_types(value: Any, counts: Counter | None = None) -> Counter:
+    """Findings per PII type in a scanned record: what made a row too dense."""
+    counts = Counter() if counts is None else counts
+    if isinstance(value, _Redaction):
+        counts.update(f.type for f in value.findings)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _finding_types(v, counts)
+    elif isinstance(value, list):
+        for v in value:
+            _finding_types(v, counts)
+    return counts
 
 
 @dataclass

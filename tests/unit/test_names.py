@@ -129,7 +129,8 @@ def test_names_are_redacted_counted_and_in_the_density(tmp_path):
     clean = read_jsonl(out / "clean.jsonl")
     assert clean[0]["prompt"] == "Hi, I'm [PERSON] and my parcel to [ADDRESS] never arrived, can you help me today?"
     assert clean[1]["prompt"].startswith("我叫[PERSON]，我的包裹寄到[ADDRESS]，")
-    assert [q["reason"] for q in read_jsonl(out / "quarantine.jsonl")] == ["pii_density"]   # the name list
+    (dense,) = read_jsonl(out / "quarantine.jsonl")                                  # the name list
+    assert dense["reason"] == "pii_density" and dense["detail"].endswith("(PERSON 4)")
     m = result.metrics
     assert m["pii_found"]["PERSON"] == 6 and m["pii_found"]["ADDRESS"] == 2
     assert m["pii_redacted"] == {"ADDRESS": 2, "PERSON": 2}
