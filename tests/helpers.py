@@ -1,5 +1,7 @@
 import json
 import os
+import subprocess
+import sys
 
 from kfp_llmops.components.data_validation import run_to_dir
 
@@ -9,6 +11,13 @@ def write_lines(path, lines):
         for line in lines:
             handle.write((line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n")
     return str(path)
+
+
+def llmops(*args):
+    """The CLI in a child process, as a user runs it: (exit code, stdout, stderr)."""
+    proc = subprocess.run([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", *args],
+                          capture_output=True, text=True, env={"LLMOPS_NO_PROGRESS": "1", "PATH": ""})
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def validate_lines(tmp_path, lines, **kwargs):

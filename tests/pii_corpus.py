@@ -404,14 +404,14 @@ def held_out_samples() -> list[Sample]:
     return out
 
 
-def score_by_type(samples: list[Sample], spans: list[list[tuple[int, int, str]]]) -> dict:
+def score_by_type(samples: list[Sample], spans: list[list[pii.Finding]]) -> dict:
     """Per name type, recall and precision (a detection of that type overlapping a labeled
     value of that type); and the share of hard negatives no detection touched."""
     out: dict = {}
     for kind in (pii.PERSON, pii.ADDRESS):
         total = hit = tp = fp = 0
         for s, found in zip(samples, spans):
-            mine = [(x, y) for x, y, k in found if k == kind]
+            mine = [(f.start, f.end) for f in found if f.type == kind]
             wanted = [(a, b) for k, a, b in s.positives if k == kind]
             total += len(wanted)
             hit += sum(any(x < b and y > a for x, y in mine) for a, b in wanted)

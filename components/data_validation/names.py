@@ -8,8 +8,8 @@ number). Most candidates are decided there: an unambiguous given name followed b
 capitalised word is a name. Only the ambiguous ones (a given name that is also a common
 word, month or place, "Will", "May", "Rose", "Bill"; an unknown word after "I'm" or
 "Dear"; a capitalised word before a surname) go to the pinned spaCy NER model, one
-short window each, batched per record. Text without a capital letter or a Han
-character costs one regex search.
+sentence each, batched across records. Findings are `pii.Finding`s, overlaps resolved
+as the pattern engine resolves its own (`pii.resolve_overlaps`).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from .pii import ADDRESS, PERSON
+from .pii import ADDRESS, PERSON, Finding, is_han, resolve_overlaps
 
 # Given names that are also common words, months, weekdays, places or product names:
 # a capitalised word after them is not enough, the NER model decides.
@@ -29,12 +29,12 @@ will may rose bill mark june april august grace hope joy faith art rich frank ja
 don guy max bob ray dawn summer autumn winter iris lily daisy ruby amber crystal pearl
 violet holly ivy heather sky rocky sandy dean chase hunter carter mason wade miles chuck
 chip rusty buck drew gene homer sterling angel christian victor major page penny
-sunny star storm river brook glen dale clay cliff rod pierce miles lane price
+sunny star storm river brook glen dale clay cliff rod pierce lane price
 jordan georgia virginia florence austin charlotte houston phoenix madison aurora paris
 chelsea sydney victoria lincoln savannah camden eugene helena regina adelaide orlando
 denver dallas tyler raleigh carolina dakota alexandria israel india china kent
 echo alexa siri apple galaxy harmony melody unity trinity destiny justice liberty
-august royal king prince duke earl baron lord noble young long white brown green black
+royal king prince duke earl baron lord noble young long white brown green black
 gray grey bay cole west north south east best new
 """.split())
 
@@ -51,7 +51,7 @@ inc ltd llc corp co company group bank university college school hospital airpor
 hotel museum center centre institute foundation church club team
 please thanks thank hello hi hey dear regards cheers yes no ok okay can could would should
 did does do how what when where why who which if so then also after before today ask send tell let
-sir madam customer customers team all everyone everybody there again world friend friends
+customer customers all everyone everybody there again world friend friends
 colleagues guys folks user users member members valued support sales garden
 im ive ill id youre theyre weve dont cant wont isnt lets
 """.split())
@@ -178,7 +178,6 @@ def _english_people(text: str, given: frozenset[str], surnames: frozenset[str], 
             return k + 1
         return k
 
-    heading = False
     k = 0
     while k < n:
         s, e, w = words[k]
@@ -247,7 +246,7 @@ def _zh_surname_at(text: str, pos: int) -> int:
 def _zh_given(text: str, pos: int) -> int:
     """Length (1-2) of the given name starting at `pos`."""
     n = 0
-    while n < 2 and pos + n < len(text) and "\u4e00" <= text[pos + n] <= "\u9fff" \
+    while n < 2 and pos + n < len(text) and is_han(text[pos + n]) \
             and text[pos + n] not in _ZH_STOP and not _ZH_TITLE.match(text, pos + n):
         n += 1
     return n
@@ -270,7 +269,7 @@ def _chinese_people(text: str, out: list) -> None:
             if s < 0:
                 continue
             sur = _zh_surname_at(text, s)
-            if not sur or any(ch in _ZH_STOP or not "\u4e00" <= ch <= "\u9fff" for ch in text[s:t]):
+            if not sur or any(ch in _ZH_STOP or not is_han(ch) for ch in text[s:t]):
                 continue
             if k - sur > 2 or any(text.endswith(w, 0, s + 1) for w in _ZH_BEFORE):
                 continue
@@ -316,8 +315,7 @@ class NameFinder:
         _english_addresses(text, out)
         _english_people(text, self.given, self.surnames, out)
         if self.allow:
-            out = [c for c in out if text[c.start:c.end] not in self.allow
-                   and not any(a in text[c.start:c.end] for a in self.allow)]
+            out = [c for c in out if not any(a in text[c.start:c.end] for a in self.allow)]
         return out
 
     def propose(self, texts: Sequence[str]) -> "Proposal":
@@ -334,9 +332,9 @@ class NameFinder:
         return Proposal(texts, per_text, [(i, c) for i, cands in enumerate(per_text)
                                           for c in cands if c.confirm])
 
-    def settle(self, proposals: Sequence["Proposal"]) -> list[list[list[tuple[int, int, str]]] | None]:
-        """(start, end, type) per text per proposal (None: nothing in that record); every
-        doubtful candidate of all the proposals goes to the model in one batch."""
+    def settle(self, proposals: Sequence["Proposal"]) -> list[list[list[Finding]] | None]:
+        """Findings per text per proposal (None: nothing in that record); every doubtful
+        candidate of all the proposals goes to the model in one batch."""
         asked = [(p.texts[i], c.start, c.end) for p in proposals for i, c in p.doubtful]
         answers = iter(self.confirm(asked) if asked else ())
         out: list = []
@@ -345,13 +343,13 @@ class NameFinder:
                 out.append(None)
                 continue
             verdict = {key: next(answers) for key in p.doubtful}
-            out.append([_non_overlapping(
-                [c if not c.confirm else _clip(c, verdict[(i, c)])
+            out.append([resolve_overlaps(
+                [_ranked(c if not c.confirm else _clip(c, verdict[(i, c)]))
                  for c in cands if not c.confirm or verdict[(i, c)] is not None])
                 for i, cands in enumerate(p.per_text)])
         return out
 
-    def find(self, texts: Sequence[str]) -> list[list[tuple[int, int, str]]]:
+    def find(self, texts: Sequence[str]) -> list[list[Finding]]:
         return self.settle([self.propose(texts)])[0] or [[] for _ in texts]
 
 
@@ -368,14 +366,6 @@ def _clip(c: Candidate, entity: tuple[int, int]) -> Candidate:
     return Candidate(max(c.start, entity[0]), min(c.end, entity[1]), c.type, False)
 
 
-def _non_overlapping(cands: list[Candidate]) -> list[tuple[int, int, str]]:
-    """Addresses first (an address may hold a name: "Baker Street"), then longer spans."""
-    if len(cands) < 2:
-        return [(c.start, c.end, c.type) for c in cands]
-    cands.sort(key=lambda c: (c.type != ADDRESS, c.start - c.end))
-    kept: list[tuple[int, int, str]] = []
-    for c in cands:
-        if all(c.end <= s or c.start >= e for s, e, _ in kept):
-            kept.append((c.start, c.end, c.type))
-    kept.sort()
-    return kept
+def _ranked(c: Candidate) -> tuple[int, int, int, str]:
+    """An address outranks a name inside it ("42 Baker Street")."""
+    return (int(c.type == ADDRESS), c.start, c.end, c.type)

@@ -7,6 +7,7 @@ tokenizer, tok2vec and ner run, on a short window around each candidate, batched
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from collections import OrderedDict
@@ -21,14 +22,13 @@ BUNDLED_VERSION = "3.8.0"
 # Merkle root (BLAKE3, integrity.hash_directory) of the bundled model's folder.
 BUNDLED_ROOT = "8c87fb3a37493592c7cd443d063c93c5aec9f484057fda9729bd97bc950d88d8"
 _WINDOW = 40          # at most this many characters of context on each side of a candidate
-_SENTENCE_END = re.compile(r"[.!?\n\u3002\uff01\uff1f](?=\s|$)|[\u3002\uff01\uff1f\n]")
+_SENTENCE_STOP = re.compile(r"[.!?\n\u3002\uff01\uff1f](?=\s|$)|[\u3002\uff01\uff1f\n]")
 _CACHE = 4096
 
 
 def bundled_path() -> str:
     """The installed model folder, or an InputError saying how to get it."""
     try:
-        import importlib.util
         spec = importlib.util.find_spec(BUNDLED_PACKAGE)
     except (ImportError, ValueError):
         spec = None
@@ -59,9 +59,9 @@ def _sentence(text: str, start: int, end: int) -> tuple[int, int]:
     """The sentence around [start, end), cut to `_WINDOW` characters each side: the
     model's context, and a cache key that repeats when a sentence does."""
     lo = max(0, start - _WINDOW)
-    for m in _SENTENCE_END.finditer(text, lo, start):
+    for m in _SENTENCE_STOP.finditer(text, lo, start):
         lo = m.end()
-    m = _SENTENCE_END.search(text, end, min(len(text), end + _WINDOW))
+    m = _SENTENCE_STOP.search(text, end, min(len(text), end + _WINDOW))
     hi = m.end() if m else min(len(text), end + _WINDOW)
     left = text[lo:start]
     return lo + len(left) - len(left.lstrip()), hi

@@ -353,6 +353,12 @@ def find_pii(text: str) -> list[Finding]:
         for rec in SECRETS:
             if rec.gate is None or rec.gate(text):
                 _scan(rec, text, candidates)
+    return resolve_overlaps(candidates)
+
+
+def resolve_overlaps(candidates: list[tuple[int, int, int, str]]) -> list[Finding]:
+    """(priority, start, end, type) candidates -> non-overlapping findings in text order:
+    higher priority wins an overlap, then the longer span."""
     if not candidates:
         return []
     if len(candidates) == 1:
@@ -367,12 +373,17 @@ def find_pii(text: str) -> list[Finding]:
     return kept
 
 
+def is_han(ch: str) -> bool:
+    """A CJK unified ideograph (the basic block, which holds everyday Chinese)."""
+    return "\u4e00" <= ch <= "\u9fff"
+
+
 def word_count(text: str) -> int:
     """Whitespace-separated words, plus one per two Han characters: Chinese has no spaces
     and its words average under two characters, so a sentence is not one "word"."""
     words = len(text.split())
     if not text.isascii():
-        words += sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff") // 2
+        words += sum(1 for ch in text if is_han(ch)) // 2
     return words
 
 

@@ -109,7 +109,7 @@ def _presidio_ner():
     from kfp_llmops.components.data_validation import ner
     analyzer = _presidio_analyzer(ner.resolve(ner.BUNDLED, None)[0])
     entities = ["PERSON", "LOCATION"]
-    return lambda text: [(r.start, r.end, _PRESIDIO_TYPES[r.entity_type]) for r in analyzer.analyze(
+    return lambda text: [pii.Finding(r.start, r.end, _PRESIDIO_TYPES[r.entity_type]) for r in analyzer.analyze(
         text, language="en", entities=entities, allow_list=PUBLIC_FIGURES)]
 
 

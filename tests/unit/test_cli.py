@@ -1,18 +1,10 @@
 """The `llmops` CLI: exit codes 0/1/2, one-line errors, --help everywhere."""
 import json
-import subprocess
-import sys
 
 import pytest
 
-from helpers import sft, write_lines
+from helpers import llmops, sft, write_lines
 from kfp_llmops.pipelines.cli.main import main
-
-
-def llmops(*args):
-    proc = subprocess.run([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", *args],
-                          capture_output=True, text=True, env={"LLMOPS_NO_PROGRESS": "1", "PATH": ""})
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 @pytest.mark.parametrize("args", [[], ["data"], ["data", "validate"], ["data", "make-demo"],

@@ -1,12 +1,10 @@
 """PERSON and ADDRESS: the candidate pass, NER confirmation of the doubtful ones, the
 pinned model, and the names in the validator's redaction, density and metrics."""
 import json
-import subprocess
-import sys
 
 import pytest
 
-from helpers import flip_byte, read_jsonl, sft, validate_lines, write_lines
+from helpers import flip_byte, llmops, read_jsonl, sft, validate_lines, write_lines
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.data_validation import names, ner, pii
 from pii_corpus import NAME_HARD_NEGATIVES, PUBLIC_FIGURES, name_samples, score_by_type
@@ -35,7 +33,7 @@ def finder(confirmer):
 
 
 def found(finder, text):
-    return [(kind, text[s:e]) for s, e, kind in finder.find([text])[0]]
+    return [(f.type, text[f.start:f.end]) for f in finder.find([text])[0]]
 
 
 POSITIVES = [
@@ -160,12 +158,6 @@ def test_batch_size_does_not_change_the_outputs(tmp_path):
         outs.append(((out / "clean.jsonl").read_bytes(), (out / "quarantine.jsonl").read_bytes()))
     assert outs[0] == outs[1]
     assert b"[PERSON]" in outs[0][0] and b"[ADDRESS]" in outs[0][0]
-
-
-def llmops(*args):
-    proc = subprocess.run([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", *args],
-                          capture_output=True, text=True, env={"LLMOPS_NO_PROGRESS": "1", "PATH": ""})
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 def test_missing_or_mismatched_model_stops_before_any_row(tmp_path):
