@@ -181,25 +181,22 @@ class Validator:
 
     def _scan_patterns(self, obj: dict, fmt: RecordFormat) -> "_Scan":
         """Pattern findings in every string of the record (extra and nested fields too),
-        and the name candidates when names are on. With names on every string becomes a
-        leaf (`scan.leaves`, in `scan.strings` order) that the names are merged into."""
-        names_on = self.names is not None
-        scan = _Scan(obj, fmt, leaves=[] if names_on else None)
+        and the name candidates when names are on."""
+        scan = _Scan(obj, fmt)
         strings = scan.strings
 
         def visit(value: Any, path: str) -> Any:
             if isinstance(value, str):
                 strings.append(value)
                 findings = pii.find_pii(value)
-                if findings:
-                    scan.count(findings)
-                    if scan.secret_field is None and any(f.type in pii.SECRET_TYPES for f in findings):
+                if not findings:
+                    return value
+                scan.n_findings += len(findings)
+                for f in findings:
+                    self.pii_found[f.type] += 1
+                    if f.type in pii.SECRET_TYPES and scan.secret_field is None:
                         scan.secret_field = path
-                if names_on:
-                    leaf = _Redaction(value, findings)
-                    scan.leaves.append(leaf)
-                    return leaf
-                return _Redaction(value, findings) if findings else value
+                return _Redaction(value, findings)
             if isinstance(value, dict):
                 return {k: visit(v, f"{path}.{k}" if path else k) for k, v in value.items()}
             if isinstance(value, list):
@@ -210,7 +207,7 @@ class Validator:
             scan.scanned = {k: visit(v, k) for k, v in obj.items()}
         else:
             scan.scanned = visit(obj, "")
-        if names_on:
+        if self.names is not None:
             scan.proposal = self.names.propose(strings)
         return scan
 
@@ -220,28 +217,53 @@ class Validator:
         PII density = findings per word of the whole record (pii.word_count), so one
         email in a sentence is fine while a dump of contacts is not.
         """
-        if name_spans:
-            for leaf, names in zip(scan.leaves, name_spans):
-                # A span the pattern engine already claimed (an email holding a name) stays its.
-                new = [f for f in names if all(f.end <= k.start or f.start >= k.end for k in leaf.findings)]
-                if new:
-                    leaf.findings = sorted(leaf.findings + new, key=lambda f: f.start)
-                    scan.count(new)
-        n_findings = density = 0
-        if scan.types:
-            self.pii_found.update(scan.types)
-            n_findings = sum(scan.types.values())
+        scanned, n_findings = scan.scanned, scan.n_findings
+        if name_spans and any(name_spans):
+            scanned, added = self._merge_names(scan.strings, name_spans, scanned)
+            n_findings += added
+        density = 0.0
+        if n_findings:
             self.rows_with_pii += 1
             density = n_findings / max(1, sum(pii.word_count(s) for s in scan.strings))
         if scan.secret_field is not None and self.quarantine_secrets:
             raise _Rejected("secret", scan.secret_field, "secret found; policy quarantines secrets")
         if density > self.max_density:
-            kinds = ", ".join(f"{k} {n}" for k, n in sorted(scan.types.items()))
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(_finding_types(scanned).items()))
             raise _Rejected("pii_density", None,
                             f"PII density {density:.2f} > max_density {self.max_density:.2f} ({kinds})")
         obj = scan.obj
         text_chars = sum(len(obj[n]) for n in scan.fmt.fields if isinstance(obj.get(n), str))
-        return (self._apply(scan.scanned) if n_findings else obj), density, text_chars
+        return (self._apply(scanned) if n_findings else obj), density, text_chars
+
+    def _merge_names(self, strings: list[str], name_spans: list, scanned: Any) -> tuple[Any, int]:
+        """Add the PERSON/ADDRESS findings to the scanned record; a span the pattern engine
+        already claimed (an email holding a name) stays its."""
+        by_text = {text: spans for text, spans in zip(strings, name_spans) if spans}
+        added = 0
+
+        def merge(value: Any) -> Any:
+            nonlocal added
+            if isinstance(value, _Redaction):
+                extra = by_text.get(value.text, ())
+                new = [f for f in extra if all(f.end <= k.start or f.start >= k.end for k in value.findings)]
+                value.findings = sorted(value.findings + new, key=lambda f: f.start)
+            elif isinstance(value, str):
+                new = by_text.get(value)
+                if not new:
+                    return value
+                value = _Redaction(value, list(new))
+            elif isinstance(value, dict):
+                return {k: merge(v) for k, v in value.items()}
+            elif isinstance(value, list):
+                return [merge(v) for v in value]
+            else:
+                return value
+            for f in new:
+                self.pii_found[f.type] += 1
+            added += len(new)
+            return value
+
+        return merge(scanned), added
 
     def _apply(self, value: Any) -> Any:
         if isinstance(value, _Redaction):
@@ -298,21 +320,29 @@ def _name_finder(config: DataValidationConfig):
     return NameFinder(NerConfirmer(path, cfg.ner_batch_size), cfg.allow)
 
 
+def _finding_types(value: Any, counts: Counter | None = None) -> Counter:
+    """Findings per PII type in a scanned record: what made a row too dense."""
+    counts = Counter() if counts is None else counts
+    if isinstance(value, _Redaction):
+        counts.update(f.type for f in value.findings)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _finding_types(v, counts)
+    elif isinstance(value, list):
+        for v in value:
+            _finding_types(v, counts)
+    return counts
+
+
 @dataclass
 class _Scan:
     obj: dict
     fmt: RecordFormat
     scanned: Any = None
     strings: list[str] = field(default_factory=list)
-    leaves: list["_Redaction"] | None = None    # one per string, when names are on
-    types: Counter | None = None          # findings per PII type; None while there are none
+    n_findings: int = 0
     secret_field: str | None = None
     proposal: Any = None          # names.Proposal when names are on
-
-    def count(self, findings: list) -> None:
-        if self.types is None:
-            self.types = Counter()
-        self.types.update(f.type for f in findings)
 
 
 @dataclass
