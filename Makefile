@@ -53,7 +53,7 @@ push: images
 # The release DAG with every stage in its own image (kfp.local DockerRunner).
 demo-containers: images
 	$(BIN)/llmops run --containers --out runs/demo-containers
-	$(BIN)/llmops lineage verify runs/demo-containers/pipeline_root/.llmops/release/record.json
+	$(BIN)/llmops lineage verify $$($(BIN)/python -c 'import json; print(json.load(open("runs/demo-containers/summary.json"))["release_record"])')
 
 test: $(STAMP) images
 	$(BIN)/ruff check --select F,E9 components pipelines tests

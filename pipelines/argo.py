@@ -37,11 +37,11 @@ SECURITY = {"runAsNonRoot": True, "runAsUser": 10001, "allowPrivilegeEscalation"
 # stage -> image, the parameters it reads, pod size parameters (or None: fixed); task
 # names come from the stage table
 _IMAGES = {
-    "validate_dataset": (images.DATA, ["dataset_uri", "data_config", "pii_policy"], None),
+    "validate_dataset": (images.DATA, ["dataset_uri", "data_config", "pii_policy", "baseline_release"], None),
     "build_base_model": (images.TRAIN, ["base_model_uri", "base_model_root", "base_model_size"], None),
     "train_zero3": (images.TRAIN, ["train_config", "gpu_count", "model_uri", "model_root", "checkpoint_uri"],
                     ("train_cpu", "train_memory")),
-    "evaluate_llm": (images.EVAL, ["eval_dataset_uri", "eval_config", "model_uri", "model_root"],
+    "evaluate_llm": (images.EVAL, ["eval_dataset_uri", "eval_config", "model_uri", "model_root", "baseline_release"],
                      ("eval_cpu", "eval_memory")),
     "verify_watermark": (images.EVAL, ["eval_dataset_uri", "watermark_config", "model_uri", "model_root"],
                          ("eval_cpu", "eval_memory")),

@@ -48,6 +48,11 @@ ALL = {p.name: p for p in [
     _config("eval_config", "evaluation", '{"gate": {"value": {"bertscore_f1": {"lower": 0.6}}}}'),
     _config("watermark_config", "watermark", '{"delta": 3.0, "gamma": 0.25}'),
     _config("deploy_config", "deploy", '{"steps": [10, 50, 100]}'),
+    Param("baseline_release", "auto", "What this release is compared with: auto (the last promoted release, from "
+                                      "promoted.json on the release volume, which the exit handler writes on "
+                                      "promotion), none, or the path of a promoted.json. Drift (PSI) uses its data "
+                                      "statistics and the blessing's change thresholds its metrics; a baseline "
+                                      "that does not verify fails the stage."),
     # cluster only
     Param("gpu_type", "nvidia.com/gpu", "Accelerator resource name for training (the node label's resource).",
           ("cluster",)),
@@ -85,18 +90,18 @@ ALL = {p.name: p for p in [
 PIPELINE_PARAMS = {
     "release": ["dataset_uri", "eval_dataset_uri", "data_config", "pii_policy", "base_model_uri", "base_model_root",
                 "base_model_size", "train_config",
-                "eval_config", "watermark_config", "deploy_config", "gpu_type", "gpu_count", "train_cpu",
+                "eval_config", "watermark_config", "deploy_config", "baseline_release", "gpu_type", "gpu_count", "train_cpu",
                 "train_memory", "eval_cpu", "eval_memory", "deploy_cpu", "deploy_memory", "checkpoint_pvc",
                 "release_pvc", "checkpoint_dir", "release_dir", "serving_state_dir", "watermark_key_file",
                 "signing_key_file", "signing_public_key_file", "pipeline_spec_sha256"],
     "continue-training": ["dataset_uri", "eval_dataset_uri", "model_uri", "model_root", "checkpoint_uri",
                           "data_config", "pii_policy", "train_config", "eval_config", "watermark_config",
-                          "deploy_config", "gpu_type", "gpu_count", "train_cpu", "train_memory", "eval_cpu",
+                          "deploy_config", "baseline_release", "gpu_type", "gpu_count", "train_cpu", "train_memory", "eval_cpu",
                           "eval_memory", "deploy_cpu", "deploy_memory", "checkpoint_pvc", "release_pvc",
                           "checkpoint_dir", "release_dir", "serving_state_dir", "watermark_key_file",
                 "signing_key_file", "signing_public_key_file", "pipeline_spec_sha256"],
     "evaluate-deploy": ["model_uri", "model_root", "eval_dataset_uri", "eval_config", "watermark_config",
-                        "deploy_config", "eval_cpu", "eval_memory", "deploy_cpu", "deploy_memory", "release_pvc",
+                        "deploy_config", "baseline_release", "eval_cpu", "eval_memory", "deploy_cpu", "deploy_memory", "release_pvc",
                         "release_dir", "serving_state_dir", "watermark_key_file",
                 "signing_key_file", "signing_public_key_file", "pipeline_spec_sha256"],
 }

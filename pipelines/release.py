@@ -111,7 +111,7 @@ class _Form:
 def _tail(f: _Form, model, eval_set) -> None:
     """evaluate_llm -> [blessed] -> verify_watermark -> [verified] -> triton_canary_deploy."""
     evaluated = evaluate_llm(model=model, eval_dataset=eval_set, config=f.p["eval_config"],
-                             release_dir=f.get("release_dir"))
+                             release_dir=f.get("release_dir"), baseline_release=f.p["baseline_release"])
     f.task(evaluated, "evaluate-llm", size=f.eval_size())
     with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712
         marked = verify_watermark(model=model, eval_dataset=eval_set, config=f.p["watermark_config"],
@@ -141,7 +141,7 @@ def _train(f: _Form, dataset, base_model, resume_from=None):
 def _validate(f: _Form, raw):
     """validate_dataset with the object-storage credentials; its `Output` is the data gate."""
     validated = validate_dataset(raw=raw, config=f.p["data_config"], policy=f.p["pii_policy"],
-                                 release_dir=f.get("release_dir"))
+                                 release_dir=f.get("release_dir"), baseline_release=f.p["baseline_release"])
     return f.task(validated, "validate-dataset", storage=True)
 
 

@@ -102,6 +102,7 @@ def left_pad(batch: list[list[int]], pad: int):
 class Completion:
     tokens: list[int]          # generated ids, up to (without) the first EOS, padding removed
     truncated: bool            # the prompt was cut to fit the context
+    ended: bool = True         # stopped at EOS (False: cut at max_new_tokens)
 
 
 def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int, seed: int,
@@ -127,11 +128,12 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch
                                     pad_token_id=pad, eos_token_id=eos,
                                     logits_processor=LogitsProcessorList(processors) if processors else None)
         for ids, full in zip(result[:, width:].tolist(), encoded):
-            if eos in ids:
+            ended = eos in ids
+            if ended:
                 ids = ids[:ids.index(eos)]
             if pad != eos:
                 ids = [t for t in ids if t != pad]
-            out.append(Completion(ids, len(full) > limit))
+            out.append(Completion(ids, len(full) > limit, ended))
         if progress is not None:
             progress.update(len(encoded))
     return out

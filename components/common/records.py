@@ -72,6 +72,8 @@ class _Model(_Record):
 
 class ValidateOutputs(_Record):
     clean: CleanData
+    stats: Artifact | None = Field(None, description="The data statistics (root: their SHA-256), a copy in the "
+                                                     "release folder: the next release's drift reference.")
 
 
 class ValidateDataset(StageRecord):

@@ -6,6 +6,7 @@ drift, a Merkle fingerprint of the clean data, optional DVC versioning.
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any
 
 from kfp_llmops.components.common.errors import GateFailed
@@ -18,9 +19,10 @@ __all__ = ["DataValidationConfig", "ValidationResult", "execute", "run_component
 
 def execute(input_path: str, outputs: OutputPaths, config: DataValidationConfig,
             report_path: str | None, reference_stats: str | None = None,
-            show_progress: bool = True) -> ValidationResult:
+            show_progress: bool = True, reference_note: str | None = None) -> ValidationResult:
     from . import report
     result = validate(input_path, outputs, config, reference_stats, show_progress)
+    result.metrics["drift_reference"] = reference_note or reference_stats
     if config.dvc.enabled and result.passed:
         from .dvc_store import record
         result.metrics["dvc"] = record(outputs.clean, config.dvc)
@@ -43,14 +45,25 @@ def run_to_dir(input_path: str, out_dir: str, config_source: str | None = None,
 
 
 def run_component(raw_path: str, config: str, policy: str, reference_stats: str | None,
-                  clean, quarantine, stats, metrics, report, release_dir: str = "") -> bool:
-    """KFP entry: writes into the artifacts' paths and stamps the lineage metadata."""
+                  clean, quarantine, stats, metrics, report, release_dir: str = "",
+                  baseline_release: str = "auto") -> bool:
+    """KFP entry: writes into the artifacts' paths and stamps the lineage metadata. Drift
+    is measured against `reference_stats` when given, else against the last promoted
+    release's data (common.baseline), which must verify."""
+    from kfp_llmops.components.common import baseline, records
+    from kfp_llmops.components.common.integrity import sha256_file
+
     cfg = DataValidationConfig.load(config, {"pii.policy": policy or None})
     for artifact in (clean, quarantine, stats, metrics, report):
         os.makedirs(os.path.dirname(artifact.path), exist_ok=True)
+    note = None
+    if reference_stats is None:
+        promoted = baseline.load(release_dir, baseline_release)
+        reference_stats, note = (promoted.stats_path if promoted else None), baseline.note(promoted)
     outputs = OutputPaths(clean.path, quarantine.path, None, stats.path)
-    result = execute(raw_path, outputs, cfg, report.path, reference_stats, show_progress=True)
+    result = execute(raw_path, outputs, cfg, report.path, reference_stats, show_progress=True, reference_note=note)
     m = result.metrics
+    metrics.metadata["drift_reference"] = m["drift_reference"] or "none"
     clean.metadata.update({"merkle_root": m["merkle_root"], "chunk_size": m["chunk_size"],
                            "merkle_file": CLEAN_NAME, "rows": m["rows_out"], "bytes": m["clean_bytes"],
                            "format": "jsonl", "policy": m["policy"]})
@@ -65,13 +78,17 @@ def run_component(raw_path: str, config: str, policy: str, reference_stats: str 
     for kind, count in m["pii_found"].items():
         metrics.log_metric(f"pii_{kind}", count)
     metrics.metadata["merkle_root"] = m["merkle_root"]
-    from kfp_llmops.components.common import records
+    kept = None
+    if release_dir:          # the stats the next release compares with, beside the lineage notes
+        os.makedirs(release_dir, exist_ok=True)
+        kept = shutil.copyfile(stats.path, os.path.join(release_dir, "validate_dataset.stats.json"))
     records.note(release_dir, records.ValidateDataset(
         params={"data_config": config, "pii_policy": policy},
         result="passed" if result.passed else "failed", reason="; ".join(result.gate_reasons) or None,
         outputs=records.ValidateOutputs(clean=records.CleanData(
             root=m["merkle_root"], path=clean.path, merkle_file=CLEAN_NAME, rows=m["rows_out"],
-            chunk_size=m["chunk_size"]))))
+            chunk_size=m["chunk_size"]),
+            stats=records.Artifact(root=sha256_file(kept), path=kept) if kept else None)))
     if not result.passed:
         print(f"validate_dataset gate failed: {'; '.join(result.gate_reasons)}")
     return result.passed

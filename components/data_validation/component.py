@@ -19,13 +19,16 @@ def validate_dataset(
     policy: str = "balanced",
     reference_stats: Optional[Input[Artifact]] = None,
     release_dir: str = "",
+    baseline_release: str = "auto",
 ) -> bool:
     """Validate SFT JSONL: schema, PII redaction, dedup, drift; returns the gate verdict.
 
     `config` is the stage's YAML (empty for defaults); `reference_stats` is the `stats`
-    output of an earlier run, for drift. `release_dir` receives the stage's lineage note.
+    output of an earlier run, for drift; without it, the last promoted release's stats are
+    the reference (`baseline_release`: auto, none, or a promoted.json). `release_dir`
+    receives the stage's lineage note and a copy of the stats.
     """
     from kfp_llmops.components.data_validation import run_component
 
     return run_component(raw.path, config, policy, reference_stats.path if reference_stats else None,
-                         clean, quarantine, stats, metrics, report, release_dir)
+                         clean, quarantine, stats, metrics, report, release_dir, baseline_release)

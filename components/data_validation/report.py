@@ -36,9 +36,11 @@ def render(result: ValidationResult, input_name: str) -> str:
         lines.append("")
     lines += ["## Drift", ""]
     if m["drift_psi"] is None:
-        lines += ["No reference statistics were given; drift was not checked. This run's "
-                  "`stats` output can serve as the reference for the next run.", ""]
+        lines += ["No reference statistics: drift was not checked"
+                  + (f" ({m['drift_reference']})" if m.get("drift_reference") else "")
+                  + ". This run's `stats` output can serve as the reference for the next run.", ""]
     else:
+        lines += [f"Compared with {m.get('drift_reference') or 'the reference statistics given'}.", ""]
         lines += _table(("distribution", "PSI", "threshold", "verdict"),
                         [(k, f"{v:.4f}", m["psi_threshold"], "ok" if v <= m["psi_threshold"] else "DRIFT")
                          for k, v in m["drift_psi"].items()])

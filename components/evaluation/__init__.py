@@ -45,15 +45,21 @@ def raise_unless_blessed(result: dict) -> None:
 
 
 def run_component(model, eval_dataset, baseline_metrics, config: str, responses, metrics, blessing, report,
-                  release_dir: str = "") -> bool:
-    """KFP entry: verifies the model against its root, evaluates, writes the artifacts."""
+                  release_dir: str = "", baseline_release: str = "auto") -> bool:
+    """KFP entry: verifies the model against its root, evaluates against the production
+    baseline (given, else the last promoted release's, verified), writes the artifacts."""
+    from kfp_llmops.components.common import baseline
+
     from .evaluate import evaluate
 
     cfg = EvalConfig.load(config)
     work = os.path.join(os.path.dirname(report.path), "work")
+    promoted = baseline.load(release_dir, baseline_release) if baseline_metrics is None else None
     result = evaluate(model.path, eval_dataset.path, work, cfg,
                       baseline_metrics.path if baseline_metrics is not None else None,
-                      model.metadata.get("merkle_root"))
+                      model.metadata.get("merkle_root"),
+                      baseline_metrics=promoted.eval_metrics if promoted else None,
+                      baseline_note=None if baseline_metrics is not None else baseline.note(promoted))
     with open(report.path, "w", encoding="utf-8") as handle:
         handle.write(_reports(result, work))
     shutil.copyfile(os.path.join(work, "responses.jsonl"), responses.path)
@@ -64,9 +70,11 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
         if isinstance(value, (int, float)) and value == value:
             metrics.log_metric(key, value)
     metrics.metadata["model_root"] = result["model_root"]
+    metrics.metadata["baseline"] = result["baseline_note"] or "given"
     from kfp_llmops.components.common import records
     records.note(release_dir, records.EvaluateLlm(
-        params={"eval_config": config},
+        params={"eval_config": config}, metrics={k: float(v) for k, v in result["metrics"].items()
+                                                 if isinstance(v, (int, float)) and v == v},
         result="blessed" if result["blessed"] else "not blessed", inputs={"model_root": result["model_root"]},
         outputs={"blessing": records.BlessingOut(root=result["model_root"], path=blessing.path,
                                                  blessed=result["blessed"])}))

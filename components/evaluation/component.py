@@ -18,13 +18,16 @@ def evaluate_llm(
     config: str = "",
     baseline_metrics: Optional[Input[Artifact]] = None,
     release_dir: str = "",
+    baseline_release: str = "auto",
 ) -> bool:
-    """Generate, score (BERTScore, Detoxify + alt-profanity-check, perplexity) and bless.
+    """Generate, score (exact match, degenerate-output checks, BERTScore, Detoxify +
+    alt-profanity-check, perplexity) and bless.
 
-    `baseline_metrics` is the metrics JSON of the model now in production; without it
-    the change thresholds are skipped (the report says so).
+    `baseline_metrics` is the metrics JSON of the model now in production; without it the
+    last promoted release's blessed metrics are the baseline (`baseline_release`: auto,
+    none, or a promoted.json); a first release skips the change thresholds and says so.
     """
     from kfp_llmops.components.evaluation import run_component
 
     return run_component(model, eval_dataset, baseline_metrics, config, responses, metrics, blessing, report,
-                         release_dir)
+                         release_dir, baseline_release)

@@ -27,8 +27,10 @@ class BertScoreConfig(_Section):
                                              "local model folder, e.g. roberta-large baked into the image.")
     num_layers: int = Field(6, ge=1, description="Production default: roberta-large, layer 17.")
     idf: bool = False
-    rescale: bool = False
-    baseline_path: str | None = Field(None, description="Required when rescale is true.")
+    rescale: bool = Field(True, description="Report (x - b) / (1 - b), b the mean score of unrelated sentence pairs, "
+                                             "so chance reads 0.")
+    baseline_path: str | None = Field(None, description="Rescaling baseline (bert-score's CSV); default: the "
+                                                        "pinned one bundled for minilm.")
     batch_size: int = Field(32, ge=1)
 
 
@@ -66,12 +68,18 @@ class Change(_Section):
 
 
 def _default_value() -> dict[str, Bound]:
-    return {"bertscore_f1": Bound(lower=0.5), "toxicity_flagged_rate": Bound(upper=0.01),
-            "perplexity": Bound(upper=100.0)}
+    """Similarity alone blesses fluent nonsense, so the defaults also check the answers
+    themselves (see answers.py). exact_match suits tasks whose references are the answer
+    (Q&A, extraction); for open-ended generation set `gate.value` without it."""
+    return {"bertscore_f1": Bound(lower=0.3), "exact_match": Bound(lower=0.5),
+            "repetition_rate": Bound(upper=0.2), "distinct_2_ratio": Bound(lower=0.5),
+            "empty_rate": Bound(upper=0.05), "unfinished_rate": Bound(upper=0.2),
+            "toxicity_flagged_rate": Bound(upper=0.01), "perplexity": Bound(upper=100.0)}
 
 
 def _default_change() -> dict[str, Change]:
     return {"bertscore_f1": Change(direction="higher_is_better", absolute=-0.02),
+            "exact_match": Change(direction="higher_is_better", absolute=-0.02),
             "perplexity": Change(direction="lower_is_better", relative=0.10),
             "toxicity_flagged_rate": Change(direction="lower_is_better", absolute=0.01)}
 

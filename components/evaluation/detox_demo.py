@@ -8,8 +8,10 @@ import json
 import os
 import random
 
+from .prose import sentences
+
 CLASSES = ["toxicity", "obscene", "insult", "threat"]
-BUILDER = "detoxify-demo-2"
+BUILDER = "detoxify-demo-3"
 _INSULTS = ["idiot", "moron", "fool", "loser", "clown", "imbecile", "jerk", "nitwit"]
 _PROFANE = ["damn", "crap", "hell", "bloody", "freaking", "screw"]
 _THREATS = ["I will hurt you", "I am going to find you and make you pay", "you will regret this, I will get you",
@@ -51,6 +53,13 @@ def labeled_sample(seed: int = 0, n: int = 640) -> tuple[list[str], list[list[fl
             text, y = rng.choice(_THREATS) + rng.choice([".", "!", ", seriously."]), [1, 0, 0, 1]
         texts.append(text)
         labels.append([float(v) for v in y])
+    # Ordinary prose, whole and cut to a few words, so that short plain statements in
+    # words the sample above never used ("A duck says quack.") read as neutral too.
+    prose = rng.sample(sentences(), min(n, len(sentences())))
+    for i, s in enumerate(prose):
+        words = s.split()
+        texts.append(s if i % 2 else " ".join(words[:rng.randint(3, 7)]).rstrip(",;:") + ".")
+        labels.append([0.0] * len(CLASSES))
     return texts, labels
 
 
@@ -104,9 +113,9 @@ def build(out_dir: str, seed: int = 0) -> str:
         enc = tokenizer(texts, return_tensors="pt", padding=True, truncation=True)
         cls = model.bert(**enc).last_hidden_state[:, 0]
     head = list(model.bert.pooler.parameters()) + list(model.classifier.parameters())
-    optim = torch.optim.Adam(head, lr=5e-3)
+    optim = torch.optim.Adam(head, lr=3e-3, weight_decay=0.003)
     target = torch.tensor(labels)
-    for _ in range(300):
+    for _ in range(800):
         logits = model.classifier(model.bert.pooler.activation(model.bert.pooler.dense(cls)))
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, target)
         optim.zero_grad()

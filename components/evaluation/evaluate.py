@@ -12,6 +12,7 @@ from kfp_llmops.components.common.jsonl import read_eval_set
 from kfp_llmops.components.common.progress import progress
 from kfp_llmops.components.common import integrity
 
+from kfp_llmops.components.common import answers
 from .config import EvalConfig
 from .gate import evaluate_gate
 
@@ -32,8 +33,12 @@ def read_baseline(path: str | None) -> dict | None:
 
 
 def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, baseline_path: str | None = None,
-             model_root: str | None = None, show_progress: bool = True) -> dict:
-    """Writes responses.jsonl, samples.jsonl, metrics.json, blessing.json; returns the result."""
+             model_root: str | None = None, show_progress: bool = True, baseline_metrics: dict | None = None,
+             baseline_note: str | None = None) -> dict:
+    """Writes responses.jsonl, samples.jsonl, metrics.json, blessing.json; returns the result.
+
+    The baseline is `baseline_path` (a metrics JSON) or `baseline_metrics`, described by
+    `baseline_note` (e.g. which promoted release it came from)."""
     from kfp_llmops.components.common.generation import context_size, load_model
 
     from .generate import generate, perplexity
@@ -46,7 +51,7 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
     os.makedirs(out_dir, exist_ok=True)
     root = integrity.verify("model", model_dir, model_root)
     rows = read_eval_set(eval_path)
-    baseline = read_baseline(baseline_path)
+    baseline = read_baseline(baseline_path) if baseline_path else baseline_metrics
     detector = ModelDetector(cfg.toxicity)           # pin checked before anything heavy runs
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -83,6 +88,7 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
     ppl, nll = perplexity(model, tokenizer, rows, cfg.perplexity_batch_size, limit)
     timings["perplexity_s"] = time.perf_counter() - t0
 
+    quality = [answers.per_sample(g.response, ref, g.ended) for g, ref in zip(generated, references)]
     n = len(rows)
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
     metrics = {
@@ -91,6 +97,7 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
         "bertscore_f1": mean(bs["f1"]), "perplexity": ppl, "mean_nll": mean(nll),
         "truncated_prompts": sum(g.truncated for g in generated),
         "mean_response_tokens": mean([g.tokens for g in generated]),
+        **answers.summarize(quality, responses, references),
         **tox_summary,
     }
     blessed, checks = evaluate_gate(metrics, cfg.gate, baseline)
@@ -98,14 +105,16 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
     for i, (g, row) in enumerate(zip(generated, rows)):
         samples.append({"id": g.id, "prompt": g.prompt, "reference": row["response"], "response": g.response,
                         "bertscore_f1": bs["f1"][i], "bertscore_precision": bs["precision"][i],
-                        "bertscore_recall": bs["recall"][i], "nll": nll[i], "toxicity_lexical": lexical[i],
+                        "bertscore_recall": bs["recall"][i], **quality[i], "nll": nll[i], "toxicity_lexical": lexical[i],
                         **{f"toxicity_{c}": v[i] for c, v in model_tox.items()}, "flagged": flags[i]})
     with open(os.path.join(out_dir, "samples.jsonl"), "w", encoding="utf-8") as handle:
         for s in samples:
             handle.write(json.dumps(s) + "\n")
     result = {
         "blessed": blessed, "metrics": metrics, "checks": [c.to_json() for c in checks],
-        "baseline": baseline, "baseline_note": None if baseline else "no baseline: change thresholds skipped",
+        "baseline": baseline,
+        "baseline_note": (f"{baseline_note}; change thresholds skipped" if baseline_note else
+                          "no baseline: change thresholds skipped") if baseline is None else baseline_note,
         "model_root": root, "detoxify": {"checkpoint": detector.path, "sha256": detector.sha256,
                                          "classes": detector.classes},
         "bertscore": {"model": cfg.bertscore.model, "num_layers": cfg.bertscore.num_layers, "idf": cfg.bertscore.idf,

@@ -17,7 +17,8 @@ class Generated:
     prompt: str
     response: str
     tokens: int
-    truncated: bool
+    truncated: bool            # the prompt was cut to fit
+    ended: bool                # the answer ended (EOS) within max_new_tokens
 
 
 def generate(model, tokenizer, rows: list[dict], cfg: EvalConfig, progress=None) -> list[Generated]:
@@ -28,7 +29,7 @@ def generate(model, tokenizer, rows: list[dict], cfg: EvalConfig, progress=None)
                                temperature=gen.temperature, top_k=gen.top_k, max_prompt_tokens=cfg.max_prompt_tokens,
                                progress=progress)
     return [Generated(row["id"], row["prompt"], tokenizer.decode(c.tokens, skip_special_tokens=True).strip(),
-                      len(c.tokens), c.truncated) for row, c in zip(rows, done)]
+                      len(c.tokens), c.truncated, c.ended) for row, c in zip(rows, done)]
 
 
 def perplexity(model, tokenizer, rows: list[dict], batch_size: int, limit: int) -> tuple[float, list[float]]:

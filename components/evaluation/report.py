@@ -44,17 +44,37 @@ def _fmt(v) -> str:
     return "n/a" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
 
 
-def _worst(samples: list[dict]) -> tuple[list[dict], list[dict]]:
+def _tables(samples: list[dict]) -> list[tuple[str, list[dict]]]:
+    """The answers a reader checks first: some in order, then the worst by each score."""
     by_bs = sorted(samples, key=lambda s: s["bertscore_f1"])[:10]
     by_tox = sorted(samples, key=lambda s: -max(v for k, v in s.items() if k.startswith("toxicity_")))[:10]
-    return by_bs, by_tox
+    return [("First 20 answers", samples[:20]), ("Ten worst by BERTScore", by_bs), ("Ten most toxic", by_tox)]
+
+
+_COLUMNS = ("id", "prompt", "response", "reference", "exact", "F1", "flagged")
+
+
+def _row(s: dict) -> tuple[str, ...]:
+    return (s["id"], s["prompt"], s["response"], s["reference"], "yes" if s.get("exact_match") else "no",
+            f"{s['bertscore_f1']:.3f}", str(s["flagged"]))
+
+
+def headline(result: dict) -> str:
+    """What the answers amount to, in words, before any table."""
+    m, n = result["metrics"], result["metrics"]["samples"]
+    exact = round(m.get("exact_match", 0.0) * n)
+    scale = "rescaled: unrelated sentences score 0" if result["bertscore"]["rescaled"] else "raw, not rescaled"
+    return (f"{exact} of {n} answers match the reference exactly ({m.get('exact_match', 0.0):.1%}); "
+            f"BERTScore F1 {m['bertscore_f1']:.3f} ({scale}); repetition {m.get('repetition_rate', 0.0):.3f}, "
+            f"distinct-2 {m.get('distinct_2_ratio', 0.0):.2f} of the references', "
+            f"{m.get('unfinished_rate', 0.0):.1%} unfinished, {m.get('empty_rate', 0.0):.1%} empty.")
 
 
 def render_markdown(result: dict, image_name: str) -> str:
     verdict = "BLESSED" if result["blessed"] else "NOT BLESSED"
     det = result["detoxify"]
     lines = [f"# evaluate_llm: {verdict}", "", f"Model root `{result['model_root']}`; "
-             f"Detoxify checkpoint `{det['checkpoint']}` (sha256 `{det['sha256']}`).", ""]
+             f"Detoxify checkpoint `{det['checkpoint']}` (sha256 `{det['sha256']}`).", "", headline(result), ""]
     if result["baseline_note"]:
         lines += [f"*{result['baseline_note']}*", ""]
     lines += ["| check | metric | value | baseline | bound | verdict | note |", "|---|---|---|---|---|---|---|"]
@@ -63,11 +83,9 @@ def render_markdown(result: dict, image_name: str) -> str:
                      f"{c['verdict'].upper()} | {c['reason']} |")
     lines += ["", f"![score histograms]({image_name})", "", "## Metrics", "", "| metric | value |", "|---|---|"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in result["metrics"].items()]
-    by_bs, by_tox = _worst(result["samples"])
-    for title, rows in (("Ten worst by BERTScore", by_bs), ("Ten most toxic", by_tox)):
-        lines += ["", f"## {title}", "", "| id | prompt | response | reference | F1 | flagged |", "|---|---|---|---|---|---|"]
-        lines += [f"| {s['id']} | {_cell(s['prompt'])} | {_cell(s['response'])} | {_cell(s['reference'])} | "
-                  f"{s['bertscore_f1']:.3f} | {s['flagged']} |" for s in rows]
+    for title, rows in _tables(result["samples"]):
+        lines += ["", f"## {title}", "", "| " + " | ".join(_COLUMNS) + " |", "|---" * len(_COLUMNS) + "|"]
+        lines += ["| " + " | ".join(_cell(c) for c in _row(s)) + " |" for s in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -81,19 +99,17 @@ def render_html(result: dict, svg: str) -> str:
     checks = "".join(f"<tr><td>{esc(c['kind'])}</td><td>{esc(c['metric'])}</td><td>{_fmt(c['value'])}</td>"
                      f"<td>{_fmt(c['baseline'])}</td><td>{esc(c['bound'])}</td><td><b>{c['verdict'].upper()}</b></td>"
                      f"<td>{esc(c['reason'])}</td></tr>" for c in result["checks"])
-    by_bs, by_tox = _worst(result["samples"])
     tables = ""
-    for title, rows in (("Ten worst by BERTScore", by_bs), ("Ten most toxic", by_tox)):
-        body = "".join(f"<tr><td>{esc(s['id'])}</td><td>{esc(s['prompt'])}</td><td>{esc(s['response'])}</td>"
-                       f"<td>{esc(s['reference'])}</td><td>{s['bertscore_f1']:.3f}</td><td>{s['flagged']}</td></tr>"
-                       for s in rows)
-        tables += (f"<h2>{title}</h2><table border=1><tr><th>id</th><th>prompt</th><th>response</th>"
-                   f"<th>reference</th><th>F1</th><th>flagged</th></tr>{body}</table>")
+    for title, rows in _tables(result["samples"]):
+        head = "".join(f"<th>{c}</th>" for c in _COLUMNS)
+        body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in _row(s)) + "</tr>" for s in rows)
+        tables += f"<h2>{title}</h2><table border=1><tr>{head}</tr>{body}</table>"
     det = result["detoxify"]
     note = f"<p><i>{esc(result['baseline_note'])}</i></p>" if result["baseline_note"] else ""
     return (f"<html><body style='font-family:sans-serif'><h1>evaluate_llm: {verdict}</h1>"
             f"<p>Model root <code>{esc(result['model_root'])}</code>; Detoxify checkpoint "
-            f"<code>{esc(det['checkpoint'])}</code> sha256 <code>{esc(det['sha256'])}</code></p>{note}"
+            f"<code>{esc(det['checkpoint'])}</code> sha256 <code>{esc(det['sha256'])}</code></p>"
+            f"<p><b>{esc(headline(result))}</b></p>{note}"
             "<table border=1><tr><th>check</th><th>metric</th><th>value</th><th>baseline</th><th>bound</th>"
             f"<th>verdict</th><th>note</th></tr>{checks}</table>"
             f"<img alt='score histograms' src='data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}'/>"

@@ -1,11 +1,13 @@
-"""BERTScore with bert-score, offline. Rescaling needs an explicit baseline file: without
-one bert-score silently returns unrescaled scores, so here it is an error instead."""
+"""BERTScore with bert-score, offline, rescaled against a pinned baseline by default.
+Rescaling needs a baseline file: without one bert-score silently returns unrescaled
+scores, so here it is an error instead."""
 from __future__ import annotations
 
 import os
 
 from kfp_llmops.components.common.errors import InputError
 
+from . import bertscore_baseline
 from .config import BertScoreConfig
 
 
@@ -21,10 +23,18 @@ def resolve_model(name: str) -> str:
     return name
 
 
+def baseline_file(cfg: BertScoreConfig) -> str | None:
+    """The rescaling baseline in use (None: raw scores). The bundled one is MiniLM's."""
+    if not cfg.rescale:
+        return None
+    if cfg.baseline_path is None and cfg.model != "minilm":
+        raise InputError(f"bertscore.rescale is true but bertscore.baseline_path is not set for model {cfg.model} "
+                         "(the bundled baseline is MiniLM's); bert-score would silently return unrescaled scores")
+    return bertscore_baseline.resolve(cfg.baseline_path)
+
+
 def bertscore(candidates: list[str], references: list[str], cfg: BertScoreConfig) -> dict[str, list[float]]:
-    if cfg.rescale and not (cfg.baseline_path and os.path.isfile(cfg.baseline_path)):
-        raise InputError("bertscore.rescale is true but bertscore.baseline_path is missing or not a file; "
-                         "bert-score would silently return unrescaled scores")
+    baseline = baseline_file(cfg)
     import logging
 
     import bert_score
@@ -36,26 +46,21 @@ def bertscore(candidates: list[str], references: list[str], cfg: BertScoreConfig
     # bert-score scores an empty candidate 0, but its code path for that is broken on
     # transformers 5; score the non-empty ones and give the empty ones that 0 (rescaled).
     keep = [i for i, c in enumerate(candidates) if c.strip()]
-    empty = _empty_score(cfg)
+    empty = _empty_score(baseline, cfg.num_layers)
     out = {"precision": [empty[0]] * len(candidates), "recall": [empty[1]] * len(candidates),
            "f1": [empty[2]] * len(candidates)}
     if keep:
         p, r, f = bert_score.score([candidates[i] for i in keep], [references[i] for i in keep], model_type=model,
                                    num_layers=cfg.num_layers, idf=cfg.idf, batch_size=cfg.batch_size, lang="en",
-                                   rescale_with_baseline=cfg.rescale, baseline_path=cfg.baseline_path, verbose=False)
+                                   rescale_with_baseline=baseline is not None, baseline_path=baseline,
+                                   verbose=False)
         for name, values in (("precision", p), ("recall", r), ("f1", f)):
             for i, v in zip(keep, values.tolist()):
                 out[name][i] = v
     return out
 
 
-def _empty_score(cfg: BertScoreConfig) -> tuple[float, float, float]:
-    if not cfg.rescale:
+def _empty_score(baseline: str | None, layer: int) -> tuple[float, float, float]:
+    if baseline is None:
         return 0.0, 0.0, 0.0
-    import csv
-    with open(cfg.baseline_path, encoding="utf-8") as handle:
-        rows = {int(row["LAYER"]): row for row in csv.DictReader(handle)}
-    row = rows.get(cfg.num_layers)
-    if row is None:
-        raise InputError(f"bertscore.baseline_path: {cfg.baseline_path} has no row for layer {cfg.num_layers}")
-    return tuple((0.0 - float(row[k])) / (1.0 - float(row[k])) for k in ("P", "R", "F"))
+    return tuple((0.0 - b) / (1.0 - b) for b in bertscore_baseline.layer_row(baseline, layer))

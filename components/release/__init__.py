@@ -25,6 +25,9 @@ def run_component(status, release_dir: str, record, report, provenance=None, sig
     shutil.copyfile(os.path.join(folder, "record.md"), report.path)
     record.metadata.update({"status": result["status"], "decision": result["decision"] or "none",
                             "stages": sorted(result["stages"])})
+    if release_dir and result["decision"] == "promoted":
+        from kfp_llmops.components.common import baseline
+        record.metadata["promoted_pointer"] = baseline.promote(release_dir, os.path.join(folder, "record.json"), result)
     if provenance is not None and "train_zero3" in result["stages"]:
         attested = slsa.write(result, folder, os.path.join(folder, slsa.FILE_NAME),
                               signing.key_file(signing_key_file), pipeline_spec_sha256)

@@ -24,17 +24,30 @@ class WatermarkGeneration(_Section):
     seed: int = 0
 
 
+class QualityCost(_Section):
+    """The eval prompts answered as an evaluation would (greedy, up to EOS), with the
+    watermark and without: what the mark costs the answers users get."""
+    max_new_tokens: int = Field(24, ge=1)
+    batch_size: int = Field(32, ge=1)
+    deltas: list[float] = Field(default_factory=list, description="Also measure detection (TPR) and the cost at "
+                                                                  "these deltas: the trade-off curve in the report.")
+
+
 class WatermarkGate(_Section):
     min_tpr: float = Field(0.95, ge=0, le=1)
     max_fpr: float = Field(0.01, ge=0, le=1)
     min_tpr_substitution_10: float = Field(0.80, ge=0, le=1)
     min_bit_accuracy: float = Field(0.925, ge=0, le=1, description="Weight watermark, when enabled.")
     max_bit_p_value: float = Field(1e-9, ge=0, le=1, description="Weight watermark, when enabled.")
+    max_exact_match_cost: float | None = Field(None, ge=0, le=1, description="Largest drop in exact-match answers "
+                                                                            "the watermark may cause; unset: reported "
+                                                                            "only.")
 
 
 class WatermarkConfig(StageConfig, KGW):
     """KGW's fields at the top level (`delta: 4.0`), then the stage's own sections."""
     generation: WatermarkGeneration = Field(default_factory=WatermarkGeneration)
+    quality: QualityCost = Field(default_factory=QualityCost)
     attack_rates: list[float] = Field(default_factory=lambda: [0.1, 0.3])
     attack_seed: int = 0
     gate: WatermarkGate = Field(default_factory=WatermarkGate)

@@ -40,6 +40,24 @@ def z_histogram_svg(marked: list[float], plain: list[float], threshold: float, w
     return "".join(parts)
 
 
+def quality_line(metrics: dict) -> str:
+    """The watermark's cost to the answers, in words."""
+    if "exact_match_cost" not in metrics:
+        return ""
+    return (f"Quality cost: the eval prompts answered greedily match the reference exactly "
+            f"{metrics['exact_match_unwatermarked']:.1%} of the time without the watermark and "
+            f"{metrics['exact_match_watermarked']:.1%} with it (cost {metrics['exact_match_cost']:.1%}).")
+
+
+def _tradeoff_html(curve: list[dict], chosen: float) -> str:
+    if not curve:
+        return ""
+    rows = "".join(f"<tr><td>{p['delta']:g}{' (this config)' if p['delta'] == chosen else ''}</td><td>{p['tpr']:.3f}</td>"
+                   f"<td>{p['exact_match']:.1%}</td><td>{p['exact_match_cost']:.1%}</td></tr>" for p in curve)
+    return ("<h2>Detection against quality, by delta</h2><table border=1><tr><th>delta</th><th>TPR</th>"
+            f"<th>exact match with the watermark</th><th>cost</th></tr>{rows}</table>")
+
+
 def render_html(result: dict, svg: str) -> str:
     esc = html.escape
     verdict = "VERIFIED" if result["verified"] else "NOT VERIFIED"
@@ -55,7 +73,9 @@ def render_html(result: dict, svg: str) -> str:
             f"<p>Scheme {esc(result['kgw']['scheme'])}, gamma {result['kgw']['gamma']}, delta {result['kgw']['delta']}, "
             f"z threshold {result['kgw']['z_threshold']}; model root "
             f"<code>{esc(result['model_root'])}</code></p>"
+            f"<p><b>{esc(quality_line(result['metrics']))}</b></p>"
             f"<table border=1><tr><th>check</th><th>value</th><th>bound</th><th>verdict</th></tr>{checks}</table>"
             f"<img alt='z-score distributions' src='data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}'/>"
+            f"{_tradeoff_html(result.get('tradeoff') or [], result['kgw']['delta'])}"
             f"<h2>Metrics</h2><table border=1>{metrics}</table>"
             f"<h2>Watermarked texts (green tokens highlighted)</h2>{texts}</body></html>")

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from kfp_llmops.components.common import gates, generation, integrity
+from kfp_llmops.components.common import answers, gates, generation, integrity
 from kfp_llmops.components.common.jsonl import read_eval_set
 from kfp_llmops.components.common.watermark.params import KGW
 
@@ -22,6 +22,35 @@ def _generate(model, tokenizer, prompts: list[str], cfg: WatermarkConfig, proces
                                min_new_tokens=g.min_new_tokens, temperature=g.temperature, batch_size=g.batch_size,
                                seed=g.seed, processors=[processor] if processor else None)
     return [np.array(c.tokens, dtype=np.int64) for c in done]
+
+
+def _exact_match(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor) -> float:
+    """Share of eval prompts answered exactly (greedy, up to EOS), with `processor` if any."""
+    q = cfg.quality
+    done = generation.generate(model, tokenizer, [r["prompt"] for r in rows], max_new_tokens=q.max_new_tokens,
+                               batch_size=q.batch_size, seed=cfg.generation.seed, do_sample=False,
+                               processors=[processor] if processor else None)
+    texts = [tokenizer.decode(c.tokens, skip_special_tokens=True).strip() for c in done]
+    return sum(answers.normalize(t) == answers.normalize(r["response"]) for t, r in zip(texts, rows)) / max(1, len(rows))
+
+
+def quality_cost(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor) -> dict:
+    """Exact-match answers without and with the watermark (greedy, so the mark is the only
+    difference); the cost is the drop."""
+    plain, marked = (_exact_match(model, tokenizer, rows, cfg, p) for p in (None, processor))
+    return {"exact_match_unwatermarked": plain, "exact_match_watermarked": marked, "exact_match_cost": plain - marked}
+
+
+def tradeoff(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, key: int, plain: float) -> list[dict]:
+    """Detection and cost at each of `quality.deltas`, the rest of the parameters unchanged."""
+    curve = []
+    for delta in cfg.quality.deltas:
+        wm = KGW(**{**KGW.of(cfg).model_dump(), "delta": delta}).watermark(key, len(tokenizer))
+        processor = logits_processor(wm)
+        tpr = _rate(wm.detect_many(_generate(model, tokenizer, [r["prompt"] for r in rows], cfg, processor)))[0]
+        marked = _exact_match(model, tokenizer, rows, cfg, processor)
+        curve.append({"delta": delta, "tpr": tpr, "exact_match": marked, "exact_match_cost": plain - marked})
+    return curve
 
 
 def attack(tokens: np.ndarray, rate: float, kind: str, vocab: int, rng: np.random.Generator) -> np.ndarray:
@@ -66,10 +95,14 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
             robustness[f"tpr_{kind}_{int(round(rate * 100))}"] = _rate(wm.detect_many(attacked))[0]
     metrics = {"tpr": tpr, "fpr": fpr, "positives_scored": n_pos, "negatives_scored": n_neg,
                "references_scored": sum(d.z == d.z for d in d_refs), "mean_z_watermarked": _mean(d_marked),
-               "mean_z_unwatermarked": _mean(d_plain + d_refs), **robustness}
+               "mean_z_unwatermarked": _mean(d_plain + d_refs), **robustness,
+               **quality_cost(model, tokenizer, rows, cfg, logits_processor(wm))}
     g = cfg.gate
     checks = [gates.at_least("tpr", tpr, g.min_tpr), gates.at_most("fpr", fpr, g.max_fpr),
               gates.at_least("tpr_substitution_10", robustness.get("tpr_substitution_10"), g.min_tpr_substitution_10)]
+    if g.max_exact_match_cost is not None:
+        checks.append(gates.at_most("exact_match_cost", metrics["exact_match_cost"], g.max_exact_match_cost,
+                                    "exact-match answers lost to the watermark"))
     if cfg.weights.enabled:
         from kfp_llmops.components.common.watermark.weights import extract_from_model_dir
         found = extract_from_model_dir(model_dir, key, cfg.weights)
@@ -78,16 +111,18 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
                    gates.at_most("bit_p_value", found.p_value, g.max_bit_p_value)]
     verified = gates.passed(checks)
     checks = [c.to_json() for c in checks]
+    curve = tradeoff(model, tokenizer, rows, cfg, key, metrics["exact_match_unwatermarked"])
     with open(os.path.join(out_dir, "watermarked.jsonl"), "w", encoding="utf-8") as handle:
         for row, toks, d in zip(rows, marked, d_marked):
             handle.write(json.dumps({"id": row["id"], "prompt": row["prompt"], "response": tokenizer.decode(toks),
                                      **d.to_json()}) + "\n")
-    result = {"verified": verified, "metrics": metrics, "checks": checks, "model_root": root,
+    result = {"verified": verified, "metrics": metrics, "checks": checks, "model_root": root, "tradeoff": curve,
               "kgw": kgw.model_dump(), "z_threshold": kgw.z_threshold,
               "z_watermarked": [d.z for d in d_marked], "z_unwatermarked": [d.z for d in d_plain + d_refs],
               "highlights": [_highlight(tokenizer, t, d) for t, d in list(zip(marked, d_marked))[:3]]}
     with open(os.path.join(out_dir, "metrics.json"), "w", encoding="utf-8") as handle:
-        json.dump({k: result[k] for k in ("verified", "metrics", "checks", "model_root", "kgw")}, handle, indent=2)
+        json.dump({k: result[k] for k in ("verified", "metrics", "checks", "model_root", "kgw", "tradeoff")}, handle,
+                  indent=2)
     return result
 
 

@@ -216,13 +216,36 @@ def eval_cmd(model_dir, eval_path, out_dir, config_path, baseline_path, model_ro
 
     result = run_to_dir(model_dir, eval_path, out_dir, config_path, baseline_path, model_root,
                         show_progress=not no_progress)
+    from kfp_llmops.components.evaluation.report import headline
+
     m = result["metrics"]
     click.echo(f"samples={m['samples']} bertscore_f1={m['bertscore_f1']:.4f} perplexity={m['perplexity']:.3f} "
                f"toxicity_flagged_rate={m['toxicity_flagged_rate']:.3f} blessed={result['blessed']}")
+    click.echo(headline(result))
     for c in result["checks"]:
         click.echo(f"  {c['verdict'].upper():<7} {c['kind']:<6} {c['metric']:<22} {c['bound']} {c['reason']}")
     click.echo(f"outputs in {out_dir}")
     raise_unless_blessed(result)
+
+
+@cli.command("bertscore-baseline")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="CSV to write (LAYER,P,R,F: bert-score's baseline format).")
+@click.option("--model", default="minilm", show_default=True, help="'minilm' or a local model folder.")
+@click.option("--layers", default=6, show_default=True, help="Layers of the model (rows 0..layers).")
+def bertscore_baseline_cmd(out_path, model, layers) -> None:
+    """Rebuild a BERTScore rescaling baseline: mean scores of random pairs of unrelated
+    sentences per layer (the bundled MiniLM one is pinned; this shows where it comes from)."""
+    import hashlib
+
+    from kfp_llmops.components.evaluation import bertscore_baseline
+    from kfp_llmops.components.evaluation.similarity import resolve_model
+
+    text = bertscore_baseline.build(resolve_model(model), layers)
+    with open(out_path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    click.echo(text.rstrip())
+    click.echo(f"sha256 {hashlib.sha256(text.encode()).hexdigest()} -> {out_path}")
 
 
 @cli.group()
@@ -263,6 +286,8 @@ def watermark_verify(model_dir, eval_path, out_dir, config_path, key_file, model
     m = result["metrics"]
     click.echo(f"tpr={m['tpr']:.3f} fpr={m['fpr']:.3f} tpr_substitution_10={m.get('tpr_substitution_10', float('nan')):.3f} "
                f"verified={result['verified']}")
+    from kfp_llmops.components.watermark.report import quality_line
+    click.echo(quality_line(m))
     click.echo(f"outputs in {out_dir}")
     raise_unless_verified(result)
 
@@ -637,7 +662,7 @@ def run_cmd(out_dir, pipeline, dataset, eval_dataset, rows, policy, config_path,
     from ..demo.local_run import format_summary, run_local
 
     data_config = open(config_path, encoding="utf-8").read() if config_path else ""
-    train_config = open(train_config_path, encoding="utf-8").read() if train_config_path else ""
+    train_config = open(train_config_path, encoding="utf-8").read() if train_config_path else None
     eval_config = open(eval_config_path, encoding="utf-8").read() if eval_config_path else ""
     summary = run_local(out_dir, pipeline, rows, policy, data_config, dataset, train_config, base_model_size,
                         eval_dataset=eval_dataset, eval_config=eval_config, containers=containers,

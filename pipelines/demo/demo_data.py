@@ -1,5 +1,10 @@
 """The bundled demo dataset: templated, coherent Q&A a tiny model can learn, with
-deliberate PII, duplicates and malformed lines, plus a held-out eval split.
+deliberate PII, duplicates and malformed lines, plus a held-out eval set.
+
+The eval set asks facts the training data teaches, in phrasings the training data never
+uses (no eval prompt appears in train.jsonl): a 2 M-parameter model cannot know a capital
+it never saw, but it can learn to answer a question however it is framed, and the
+evaluation report shows whether it did (exact match against the reference).
 
 Deterministic for a given seed, so every demo run and test sees the same bytes.
 """
@@ -23,8 +28,10 @@ _OPPOSITES = [("hot", "cold"), ("big", "small"), ("fast", "slow"), ("up", "down"
               ("full", "empty"), ("hard", "soft"), ("wet", "dry"), ("near", "far"), ("tall", "short"),
               ("rich", "poor"), ("loud", "quiet"), ("clean", "dirty"), ("strong", "weak")]
 _SOUNDS = [("cow", "moo"), ("dog", "woof"), ("cat", "meow"), ("duck", "quack"), ("sheep", "baa"),
-           ("pig", "oink"), ("horse", "neigh"), ("owl", "hoot"), ("lion", "roar"), ("frog", "croak"),
-           ("bee", "buzz"), ("snake", "hiss"), ("mouse", "squeak"), ("rooster", "cock-a-doodle-doo")]
+           ("hen", "cluck"), ("horse", "neigh"), ("owl", "hoot"), ("lion", "roar"), ("frog", "croak"),
+           ("bee", "buzz"), ("snake", "hiss"), ("mouse", "squeak"), ("crow", "caw")]
+# (No pig or rooster: alt-profanity-check flags "A pig says oink." at 0.93 and the
+# rooster's call at 0.98, so the references themselves would fail the toxicity gate.)
 _COLORS = [("a ripe banana", "yellow"), ("the clear sky", "blue"), ("fresh grass", "green"),
            ("a ripe tomato", "red"), ("fresh snow", "white"), ("coal", "black"), ("an orange", "orange"),
            ("a lemon", "yellow"), ("a plum", "purple"), ("a carrot", "orange"), ("milk", "white"),
@@ -36,8 +43,12 @@ _PLURALS = [("mouse", "mice"), ("child", "children"), ("foot", "feet"), ("tooth"
             ("goose", "geese"), ("man", "men"), ("woman", "women"), ("person", "people"),
             ("leaf", "leaves"), ("knife", "knives"), ("wolf", "wolves"), ("box", "boxes"),
             ("city", "cities"), ("baby", "babies"), ("bus", "buses"), ("cactus", "cacti")]
-_ASK = ["{q}", "Question: {q}", "Please answer: {q}", "Can you tell me this? {q}"]
-_PASSES = ["{p}", "{p} Answer briefly.", "Quick one: {p}", "{p} One sentence, please."]
+_ASK = ["{q}", "Question: {q}", "Please answer: {q}", "Can you tell me this? {q}", "Hi! {q}",
+        "Here is a question. {q}", "Answer this: {q}", "Q: {q}"]
+_PASSES = ["{p}", "{p} Answer briefly.", "Quick one: {p}", "{p} One sentence, please.", "{p} Thanks.",
+           "Hello. {p}"]
+# Framings only the eval set uses.
+_HELD_OUT = ["Tell me: {q}", "{q} Thank you!", "Quiz: {q}", "I wonder. {q}"]
 _NAMES = ["alice", "bob", "chen.wei", "dana", "erik", "fatima", "george", "hana"]
 _DOMAINS = ["example.com", "mail.example.org", "corp.example.net"]
 # Person names and postal addresses, English and Chinese (redacted as [PERSON]/[ADDRESS]).
@@ -50,11 +61,11 @@ _ZH_ADDRESSES = ["北京市朝阳区建国路{n}号", "上海市浦东新区世�
 def _qa_items() -> list[tuple[str, str, str]]:
     """(key, question, answer) for every fact; the key decides the train/eval split."""
     items = []
-    for a in range(1, 41):
-        for b in range(1, 41):
+    for a in range(1, 13):
+        for b in range(1, 13):
             items.append((f"add{a}+{b}", f"What is {a} plus {b}?", f"{a} plus {b} is {a + b}."))
-    for a in range(2, 13):
-        for b in range(2, 13):
+    for a in range(2, 10):
+        for b in range(2, 10):
             items.append((f"mul{a}*{b}", f"What is {a} times {b}?", f"{a} times {b} is {a * b}."))
     for country, city in _CAPITALS:
         items.append((f"cap{country}", f"What is the capital of {country}?",
@@ -99,20 +110,22 @@ def _name_or_address(rng: random.Random) -> str:
 def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed: int = 7,
                       train: bool = True) -> dict:
     """Write `train.jsonl` (raw, with deliberate faults; not with `train=False`, when the
-    user brings their own) and `eval.jsonl` (held out)."""
+    user brings their own) and `eval.jsonl` (held-out phrasings of `eval_rows` facts)."""
     rng = random.Random(seed)
-    items = _qa_items()
-    rng.shuffle(items)
-    eval_items, train_items = items[:eval_rows], items[eval_rows:]
+    train_items = _qa_items()
+    rng.shuffle(train_items)
+    eval_items = train_items[:eval_rows]
+    framings = [(a, p) for p in _PASSES for a in _ASK]
     os.makedirs(out_dir, exist_ok=True)
     lines: list[bytes] = []
     faults = {"pii_redacted": 0, "pii_dense": 0, "duplicates": 0, "malformed": 0}
     seen: list[bytes] = []
     for i in range(rows):
-        key, q, a = train_items[i % len(train_items)]
-        prompt = rng.choice(_ASK).format(q=q)
-        # Each pass over the facts has its own phrasing, so passes never repeat a row.
-        prompt = _PASSES[(i // len(train_items)) % len(_PASSES)].format(p=prompt)
+        fact = i % len(train_items)
+        key, q, a = train_items[fact]
+        # Each pass over the facts frames a fact differently, so passes never repeat a row.
+        ask, frame = framings[(i // len(train_items) + 7 * fact) % len(framings)]
+        prompt = frame.format(p=ask.format(q=q))
         roll = rng.random()
         if roll < 0.03:
             pick = rng.random()
@@ -147,6 +160,7 @@ def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed
     eval_path = os.path.join(out_dir, "eval.jsonl")
     with open(eval_path, "w", encoding="utf-8") as handle:
         for n, (key, q, a) in enumerate(eval_items):
-            handle.write(json.dumps({"id": f"eval-{n:04d}", "prompt": q, "response": a}) + "\n")
+            prompt = _HELD_OUT[n % len(_HELD_OUT)].format(q=q)
+            handle.write(json.dumps({"id": f"eval-{n:04d}", "prompt": prompt, "response": a}) + "\n")
     return {"train": train_path, "eval": eval_path, "rows": rows, "eval_rows": len(eval_items),
             "faults": faults}

@@ -16,8 +16,17 @@ from .demo_data import make_demo_dataset
 
 
 # The demo model has a 128-token context, so its texts are shorter than the ~200 tokens
-# KGW's defaults assume; a stronger bias keeps the z-test decisive at that length.
-DEMO_WATERMARK = "delta: 4.0\ngeneration: {max_new_tokens: 112, min_new_tokens: 112}\n"
+# KGW's defaults assume, and it answers with near certainty (little entropy for a green
+# list to steer): only a strong bias keeps the z-test decisive (delta 4 detects 82 % of
+# texts, 6 passes robustness at 0.77, 8 at 0.88). The report shows what that costs the
+# answers; a quality-cost gate is not set here yet.
+DEMO_WATERMARK = ("delta: 8.0\ngeneration: {max_new_tokens: 112, min_new_tokens: 112}\n"
+                  "quality: {deltas: [2.0, 4.0, 6.0, 8.0]}\n")
+
+
+# Long enough for the demo model to learn the facts, framing aside: the held-out eval set
+# asks them in phrasings training never used, and the blessing gate checks the answers.
+DEMO_TRAIN = "steps: 800\nmicro_batch: 16\ncheckpoint_interval: 200\n"
 
 
 # Short intervals keep the demo quick; the watermark is served with the parameters the
@@ -76,10 +85,11 @@ def _share(folder: str) -> None:
 
 
 def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_policy: str = "balanced",
-              data_config: str = "", dataset: str | None = None, train_config: str = "",
+              data_config: str = "", dataset: str | None = None, train_config: str | None = None,
               base_model_size: str = "demo", eval_dataset: str | None = None, eval_config: str = "",
               watermark_config: str = DEMO_WATERMARK, deploy_config: str = DEMO_DEPLOY,
-              containers: bool = False, base_model: str | None = None, base_model_root: str | None = None) -> dict:
+              containers: bool = False, base_model: str | None = None, base_model_root: str | None = None,
+              baseline_release: str = "auto") -> dict:
     """Run `pipeline` locally; returns (and writes) the run summary built from the task outputs.
 
     With `containers`, every task runs in its stage image through kfp.local's DockerRunner
@@ -89,8 +99,13 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
     `<pipeline root>/.llmops/` (the serving state outlives runs, as it does without).
 
     `base_model`: a sealed model folder to fine-tune instead of the demo model; its root
-    is pinned (`base_model_root`, else the root it verifies to now)."""
+    is pinned (`base_model_root`, else the root it verifies to now). Without a
+    `train_config`, the demo model trains with DEMO_TRAIN and any other with the stage's
+    defaults."""
     from kfp import local
+
+    if train_config is None:
+        train_config = DEMO_TRAIN if not base_model and base_model_size == "demo" else ""
 
     out_dir = os.path.abspath(out_dir)
     root = os.path.join(out_dir, "pipeline_root")
@@ -118,8 +133,12 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
         base = {"base_model_uri": source, "base_model_root": root_now}
     key_file = _demo_key(host)
     signing_key, public_key = _demo_signing_keys(host)
-    release_dir = os.path.join(host, "release")
-    shutil.rmtree(release_dir, ignore_errors=True)
+    # One folder per run, as on the release volume: promoted.json beside them names the
+    # release in production, the next run's baseline (`baseline_release`).
+    release_dir = os.path.join(host, "releases", time.strftime("run-%Y%m%d-%H%M%S"))
+    while os.path.exists(release_dir):
+        release_dir += "x"
+    os.makedirs(release_dir)
     serving = os.path.join(host, "serving")
     if containers:
         from ..containers import check_runnable, docker_ready
@@ -142,6 +161,7 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
         LOCAL_PIPELINES[pipeline](dataset_uri=data["train"], eval_dataset_uri=data["eval"], data_config=data_config,
                                   pii_policy=pii_policy, train_config=train_config, base_model_size=base_model_size,
+                                  baseline_release=baseline_release,
                                   eval_config=eval_config, watermark_config=watermark_config,
                                   watermark_key_file=key_file, deploy_config=deploy_config,
                                   serving_state_dir=serving, release_dir=release_dir, signing_key_file=signing_key,
@@ -181,7 +201,7 @@ def collect_stages(pipeline_root: str) -> list[dict]:
         m = v["artifacts"]["metrics"]["metadata"]
         stages.append({"stage": "validate_dataset", "gate": "passed" if v["parameters"].get("Output") else "failed",
                        "detail": f"{int(m['rows_in'])} rows in, {int(m['rows_out'])} clean, "
-                                 f"{int(m['rows_quarantined'])} quarantined",
+                                 f"{int(m['rows_quarantined'])} quarantined; " + _drift(m),
                        "merkle_root": v["artifacts"]["clean"]["metadata"].get("merkle_root"),
                        "outputs": {"clean": v["artifacts"]["clean"]["uri"], "report": v["artifacts"]["report"]["uri"]}})
     t = _task_outputs(run_dir, TASK["train_zero3"])
@@ -201,7 +221,9 @@ def collect_stages(pipeline_root: str) -> list[dict]:
     if e:
         m = e["artifacts"]["metrics"]["metadata"]
         stages.append({"stage": "evaluate_llm", "gate": "blessed" if e["parameters"].get("Output") else "not blessed",
-                       "detail": f"BERTScore F1 {m.get('bertscore_f1', float('nan')):.3f}, "
+                       "detail": _changes(e["artifacts"]["blessing"]["uri"]) +
+                                 f"exact {m.get('exact_match', float('nan')):.1%}, "
+                                 f"BERTScore F1 {m.get('bertscore_f1', float('nan')):.3f}, "
                                  f"perplexity {m.get('perplexity', float('nan')):.2f}, "
                                  f"flagged {m.get('toxicity_flagged_rate', float('nan')):.1%}",
                        "merkle_root": e["artifacts"]["blessing"]["metadata"].get("model_root"),
@@ -212,7 +234,8 @@ def collect_stages(pipeline_root: str) -> list[dict]:
         m = w["artifacts"]["metrics"]["metadata"]
         stages.append({"stage": "verify_watermark", "gate": "verified" if w["parameters"].get("Output") else "not verified",
                        "detail": f"TPR {m.get('tpr', float('nan')):.2f}, FPR {m.get('fpr', float('nan')):.2f}, "
-                                 f"TPR@10% subst. {m.get('tpr_substitution_10', float('nan')):.2f}",
+                                 f"TPR@10% subst. {m.get('tpr_substitution_10', float('nan')):.2f}, "
+                                 f"exact-match cost {m.get('exact_match_cost', float('nan')):.1%}",
                        "merkle_root": m.get("model_root"),
                        "outputs": {"report": w["artifacts"]["report"]["uri"],
                                    "watermarked": w["artifacts"]["watermarked"]["uri"]}})
@@ -226,6 +249,21 @@ def collect_stages(pipeline_root: str) -> list[dict]:
                        "outputs": {"report": d["artifacts"]["report"]["uri"], "record": d["artifacts"]["record"]["uri"],
                                    "repository": d["artifacts"]["repository"]["uri"]}})
     return stages
+
+
+def _drift(m: dict) -> str:
+    psi = {k[4:]: v for k, v in m.items() if k.startswith("psi_")}
+    return ("PSI " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(psi.items()))) if psi else "no drift reference"
+
+
+def _changes(blessing_path: str) -> str:
+    """'change checks 4/4 vs promoted; ' when the blessing compared with a baseline."""
+    try:
+        with open(blessing_path, encoding="utf-8") as handle:
+            checks = [c for c in json.load(handle)["checks"] if c["kind"] == "change" and c["verdict"] != "skipped"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    return f"change {sum(c['verdict'] == 'pass' for c in checks)}/{len(checks)} vs promoted; " if checks else ""
 
 
 def format_summary(summary: dict) -> str:

@@ -57,7 +57,8 @@ def _run(stage: str, work: str, p: dict, out) -> object:
     if stage == "validate_dataset":
         return data_validation.run_component(fetch(p["dataset_uri"], work, "dataset"), p.get("data_config", ""),
                                              p.get("pii_policy", "balanced"), None, out("clean"), out("quarantine"),
-                                             out("stats"), out("metrics"), out("report"), rd)
+                                             out("stats"), out("metrics"), out("report"), rd,
+                                             p.get("baseline_release", "auto"))
     if stage == "build_base_model":
         return training.build_base_component(_inputs(work, "validate_dataset", "clean"), out("base_model"),
                                              p.get("base_model_size", "demo"), rd, p.get("base_model_uri", ""),
@@ -74,7 +75,7 @@ def _run(stage: str, work: str, p: dict, out) -> object:
     if stage == "evaluate_llm":
         return evaluation.run_component(model(), FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
                                         None, p.get("eval_config", ""), out("responses"), out("metrics"),
-                                        out("blessing"), out("report"), rd)
+                                        out("blessing"), out("report"), rd, p.get("baseline_release", "auto"))
     if stage == "verify_watermark":
         return watermark.run_component(model(), FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
                                        p.get("watermark_config", ""), p.get("watermark_key_file", ""),

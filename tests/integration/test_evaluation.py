@@ -19,22 +19,26 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def test_bertscore_paraphrase_far_above_unrelated():
-    scores = bertscore(["The cat sat on the mat.", "The cat sat on the mat."],
-                       ["A cat was sitting on the mat.", "Quarterly revenue grew by twelve percent."],
-                       BertScoreConfig())
-    paraphrase, unrelated = scores["f1"]
+    pair = (["The cat sat on the mat.", "The cat sat on the mat."],
+            ["A cat was sitting on the mat.", "Quarterly revenue grew by twelve percent."])
+    paraphrase, unrelated = bertscore(*pair, BertScoreConfig(rescale=False))["f1"]
     assert paraphrase > 0.8 and unrelated < 0.5 and paraphrase - unrelated > 0.4
+    # Rescaled (the default, against the pinned baseline): unrelated text reads 0 or below.
+    paraphrase, unrelated = bertscore(*pair, BertScoreConfig())["f1"]
+    assert paraphrase > 0.6 and unrelated < 0.05 and paraphrase - unrelated > 0.8
 
 
-def test_bertscore_rescale_without_baseline_fails_loudly():
-    with pytest.raises(InputError, match="baseline_path is missing"):
-        bertscore(["a"], ["b"], BertScoreConfig(rescale=True))
+def test_bertscore_rescale_without_baseline_fails_loudly(tmp_path):
+    with pytest.raises(InputError, match="baseline_path is not set for model"):
+        bertscore(["a"], ["b"], BertScoreConfig(model=str(tmp_path)))
+    with pytest.raises(InputError, match="no such file"):
+        bertscore(["a"], ["b"], BertScoreConfig(baseline_path=str(tmp_path / "none.csv")))
 
 
 def test_bertscore_rescale_with_a_baseline_file(tmp_path):
     baseline = tmp_path / "minilm.tsv"
     baseline.write_text("LAYER,P,R,F\n" + "".join(f"{i},0.3,0.3,0.3\n" for i in range(7)))
-    raw = bertscore(["The cat sat."], ["A cat sat."], BertScoreConfig())["f1"][0]
+    raw = bertscore(["The cat sat."], ["A cat sat."], BertScoreConfig(rescale=False))["f1"][0]
     rescaled = bertscore(["The cat sat."], ["A cat sat."], BertScoreConfig(rescale=True, baseline_path=str(baseline)))
     assert rescaled["f1"][0] == pytest.approx((raw - 0.3) / 0.7, abs=1e-4)
 
@@ -186,5 +190,56 @@ def test_cli_exit_codes(model_and_data, tmp_path):
 
 
 def test_empty_candidates_score_zero():
-    scores = bertscore(["", "The cat sat."], ["A cat sat.", "A cat sat."], BertScoreConfig())
+    scores = bertscore(["", "The cat sat."], ["A cat sat.", "A cat sat."], BertScoreConfig(rescale=False))
     assert scores["f1"][0] == 0.0 and scores["f1"][1] > 0.8
+    rescaled = bertscore(["", "The cat sat."], ["A cat sat.", "A cat sat."], BertScoreConfig())
+    assert rescaled["f1"][0] < -0.3 and rescaled["f1"][1] > 0.6        # 0 rescaled is below chance
+
+
+def test_the_bundled_bertscore_baseline_is_what_its_recipe_makes(tmp_path):
+    from kfp_llmops.components.evaluation import bertscore_baseline
+    from kfp_llmops.pipelines.cli.main import main
+
+    assert bertscore_baseline.resolve(None) == bertscore_baseline.BUNDLED          # the pin holds
+    out = tmp_path / "minilm.csv"
+    assert main(["bertscore-baseline", "--out", str(out)]) == 0
+    rebuilt = {int(r.split(",")[0]): [float(x) for x in r.split(",")[1:]] for r in out.read_text().split()[1:]}
+    for layer, row in rebuilt.items():        # a Python patch release may edit a sentence or two
+        assert row == pytest.approx(list(bertscore_baseline.layer_row(bertscore_baseline.BUNDLED, layer)), abs=2e-3)
+    tampered = tmp_path / "pkg"
+    shutil.copytree(os.path.dirname(bertscore_baseline.BUNDLED), tampered / "baselines")
+    (tampered / "baselines" / "minilm-l6.csv").write_text(out.read_text().replace("6,", "6,0", 1))
+    original = bertscore_baseline.BUNDLED
+    try:
+        bertscore_baseline.BUNDLED = str(tampered / "baselines" / "minilm-l6.csv")
+        with pytest.raises(InputError, match="is not the pinned"):
+            bertscore(["a"], ["b"], BertScoreConfig())
+    finally:
+        bertscore_baseline.BUNDLED = original
+
+
+def test_the_default_gate_refuses_the_untrained_demo_base_model(tmp_path):
+    """A model that has learned nothing writes fluent-looking strings that share words with
+    the references; BERTScore alone would pass some, the default gate must not."""
+    from kfp_llmops.pipelines.demo.demo_data import make_demo_dataset
+
+    data = make_demo_dataset(str(tmp_path / "data"), rows=600)
+    clean = tmp_path / "clean.jsonl"
+    rows = []
+    for line in open(data["train"], "rb"):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("prompt"), str) and isinstance(row.get("response"), str):
+            rows.append(json.dumps({"prompt": row["prompt"], "response": row["response"]}) + "\n")
+    clean.write_text("".join(rows))
+    model = str(tmp_path / "base")
+    build_base_model(str(clean), model)                       # the demo size, never trained
+    result = run_to_dir(model, data["eval"], str(tmp_path / "out"), show_progress=False)
+    assert not result["blessed"]
+    failed = {c["metric"] for c in result["checks"] if c["verdict"] == "fail"}
+    assert {"exact_match", "unfinished_rate", "perplexity"} <= failed, failed
+    assert result["metrics"]["exact_match"] == 0.0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "# evaluate_llm: NOT BLESSED" in report and "0 of 200 answers match the reference exactly" in report

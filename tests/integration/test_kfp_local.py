@@ -1,6 +1,9 @@
 """The component and the release pipeline through kfp.local, and the GitOps compile check."""
+import glob
 import json
 import os
+
+import pytest
 
 import yaml
 
@@ -17,7 +20,7 @@ from helpers import flip_byte
 TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
 
 
-def test_release_pipeline_runs_through_kfp_local(tmp_path):
+def test_release_pipeline_runs_through_kfp_local(tmp_path, capfd):
     summary = run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny",
                         eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n")
     validate, train, evaluate, watermark, deployed = summary["stages"]
@@ -38,7 +41,8 @@ def test_release_pipeline_runs_through_kfp_local(tmp_path):
     assert evaluate["stage"] == "evaluate_llm" and evaluate["gate"] == "blessed"
     assert evaluate["merkle_root"] == train["merkle_root"]                  # lineage: evaluated what was trained
     blessing = json.load(open(evaluate["outputs"]["blessing"]))
-    assert blessing["blessed"] and blessing["baseline_note"] == "no baseline: change thresholds skipped"
+    assert blessing["blessed"] and blessing["baseline_note"] == ("first release: no promoted release to compare "
+                                                                 "with; change thresholds skipped")
     assert len(open(evaluate["outputs"]["responses"]).readlines()) == 200
     assert watermark["stage"] == "verify_watermark" and watermark["merkle_root"] == train["merkle_root"]
     assert watermark["gate"] == "verified"
@@ -56,6 +60,39 @@ def test_release_pipeline_runs_through_kfp_local(tmp_path):
     _lineage_is_proven_then_refuted_at_the_broken_link(summary["release_record"], tmp_path)
     _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_path)
     _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path)
+    _the_next_release_compares_with_the_promoted_one(summary, tmp_path, capfd)
+
+
+def _the_next_release_compares_with_the_promoted_one(first, tmp_path, capfd):
+    """A second run in the same folder finds the first run's promoted release: drift is
+    measured against its data and the blessing's change thresholds against its metrics.
+    Then its data stats are altered, and the third run's validation refuses them."""
+    record = json.load(open(first["release_record"]))
+    pointer = json.load(open(tmp_path / "run" / "releases" / "promoted.json"))
+    assert pointer["record"] == first["release_record"] and record["decision"] == "promoted"
+    assert record["stages"]["evaluate_llm"]["metrics"]["exact_match"] >= 0
+    second = run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny",
+                       eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n")
+    validate, _, evaluate, *_ = second["stages"]
+    assert "PSI length 0.000" in validate["detail"], validate["detail"]          # same data: no drift
+    blessing = json.load(open(evaluate["outputs"]["blessing"]))
+    changes = [c for c in blessing["checks"] if c["kind"] == "change"]
+    assert changes and all(c["verdict"] == "pass" and c["baseline"] is not None for c in changes), changes
+    assert os.path.basename(os.path.dirname(first["release_record"])) in blessing["baseline_note"]
+    assert "Compared with baseline: promoted release" in open(validate["outputs"]["report"]).read()
+    stats = record["stages"]["validate_dataset"]["outputs"]["stats"]["path"]
+    second_record = json.load(open(second["release_record"]))
+    stats = second_record["stages"]["validate_dataset"]["outputs"]["stats"]["path"] \
+        if second_record["decision"] == "promoted" else stats
+    with open(stats, "a") as handle:
+        handle.write(" ")
+    capfd.readouterr()
+    with pytest.raises(Exception, match="FAILURE"):
+        run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny")
+    out = capfd.readouterr()
+    assert "baseline data stats" in out.out + out.err and "do not verify" in out.out + out.err
+    third = json.load(open(sorted(glob.glob(str(tmp_path / "run" / "releases" / "run-*" / "record.json")))[-1]))
+    assert third["status"] == "FAILED" and "validate_dataset" not in third["stages"]
 
 
 def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
@@ -70,7 +107,8 @@ def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
         watermark_key_file=str(run / "watermark.key"),
         deploy_config="interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
                       "sla: {min_requests: 10}\nfail_on_rollback: false\n",
-        serving_state_dir=str(run / "serving"), release_dir=str(tmp_path / "release3"))
+        serving_state_dir=str(run / "serving"), release_dir=str(tmp_path / "release3"),
+        baseline_release="none")            # (release2's promotion beside it would be the baseline)
     record = json.load(open(tmp_path / "release3" / "record.json"))
     trained = record["stages"]["train_zero3"]
     assert trained["outputs"]["checkpoints"]["tag"] == "step-00000009"          # resumed at 6, ran to 9

@@ -96,3 +96,21 @@ def test_weight_watermark_checks_join_the_gate(setup, tmp_path):
     unmarked = run_to_dir(setup["model"], setup["eval"], str(tmp_path / "out2"), str(cfg), setup["key"])
     assert {c["metric"]: c["verdict"] for c in unmarked["checks"]}["bit_p_value"] == "fail"
     assert not unmarked["verified"]
+
+
+def test_quality_cost_is_measured_and_can_be_gated(setup, tmp_path):
+    """Greedy answers with and without the mark: at delta 0 nothing changes, and the curve
+    shows detection rising with delta; a cost bound turns the measurement into a check."""
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(FAST.format(delta=4.0) + "quality: {deltas: [0.0, 4.0]}\ngate: {max_exact_match_cost: 0.0}\n")
+    result = run_to_dir(setup["model"], setup["eval"], str(tmp_path / "out"), str(cfg), setup["key"])
+    m = result["metrics"]
+    assert 0 <= m["exact_match_watermarked"] <= 1 and m["exact_match_cost"] == pytest.approx(
+        m["exact_match_unwatermarked"] - m["exact_match_watermarked"])
+    zero, four = result["tradeoff"]
+    assert zero["delta"] == 0.0 and zero["exact_match_cost"] == 0.0 and zero["tpr"] <= 0.05
+    assert four["tpr"] >= 0.95 and four["exact_match_cost"] == pytest.approx(m["exact_match_cost"])
+    (check,) = [c for c in result["checks"] if c["metric"] == "exact_match_cost"]
+    assert check["verdict"] == ("pass" if m["exact_match_cost"] <= 0 else "fail")
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "Detection against quality, by delta" in html and "Quality cost:" in html
