@@ -31,6 +31,8 @@ class QualityCost(_Section):
     batch_size: int = Field(32, ge=1)
     deltas: list[float] = Field(default_factory=list, description="Also measure detection (TPR) and the cost at "
                                                                   "these deltas: the trade-off curve in the report.")
+    curve_prompts: int = Field(64, ge=1, description="Prompts the curve's TPR is measured on (each delta generates "
+                                                     "long texts again).")
 
 
 class WatermarkGate(_Section):

@@ -47,7 +47,8 @@ def tradeoff(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, key: int,
     for delta in cfg.quality.deltas:
         wm = KGW(**{**KGW.of(cfg).model_dump(), "delta": delta}).watermark(key, len(tokenizer))
         processor = logits_processor(wm)
-        tpr = _rate(wm.detect_many(_generate(model, tokenizer, [r["prompt"] for r in rows], cfg, processor)))[0]
+        prompts = [r["prompt"] for r in rows[:cfg.quality.curve_prompts]]
+        tpr = _rate(wm.detect_many(_generate(model, tokenizer, prompts, cfg, processor)))[0]
         marked = _exact_match(model, tokenizer, rows, cfg, processor)
         curve.append({"delta": delta, "tpr": tpr, "exact_match": marked, "exact_match_cost": plain - marked})
     return curve
