@@ -46,8 +46,12 @@ def distinct(texts: Sequence[str], n: int = 2) -> float:
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
+def exact_match(response: str, reference: str) -> bool:
+    return normalize(response) == normalize(reference)
+
+
 def per_sample(response: str, reference: str, ended: bool) -> dict:
-    return {"exact_match": normalize(response) == normalize(reference), "repetition": repetition(response),
+    return {"exact_match": exact_match(response, reference), "repetition": repetition(response),
             "empty": not response.strip(), "unfinished": not ended}
 
 

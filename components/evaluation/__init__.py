@@ -66,15 +66,14 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
     shutil.copyfile(os.path.join(work, "blessing.json"), blessing.path)
     responses.metadata.update({"model_root": result["model_root"], "rows": result["metrics"]["samples"]})
     blessing.metadata.update({"blessed": result["blessed"], "model_root": result["model_root"]})
-    for key, value in result["metrics"].items():
-        if isinstance(value, (int, float)) and value == value:
-            metrics.log_metric(key, value)
+    numeric = {k: float(v) for k, v in result["metrics"].items() if isinstance(v, (int, float)) and v == v}
+    for key, value in numeric.items():
+        metrics.log_metric(key, value)
     metrics.metadata["model_root"] = result["model_root"]
     metrics.metadata["baseline"] = result["baseline_note"] or "given"
     from kfp_llmops.components.common import records
     records.note(release_dir, records.EvaluateLlm(
-        params={"eval_config": config}, metrics={k: float(v) for k, v in result["metrics"].items()
-                                                 if isinstance(v, (int, float)) and v == v},
+        params={"eval_config": config}, metrics=numeric,
         result="blessed" if result["blessed"] else "not blessed", inputs={"model_root": result["model_root"]},
         outputs={"blessing": records.BlessingOut(root=result["model_root"], path=blessing.path,
                                                  blessed=result["blessed"])}))

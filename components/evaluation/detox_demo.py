@@ -55,7 +55,8 @@ def labeled_sample(seed: int = 0, n: int = 640) -> tuple[list[str], list[list[fl
         labels.append([float(v) for v in y])
     # Ordinary prose, whole and cut to a few words, so that short plain statements in
     # words the sample above never used ("A duck says quack.") read as neutral too.
-    prose = rng.sample(sentences(), min(n, len(sentences())))
+    pool = sentences()
+    prose = rng.sample(pool, min(n, len(pool)))
     for i, s in enumerate(prose):
         words = s.split()
         texts.append(s if i % 2 else " ".join(words[:rng.randint(3, 7)]).rstrip(",;:") + ".")

@@ -10,9 +10,8 @@ import time
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.jsonl import read_eval_set
 from kfp_llmops.components.common.progress import progress
-from kfp_llmops.components.common import integrity
+from kfp_llmops.components.common import answers, integrity
 
-from kfp_llmops.components.common import answers
 from .config import EvalConfig
 from .gate import evaluate_gate
 

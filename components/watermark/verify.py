@@ -31,7 +31,7 @@ def _exact_match(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, proce
                                batch_size=q.batch_size, seed=cfg.generation.seed, do_sample=False,
                                processors=[processor] if processor else None)
     texts = [tokenizer.decode(c.tokens, skip_special_tokens=True).strip() for c in done]
-    return sum(answers.normalize(t) == answers.normalize(r["response"]) for t, r in zip(texts, rows)) / max(1, len(rows))
+    return sum(answers.exact_match(t, r["response"]) for t, r in zip(texts, rows)) / max(1, len(rows))
 
 
 def quality_cost(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor) -> dict:

@@ -59,7 +59,7 @@ _ZH_ADDRESSES = ["北京市朝阳区建国路{n}号", "上海市浦东新区世�
 
 
 def _qa_items() -> list[tuple[str, str, str]]:
-    """(key, question, answer) for every fact; the key decides the train/eval split."""
+    """(key, question, answer) for every fact the training data teaches."""
     items = []
     for a in range(1, 13):
         for b in range(1, 13):
@@ -112,19 +112,19 @@ def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed
     """Write `train.jsonl` (raw, with deliberate faults; not with `train=False`, when the
     user brings their own) and `eval.jsonl` (held-out phrasings of `eval_rows` facts)."""
     rng = random.Random(seed)
-    train_items = _qa_items()
-    rng.shuffle(train_items)
-    eval_items = train_items[:eval_rows]
+    facts = _qa_items()
+    rng.shuffle(facts)
+    eval_items = facts[:eval_rows]
     framings = [(a, p) for p in _PASSES for a in _ASK]
     os.makedirs(out_dir, exist_ok=True)
     lines: list[bytes] = []
     faults = {"pii_redacted": 0, "pii_dense": 0, "duplicates": 0, "malformed": 0}
     seen: list[bytes] = []
     for i in range(rows):
-        fact = i % len(train_items)
-        key, q, a = train_items[fact]
+        fact = i % len(facts)
+        key, q, a = facts[fact]
         # Each pass over the facts frames a fact differently, so passes never repeat a row.
-        ask, frame = framings[(i // len(train_items) + 7 * fact) % len(framings)]
+        ask, frame = framings[(i // len(facts) + 7 * fact) % len(framings)]
         prompt = frame.format(p=ask.format(q=q))
         roll = rng.random()
         if roll < 0.03:

@@ -18,8 +18,8 @@ from .demo_data import make_demo_dataset
 # The demo model has a 128-token context, so its texts are shorter than the ~200 tokens
 # KGW's defaults assume, and it answers with near certainty (little entropy for a green
 # list to steer): only a strong bias keeps the z-test decisive (delta 4 detects 82 % of
-# texts, 6 passes robustness at 0.77, 8 at 0.88). The report shows what that costs the
-# answers; a quality-cost gate is not set here yet.
+# texts; 6 keeps 77 % after 10 % substitution, below the gate's 80 %; 8 keeps 88 %). The
+# report shows what that costs the answers; a quality-cost gate is not set here yet.
 DEMO_WATERMARK = ("delta: 8.0\ngeneration: {max_new_tokens: 112, min_new_tokens: 112}\n"
                   "quality: {deltas: [2.0, 4.0, 6.0, 8.0]}\n")
 

@@ -196,7 +196,7 @@ def test_empty_candidates_score_zero():
     assert rescaled["f1"][0] < -0.3 and rescaled["f1"][1] > 0.6        # 0 rescaled is below chance
 
 
-def test_the_bundled_bertscore_baseline_is_what_its_recipe_makes(tmp_path):
+def test_the_bundled_bertscore_baseline_is_what_its_recipe_makes(tmp_path, monkeypatch):
     from kfp_llmops.components.evaluation import bertscore_baseline
     from kfp_llmops.pipelines.cli.main import main
 
@@ -209,13 +209,9 @@ def test_the_bundled_bertscore_baseline_is_what_its_recipe_makes(tmp_path):
     tampered = tmp_path / "pkg"
     shutil.copytree(os.path.dirname(bertscore_baseline.BUNDLED), tampered / "baselines")
     (tampered / "baselines" / "minilm-l6.csv").write_text(out.read_text().replace("6,", "6,0", 1))
-    original = bertscore_baseline.BUNDLED
-    try:
-        bertscore_baseline.BUNDLED = str(tampered / "baselines" / "minilm-l6.csv")
-        with pytest.raises(InputError, match="is not the pinned"):
-            bertscore(["a"], ["b"], BertScoreConfig())
-    finally:
-        bertscore_baseline.BUNDLED = original
+    monkeypatch.setattr(bertscore_baseline, "BUNDLED", str(tampered / "baselines" / "minilm-l6.csv"))
+    with pytest.raises(InputError, match="is not the pinned"):
+        bertscore(["a"], ["b"], BertScoreConfig())
 
 
 def test_the_default_gate_refuses_the_untrained_demo_base_model(tmp_path):

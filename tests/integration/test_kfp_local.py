@@ -80,11 +80,9 @@ def _the_next_release_compares_with_the_promoted_one(first, tmp_path, capfd):
     assert changes and all(c["verdict"] == "pass" and c["baseline"] is not None for c in changes), changes
     assert os.path.basename(os.path.dirname(first["release_record"])) in blessing["baseline_note"]
     assert "Compared with baseline: promoted release" in open(validate["outputs"]["report"]).read()
-    stats = record["stages"]["validate_dataset"]["outputs"]["stats"]["path"]
-    second_record = json.load(open(second["release_record"]))
-    stats = second_record["stages"]["validate_dataset"]["outputs"]["stats"]["path"] \
-        if second_record["decision"] == "promoted" else stats
-    with open(stats, "a") as handle:
+    # Whichever release is promoted now (the second, if its canary passed) is the baseline.
+    promoted = json.load(open(json.load(open(tmp_path / "run" / "releases" / "promoted.json"))["record"]))
+    with open(promoted["stages"]["validate_dataset"]["outputs"]["stats"]["path"], "a") as handle:
         handle.write(" ")
     capfd.readouterr()
     with pytest.raises(Exception, match="FAILURE"):
