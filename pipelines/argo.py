@@ -26,7 +26,7 @@ from kfp_llmops.components.common.k8s import DEFAULT_NAMESPACE
 from . import params as P
 from .release import (CHECKPOINT_MOUNT, FIXED_SIZE, KEY_MOUNT, KEY_SECRET, PULL_SECRET, RELEASE_MOUNT,
                       SIGNING_MOUNT, SIGNING_SECRET,
-                      STORAGE_ENV, STORAGE_SECRET, TIMEOUT)
+                      STORAGE_ENV, STORAGE_SECRET, STORAGE_TASKS, TIMEOUT)
 
 RUN = f"{RELEASE_MOUNT}/{{{{workflow.name}}}}"
 WORK = f"{RUN}/work"
@@ -84,7 +84,7 @@ def _container(stage: str, image: str, names: list[str], declared: set[str], ext
     if stage == "train_zero3":
         args += ["--param", f"checkpoint_dir={CHECKPOINT_MOUNT}/{{{{workflow.name}}}}"]
         mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT})
-    if stage in ("validate_dataset", "build_base_model", "triton_canary_deploy"):      # read or write object storage
+    if stage.replace("_", "-") in STORAGE_TASKS:
         env += [{"name": var, "valueFrom": {"secretKeyRef": {"name": STORAGE_SECRET, "key": key}}}
                 for key, var in STORAGE_ENV.items()]
     return {"image": image, "command": ["llmops"], "args": args + (extra or []), "volumeMounts": mounts,

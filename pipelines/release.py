@@ -38,6 +38,9 @@ SIGNING_SECRET, SIGNING_MOUNT = "llmops-signing-key", "/var/run/secrets/kfp-llmo
 # Object-storage credentials (DVC remote, model repository upload) as environment variables.
 STORAGE_SECRET = "llmops-storage"
 STORAGE_ENV = {"access_key_id": "AWS_ACCESS_KEY_ID", "secret_access_key": "AWS_SECRET_ACCESS_KEY"}
+# The tasks that get them: data and base models come from it, the repository goes to it, and
+# evaluation reads the production model back from it (the win rate).
+STORAGE_TASKS = ("validate-dataset", "build-base-model", "evaluate-llm", "triton-canary-deploy")
 PULL_SECRET = "llmops-registry"
 CHECKPOINT_MOUNT, RELEASE_MOUNT = "/mnt/checkpoints", "/mnt/release"
 # The local target's promoted repositories outlive runs (on a cluster the default target is KServe).
@@ -75,7 +78,7 @@ class _Form:
         task.register_pipeline_channels([v for v in (cpu, memory) if isinstance(v, PipelineChannel)])
         return task
 
-    def task(self, task, name: str, key: bool = False, storage: bool = False, size=None, signing: bool = False):
+    def task(self, task, name: str, key: bool = False, size=None, signing: bool = False):
         task.set_display_name(name).set_caching_options(False)
         if not self.enabled:
             return task
@@ -88,7 +91,7 @@ class _Form:
             kubernetes.use_secret_as_volume(task, secret_name=KEY_SECRET, mount_path=KEY_MOUNT)
         if signing:
             kubernetes.use_secret_as_volume(task, secret_name=SIGNING_SECRET, mount_path=SIGNING_MOUNT)
-        if storage:
+        if name in STORAGE_TASKS:
             kubernetes.use_secret_as_env(task, secret_name=STORAGE_SECRET, secret_key_to_env=STORAGE_ENV)
         return task
 
@@ -124,7 +127,7 @@ def _tail(f: _Form, model, eval_set) -> None:
                 default_target="kserve" if f.enabled else "local", key_file=f.get("watermark_key_file"),
                 state_dir=f.get("serving_state_dir"), release_dir=f.get("release_dir"),
                 signing_key_file=f.get("signing_key_file"), public_key_file=f.get("signing_public_key_file"))
-            f.task(deployed, "triton-canary-deploy", key=True, storage=True, signing=True,
+            f.task(deployed, "triton-canary-deploy", key=True, signing=True,
                    size=(f.p.get("deploy_cpu"), f.p.get("deploy_memory")))
 
 
@@ -142,7 +145,7 @@ def _validate(f: _Form, raw):
     """validate_dataset with the object-storage credentials; its `Output` is the data gate."""
     validated = validate_dataset(raw=raw, config=f.p["data_config"], policy=f.p["pii_policy"],
                                  release_dir=f.get("release_dir"), baseline_release=f.p["baseline_release"])
-    return f.task(validated, "validate-dataset", storage=True)
+    return f.task(validated, "validate-dataset")
 
 
 def _import(uri, cls, name: str, root=None):
@@ -159,7 +162,7 @@ def _release(f: _Form) -> None:
         base = build_base_model(dataset=validated.outputs["clean"], size=f.p["base_model_size"],
                                 base_model_uri=f.p["base_model_uri"], base_model_root=f.p["base_model_root"],
                                 release_dir=f.get("release_dir"))
-        f.task(base, "build-base-model", storage=True)
+        f.task(base, "build-base-model")
         trained = _train(f, validated.outputs["clean"], base.outputs["base_model"])
         _tail(f, trained.outputs["model"], eval_set.output)
 

@@ -68,3 +68,21 @@ def write_json(path: str, data, durable: bool = True, **dump) -> None:
     """JSON (indent 2 unless told) written atomically; non-JSON values via `default`."""
     dump.setdefault("indent", 2)
     write_text(path, json.dumps(data, **dump) + "\n", durable)
+
+
+def copy_tree(source: str, dest: str) -> str:
+    """`source` copied to `dest` whole or not at all (through `dest.partial`), with hard
+    links where both are on one volume, so a second copy of the weights costs nothing."""
+    import shutil
+
+    partial = dest + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+    try:
+        shutil.copytree(source, partial, copy_function=os.link)
+    except OSError:
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(source, partial)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(partial, dest)
+    return dest

@@ -4,7 +4,8 @@ When a run's canary is promoted, its release record is the new production, and t
 handler writes `promoted.json` beside the run folders on the release volume: which
 record, its SHA-256 and the model it released. The next run's validate_dataset reads
 that release's data statistics (drift, PSI) and evaluate_llm its blessed metrics (the
-change thresholds: "no worse than production"). The record names each file with its
+change thresholds: "no worse than production") and its model (the win rate), from the
+first place the record names that the pod reaches, verified against the model root. The record names each file with its
 SHA-256, so a baseline that does not verify fails the stage, loudly, rather than being
 skipped; a first release, with no promoted.json, says it has no baseline.
 
@@ -17,12 +18,14 @@ import json
 import os
 from dataclasses import dataclass
 
-from . import atomic
+from . import atomic, integrity
 from .errors import InputError
+from .fetch import fetch
 from .integrity import sha256_file
 
 FORMAT = "kfp-llmops-promoted/1"
 POINTER = "promoted.json"
+PRODUCTION = "production"   # beside the run folders: the promoted model, for the next run's win rate
 
 
 @dataclass
@@ -33,6 +36,7 @@ class Baseline:
     model_root: str | None
     eval_metrics: dict | None           # evaluate_llm's metrics of the promoted model
     stats_path: str | None              # validate_dataset's stats of the data it was trained on
+    model_places: list[str]             # where the record says the model is: trained, deployed, serving, served
 
     def describe(self) -> str:
         return (f"promoted release {os.path.basename(os.path.dirname(self.record))} (model "
@@ -46,6 +50,27 @@ def pointer_path(release_dir: str, setting: str = "auto") -> str | None:
     if setting == "auto":
         return os.path.join(os.path.dirname(os.path.abspath(release_dir)), POINTER) if release_dir else None
     return setting
+
+
+def keep_model(release_dir: str, model_dir: str, root: str) -> str | None:
+    """A copy of the model being promoted on the release volume (`production/<root>`,
+    hard links where it can), where the next run's evaluation finds it whatever storage
+    the pipeline's artifacts live in. The copy before it stays until the next promotion
+    (the pointer names it until the exit handler moves on); older ones are removed."""
+    if not release_dir:
+        return None
+    folder = os.path.join(os.path.dirname(os.path.abspath(release_dir)), PRODUCTION)
+    dest = os.path.join(folder, root)
+    if not os.path.isdir(dest):
+        atomic.copy_tree(model_dir, dest)
+    integrity.verify("model", dest, root)
+    os.utime(dest)
+    import shutil
+    others = sorted((os.path.join(folder, d) for d in os.listdir(folder) if d != root),
+                    key=os.path.getmtime, reverse=True)
+    for stale in others[1:]:
+        shutil.rmtree(stale, ignore_errors=True)
+    return dest
 
 
 def promote(release_dir: str, record_path: str, record: dict) -> str:
@@ -93,7 +118,51 @@ def load(release_dir: str, setting: str = "auto") -> Baseline | None:
                              f"(SHA-256 {got}, the record says {stats.get('root')})")
     evaluated = stages.get("evaluate_llm", {})
     return Baseline(path, record_path, pointer.get("run"), pointer.get("model_root"), evaluated.get("metrics") or None,
-                    stats_path)
+                    stats_path, _model_places(stages))
+
+
+def _model_places(stages: dict) -> list[str]:
+    """The copy kept on the release volume, the trained model's folder, the deployed
+    repository's weights, the stable copy in the local target's serving state, and the
+    copy KServe serves."""
+    from .records import STABLE_DIR, read_serving_state
+
+    model = ((stages.get("train_zero3") or {}).get("outputs") or {}).get("model") or {}
+    deploy = (stages.get("triton_canary_deploy") or {}).get("outputs") or {}
+    repo, state = deploy.get("repository") or {}, (deploy.get("serving_state") or {}).get("path")
+    places = [(deploy.get("production") or {}).get("path"), model.get("path")]
+    if repo.get("weights"):
+        places.append(os.path.join(repo["path"], repo["weights"]) if repo.get("path") else None)
+        stable = (read_serving_state(state) if state else {}).get("stable") or {}
+        if stable.get("model_name") and stable.get("version") is not None:    # versions count on as it serves
+            places.append(os.path.join(state, STABLE_DIR, stable["model_name"], str(stable["version"]),
+                                       os.path.basename(repo["weights"])))
+        places.append(f"{deploy['served_uri'].rstrip('/')}/{repo['weights']}" if deploy.get("served_uri") else None)
+    return [p for p in places if p]
+
+
+def model_folder(places: list[str], root: str | None, work: str) -> tuple[str | None, list[str]]:
+    """The first of `places` this pod reaches that verifies against `root`; (None, why
+    each failed) when none is reachable. When copies were found but none verifies, that
+    is an error: the model in production is not the one the release record names."""
+    if not root:
+        raise InputError("the production model has no pinned Merkle root to verify it by")
+    missed, wrong = [], []
+    for k, place in enumerate(places):
+        try:
+            folder = fetch(place, work, f"production_model_{k}")
+        except InputError as exc:
+            missed.append(str(exc))
+            continue
+        try:
+            integrity.verify("model", folder, root)
+        except InputError as exc:
+            wrong.append(str(exc))
+            continue
+        return folder, missed + wrong
+    if wrong:
+        raise InputError(wrong[0])
+    return None, missed
 
 
 def note(baseline: Baseline | None) -> str:

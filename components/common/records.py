@@ -148,6 +148,8 @@ class DeployOutputs(_Record):
     serving_state: Artifact = Field(default_factory=Artifact)
     served_uri: str | None = Field(None, description="Where a cluster target serves the repository from "
                                                      "(object storage or pvc://), under its root.")
+    production: Artifact = Field(default_factory=Artifact, description="The promoted model's copy on the "
+                                                                       "release volume (the next run's win rate).")
 
 
 class TritonCanaryDeploy(StageRecord):

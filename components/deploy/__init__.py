@@ -145,7 +145,8 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
     for k, v in record["metrics"].items():
         metrics.log_metric(k, v)
     metrics.metadata.update({"decision": record["decision"], "reason": record["reason"][:500]})
-    from kfp_llmops.components.common import records
+    from kfp_llmops.components.common import baseline, records
+    kept = baseline.keep_model(release_dir, model.path, blessed_root) if record["decision"] == "promoted" else None
     records.note(release_dir, records.TritonCanaryDeploy(
         params={"deploy_config": config},
         result=record["decision"], reason=record["reason"],
@@ -155,6 +156,7 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
                                              version=record["version"],
                                              weights=built["weights"], signed_sha256=built["signed_sha256"]),
             serving_state=records.Artifact(path=os.path.abspath(state) if cfg.target == "local" else None),
-            served_uri=record.get("served_uri"))))
+            served_uri=record.get("served_uri"),
+            production=records.Artifact(root=blessed_root if kept else None, path=kept))))
     raise_unless_promoted(record, cfg)
     return record["decision"]

@@ -1,5 +1,5 @@
-"""Stage 3, evaluate_llm: generation, BERTScore, two toxicity detectors, perplexity and a
-TFX-style blessing gate.
+"""Stage 3, evaluate_llm: generation, exact match, BERTScore, two toxicity detectors,
+perplexity, the win rate against the model in production, and a TFX-style blessing gate.
 
 `run_to_dir` serves the CLI, `run_component` the KFP component; both call `evaluate`.
 """
@@ -12,7 +12,40 @@ from kfp_llmops.components.common.errors import GateFailed
 
 from .config import EvalConfig
 
-__all__ = ["EvalConfig", "run_to_dir", "run_component", "raise_unless_blessed"]
+__all__ = ["EvalConfig", "run_to_dir", "run_component", "raise_unless_blessed", "find_production"]
+
+
+def find_production(cfg: EvalConfig, promoted, work: str):
+    """The model the candidate is judged against: `win_rate.baseline_model` (its root
+    pinned by `baseline_model_root`, else the promoted one's), else the promoted release's
+    model from the first place its record names that this pod reaches. None on a first
+    release; an unreachable promoted model skips the win rate, saying where it looked."""
+    from kfp_llmops.components.common import baseline
+    from kfp_llmops.components.common.errors import InputError
+
+    from .evaluate import Production
+
+    wanted = cfg.win_rate
+    if not wanted.enabled:
+        return None
+    if wanted.baseline_model:
+        root = wanted.baseline_model_root or (promoted.model_root if promoted else None)
+        if not root:
+            raise InputError("win_rate.baseline_model: pin its Merkle root with win_rate.baseline_model_root")
+        folder, missed = baseline.model_folder([wanted.baseline_model], root, work)
+        if folder is None:
+            raise InputError(f"win_rate.baseline_model: {missed[0]}")
+        return Production(folder, root, f"the production model {wanted.baseline_model}")
+    if promoted is None:
+        return None
+    if not promoted.model_root:
+        return Production(None, None, promoted.describe(), "the promoted release names no model root")
+    folder, missed = baseline.model_folder(promoted.model_places, promoted.model_root, work)
+    why = "" if folder else ("the promoted model is not reachable here (" + ("; ".join(missed) or
+                             "its record names no model folder") + "); set win_rate.baseline_model")
+    if why:
+        print(f"evaluate_llm: win rate skipped: {why}")
+    return Production(folder, promoted.model_root, promoted.describe(), why)
 
 
 def _reports(result: dict, out_dir: str) -> str:
@@ -26,11 +59,18 @@ def _reports(result: dict, out_dir: str) -> str:
 
 
 def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str | None = None,
-               baseline_path: str | None = None, model_root: str | None = None, show_progress: bool = True) -> dict:
+               baseline_path: str | None = None, model_root: str | None = None, show_progress: bool = True,
+               production_model: str | None = None, production_root: str | None = None) -> dict:
+    """`production_model` (its root pinned by `production_root`): the model the
+    candidate is judged against for the win rate (else the config's, if any)."""
     from .evaluate import evaluate
 
     cfg = EvalConfig.load(config_source)
-    result = evaluate(model_dir, eval_path, out_dir, cfg, baseline_path, model_root, show_progress)
+    if production_model:
+        cfg.win_rate.baseline_model, cfg.win_rate.baseline_model_root = production_model, production_root
+    production = find_production(cfg, None, os.path.join(out_dir, "work"))
+    result = evaluate(model_dir, eval_path, out_dir, cfg, baseline_path, model_root, show_progress,
+                      production=production)
     html = _reports(result, out_dir)
     with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as handle:
         handle.write(html)
@@ -54,12 +94,13 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
 
     cfg = EvalConfig.load(config)
     work = os.path.join(os.path.dirname(report.path), "work")
-    promoted = baseline.load(release_dir, baseline_release) if baseline_metrics is None else None
+    promoted = baseline.load(release_dir, baseline_release)
     result = evaluate(model.path, eval_dataset.path, work, cfg,
                       baseline_metrics.path if baseline_metrics is not None else None,
                       model.metadata.get("merkle_root"),
-                      baseline_metrics=promoted.eval_metrics if promoted else None,
-                      baseline_note=None if baseline_metrics is not None else baseline.note(promoted))
+                      baseline_metrics=promoted.eval_metrics if promoted and baseline_metrics is None else None,
+                      baseline_note=None if baseline_metrics is not None else baseline.note(promoted),
+                      production=find_production(cfg, promoted, work))
     with open(report.path, "w", encoding="utf-8") as handle:
         handle.write(_reports(result, work))
     shutil.copyfile(os.path.join(work, "responses.jsonl"), responses.path)

@@ -84,6 +84,40 @@ def _default_change() -> dict[str, Change]:
             "toxicity_flagged_rate": Change(direction="lower_is_better", absolute=0.01)}
 
 
+class JudgeConfig(_Section):
+    kind: Literal["bertscore", "reward", "pairwise"] = Field(
+        "bertscore", description="bertscore: each answer's F1 against the reference (no judge model); reward: a "
+                                 "one-logit sequence classifier scoring (prompt, answer); pairwise: a one-logit "
+                                 "classifier reading (prompt, answer A and B), > 0 when A is better.")
+    path: str | None = Field(None, description="The judge model's local folder, sealed (`llmops model seal`).")
+    root: str | None = Field(None, description="Its pinned Merkle root (required with path).")
+    pair_template: str = Field("Answer A: {a}\nAnswer B: {b}", description="How a pairwise judge reads the two "
+                                                                          "answers (the prompt is the first text).")
+    tie_margin: float = Field(0.01, ge=0, description="Score differences up to this are ties.")
+    max_length: int = Field(512, ge=8)
+    batch_size: int = Field(16, ge=1)
+
+    @model_validator(mode="after")
+    def _pinned(self) -> "JudgeConfig":
+        if self.kind != "bertscore" and not (self.path and self.root):
+            raise ValueError(f"judge kind {self.kind!r} needs path and root (the root `llmops model seal` printed)")
+        return self
+
+
+class WinRateConfig(_Section):
+    """The candidate against the model in production, on the same prompts."""
+    enabled: bool = True
+    baseline_model: str | None = Field(None, description="The production model's folder or URI; default: the "
+                                                         "promoted release's, found through its record.")
+    baseline_model_root: str | None = Field(None, description="Its pinned Merkle root; default: the promoted "
+                                                              "release's model root.")
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    confidence: float = Field(0.95, gt=0, lt=1)
+    bootstrap: int = Field(2000, ge=100, description="Bootstrap resamples over prompts for the interval.")
+    min_win_rate: float | None = Field(0.45, ge=0, le=1, description="Gate: win rate (ties count half) >= this.")
+    min_lower_bound: float | None = Field(0.35, ge=0, le=1, description="Gate: the interval's lower end >= this.")
+
+
 class GateConfig(_Section):
     value: dict[str, Bound] = Field(default_factory=_default_value)
     change: dict[str, Change] = Field(default_factory=_default_change)
@@ -96,3 +130,4 @@ class EvalConfig(StageConfig):
     max_prompt_tokens: int | None = Field(None, ge=1, description="Default: context - max_new_tokens.")
     perplexity_batch_size: int = Field(16, ge=1)
     gate: GateConfig = Field(default_factory=GateConfig)
+    win_rate: WinRateConfig = Field(default_factory=WinRateConfig)

@@ -1,11 +1,13 @@
-"""evaluate_llm: generate responses, score them (BERTScore, two toxicity detectors),
-compute reference perplexity, and bless or refuse the model."""
+"""evaluate_llm: generate responses, score them (exact match, BERTScore, two toxicity
+detectors), compute reference perplexity, judge them against the model in production
+(win rate), and bless or refuse the model."""
 from __future__ import annotations
 
 import json
 import math
 import os
 import time
+from dataclasses import dataclass
 
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.jsonl import read_eval_set
@@ -33,14 +35,16 @@ def read_baseline(path: str | None) -> dict | None:
 
 def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, baseline_path: str | None = None,
              model_root: str | None = None, show_progress: bool = True, baseline_metrics: dict | None = None,
-             baseline_note: str | None = None) -> dict:
+             baseline_note: str | None = None, production: "Production | None" = None) -> dict:
     """Writes responses.jsonl, samples.jsonl, metrics.json, blessing.json; returns the result.
 
     The baseline is `baseline_path` (a metrics JSON) or `baseline_metrics`, described by
-    `baseline_note` (e.g. which promoted release it came from)."""
+    `baseline_note` (e.g. which promoted release it came from). `production` is the model
+    in production the candidate is judged against (the win rate)."""
     from kfp_llmops.components.common.generation import context_size, load_model
 
     from .generate import generate, perplexity
+    from . import winrate
     from .similarity import bertscore
     from .toxicity import ModelDetector, lexical_scores, summarize
 
@@ -99,13 +103,29 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
         **answers.summarize(quality, responses, references),
         **tox_summary,
     }
+    win, judged, theirs = None, None, None
+    if production is not None and production.folder and cfg.win_rate.enabled:
+        t0 = time.perf_counter()
+        same = production.root == root          # the same bytes answer the same way: no second generation
+        theirs = list(responses) if same else _production_answers(production.folder, rows, cfg, show_progress)
+        judged = winrate.judge([r["prompt"] for r in rows], responses, theirs, references, cfg.win_rate.judge,
+                               cfg.bertscore, bs["f1"])
+        win = winrate.summarize(judged, cfg.win_rate)
+        metrics.update(win)
+        timings["win_rate_s"] = time.perf_counter() - t0
     blessed, checks = evaluate_gate(metrics, cfg.gate, baseline)
+    checks += winrate.checks(win, cfg.win_rate, production.why_not if production is not None else
+                             "no model in production to compare with")
+    blessed = all(c.passed for c in checks)
     samples = []
     for i, (g, row) in enumerate(zip(generated, rows)):
         samples.append({"id": g.id, "prompt": g.prompt, "reference": row["response"], "response": g.response,
                         "bertscore_f1": bs["f1"][i], "bertscore_precision": bs["precision"][i],
                         "bertscore_recall": bs["recall"][i], **quality[i], "nll": nll[i], "toxicity_lexical": lexical[i],
                         **{f"toxicity_{c}": v[i] for c, v in model_tox.items()}, "flagged": flags[i]})
+        if judged is not None:
+            samples[-1].update({"production_response": theirs[i], "judged": judged[i].outcome,
+                                "judge_margin": judged[i].margin})
     with open(os.path.join(out_dir, "samples.jsonl"), "w", encoding="utf-8") as handle:
         for s in samples:
             handle.write(json.dumps(s) + "\n")
@@ -114,6 +134,9 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
         "baseline": baseline,
         "baseline_note": (f"{baseline_note}; change thresholds skipped" if baseline_note else
                           "no baseline: change thresholds skipped") if baseline is None else baseline_note,
+        "win_rate": None if win is None else {
+            **win, "judge": cfg.win_rate.judge.kind, "confidence": cfg.win_rate.confidence,
+            "production": production.describe, "production_root": production.root, "same_model": same},
         "model_root": root, "detoxify": {"checkpoint": detector.path, "sha256": detector.sha256,
                                          "classes": detector.classes},
         "bertscore": {"model": cfg.bertscore.model, "num_layers": cfg.bertscore.num_layers, "idf": cfg.bertscore.idf,
@@ -130,8 +153,34 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
     return result
 
 
+@dataclass
+class Production:
+    """The model in production, as found for the win rate: its folder (None when not
+    reachable from here, `why_not` saying why), its root and what it is."""
+    folder: str | None
+    root: str | None
+    describe: str
+    why_not: str = ""
+
+
+def _production_answers(folder: str, rows: list[dict], cfg: EvalConfig, show_progress: bool) -> list[str]:
+    """The production model's answers to the same prompts, through the same generation."""
+    from kfp_llmops.components.common.generation import load_model
+
+    from .generate import generate
+
+    try:
+        model, tokenizer = load_model(folder)
+    except Exception as exc:  # noqa: BLE001 - a model that will not load is bad input
+        raise InputError(f"{folder}: cannot load the production model: {exc}") from None
+    bar = progress(len(rows), "production answers", unit="sample", enabled=show_progress)
+    done = generate(model, tokenizer, rows, cfg, bar)
+    bar.close()
+    return [g.response for g in done]
+
+
 def _nan_safe(value):
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
-__all__ = ["evaluate", "read_baseline"]
+__all__ = ["Production", "evaluate", "read_baseline"]

@@ -1,6 +1,7 @@
-"""The evaluation report: the gate's checks, score histograms as images, and the ten
-worst samples by BERTScore and by toxicity (HTML for the Kubeflow UI, Markdown + SVG
-beside the CLI outputs)."""
+"""The evaluation report: the gate's checks, score histograms as images, the first
+answers, the ten worst samples by BERTScore and by toxicity, and where the candidate and
+production answered differently (HTML for the Kubeflow UI, Markdown + SVG beside the CLI
+outputs)."""
 from __future__ import annotations
 
 import base64
@@ -70,11 +71,34 @@ def headline(result: dict) -> str:
             f"{m.get('unfinished_rate', 0.0):.1%} unfinished, {m.get('empty_rate', 0.0):.1%} empty.")
 
 
+def win_line(result: dict) -> str:
+    """The win rate in words ('' without a production model)."""
+    from .winrate import headline as win_headline
+
+    win = result.get("win_rate")
+    return win_headline(win, win["judge"], win["production"], win["confidence"], win.get("same_model", False)) \
+        if win else ""
+
+
+_PAIR_COLUMNS = ("id", "prompt", "candidate", "production", "reference", "verdict")
+_VERDICT = {1: "candidate", 0: "tie", -1: "production"}
+
+
+def _pairs(samples: list[dict]) -> list[tuple[str, ...]]:
+    """Up to ten prompts the two models answered differently, production's wins first."""
+    differ = sorted((s for s in samples if "judged" in s and s["response"] != s["production_response"]),
+                    key=lambda s: (s["judged"], s["judge_margin"]))[:10]
+    return [(s["id"], s["prompt"], s["response"], s["production_response"], s["reference"],
+             f"{_VERDICT[s['judged']]} ({s['judge_margin']:+.3f})") for s in differ]
+
+
 def render_markdown(result: dict, image_name: str) -> str:
     verdict = "BLESSED" if result["blessed"] else "NOT BLESSED"
     det = result["detoxify"]
     lines = [f"# evaluate_llm: {verdict}", "", f"Model root `{result['model_root']}`; "
              f"Detoxify checkpoint `{det['checkpoint']}` (sha256 `{det['sha256']}`).", "", headline(result), ""]
+    if win_line(result):
+        lines += [win_line(result), ""]
     if result["baseline_note"]:
         lines += [f"*{result['baseline_note']}*", ""]
     lines += ["| check | metric | value | baseline | bound | verdict | note |", "|---|---|---|---|---|---|---|"]
@@ -86,6 +110,10 @@ def render_markdown(result: dict, image_name: str) -> str:
     for title, rows in _tables(result["samples"]):
         lines += ["", f"## {title}", "", "| " + " | ".join(_COLUMNS) + " |", "|---" * len(_COLUMNS) + "|"]
         lines += ["| " + " | ".join(_cell(c) for c in _row(s)) + " |" for s in rows]
+    if result.get("win_rate"):
+        lines += ["", "## Where the candidate and production differ", "",
+                  "| " + " | ".join(_PAIR_COLUMNS) + " |", "|---" * len(_PAIR_COLUMNS) + "|"]
+        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in _pairs(result["samples"])]
     return "\n".join(lines) + "\n"
 
 
@@ -104,12 +132,17 @@ def render_html(result: dict, svg: str) -> str:
         head = "".join(f"<th>{c}</th>" for c in _COLUMNS)
         body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in _row(s)) + "</tr>" for s in rows)
         tables += f"<h2>{title}</h2><table border=1><tr>{head}</tr>{body}</table>"
+    if result.get("win_rate"):
+        head = "".join(f"<th>{c}</th>" for c in _PAIR_COLUMNS)
+        body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in _pairs(result["samples"]))
+        tables += f"<h2>Where the candidate and production differ</h2><table border=1><tr>{head}</tr>{body}</table>"
+    win = f"<p><b>{esc(win_line(result))}</b></p>" if result.get("win_rate") else ""
     det = result["detoxify"]
     note = f"<p><i>{esc(result['baseline_note'])}</i></p>" if result["baseline_note"] else ""
     return (f"<html><body style='font-family:sans-serif'><h1>evaluate_llm: {verdict}</h1>"
             f"<p>Model root <code>{esc(result['model_root'])}</code>; Detoxify checkpoint "
             f"<code>{esc(det['checkpoint'])}</code> sha256 <code>{esc(det['sha256'])}</code></p>"
-            f"<p><b>{esc(headline(result))}</b></p>{note}"
+            f"<p><b>{esc(headline(result))}</b></p>{win}{note}"
             "<table border=1><tr><th>check</th><th>metric</th><th>value</th><th>baseline</th><th>bound</th>"
             f"<th>verdict</th><th>note</th></tr>{checks}</table>"
             f"<img alt='score histograms' src='data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}'/>"

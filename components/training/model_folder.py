@@ -103,8 +103,7 @@ def seal_model_folder(model_dir: str, allow_pickle: bool = False, pad_token: str
 def import_model(uri: str, root: str, dest: str, work: str) -> str:
     """Copy the sealed model at `uri` (a path on a mounted volume, or a URI) to `dest` and
     verify the copy against the pinned `root`; returns the root."""
-    import shutil
-
+    from kfp_llmops.components.common import atomic
     from kfp_llmops.components.common.fetch import fetch
 
     if not root:
@@ -112,11 +111,5 @@ def import_model(uri: str, root: str, dest: str, work: str) -> str:
     source = fetch(uri, work, "base_model")
     if not os.path.isdir(source):
         raise InputError(f"{uri}: not a model folder")
-    if os.path.exists(dest):
-        shutil.rmtree(dest)
-    try:                                 # hard links on the same volume: no second copy of the weights
-        shutil.copytree(source, dest, copy_function=os.link)
-    except OSError:
-        shutil.rmtree(dest, ignore_errors=True)
-        shutil.copytree(source, dest)
+    atomic.copy_tree(source, dest)
     return integrity.verify("model", dest, root)

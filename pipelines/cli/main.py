@@ -206,22 +206,31 @@ def train_cmd(clean_path, base_model, out_dir, config_path, steps, ranks, datase
 @click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
               help="metrics.json of the model in production (enables change thresholds).")
 @click.option("--model-root", help="Expected Merkle root of --model (refuse anything else).")
+@click.option("--production-model", type=click.Path(file_okay=False),
+              help="The sealed model in production: both answer the same prompts and a judge decides (win rate).")
+@click.option("--production-root", help="Pinned Merkle root of --production-model.")
 @click.option("--no-progress", is_flag=True)
-def eval_cmd(model_dir, eval_path, out_dir, config_path, baseline_path, model_root, no_progress) -> None:
+def eval_cmd(model_dir, eval_path, out_dir, config_path, baseline_path, model_root, production_model, production_root,
+             no_progress) -> None:
     """Evaluate a model: generation, BERTScore, toxicity (two detectors), perplexity, blessing.
 
     Exit 0: blessed. Exit 1: not blessed (every failed check listed). Exit 2: bad input.
     """
     from kfp_llmops.components.evaluation import raise_unless_blessed, run_to_dir
 
+    if production_model and not production_root:
+        raise LlmopsError("--production-root: required with --production-model (the root `llmops model seal` printed)")
     result = run_to_dir(model_dir, eval_path, out_dir, config_path, baseline_path, model_root,
-                        show_progress=not no_progress)
-    from kfp_llmops.components.evaluation.report import headline
+                        show_progress=not no_progress, production_model=production_model,
+                        production_root=production_root)
+    from kfp_llmops.components.evaluation.report import headline, win_line
 
     m = result["metrics"]
     click.echo(f"samples={m['samples']} bertscore_f1={m['bertscore_f1']:.4f} perplexity={m['perplexity']:.3f} "
                f"toxicity_flagged_rate={m['toxicity_flagged_rate']:.3f} blessed={result['blessed']}")
     click.echo(headline(result))
+    if win_line(result):
+        click.echo(win_line(result))
     for c in result["checks"]:
         click.echo(f"  {c['verdict'].upper():<7} {c['kind']:<6} {c['metric']:<22} {c['bound']} {c['reason']}")
     click.echo(f"outputs in {out_dir}")

@@ -257,13 +257,16 @@ def _drift(m: dict) -> str:
 
 
 def _changes(blessing_path: str) -> str:
-    """'change checks 4/4 vs promoted; ' when the blessing compared with a baseline."""
+    """'change 4/4, win rate 0.50 (12-180-8) vs promoted; ' when the blessing compared with one."""
     try:
         with open(blessing_path, encoding="utf-8") as handle:
-            checks = [c for c in json.load(handle)["checks"] if c["kind"] == "change" and c["verdict"] != "skipped"]
+            checks = [c for c in json.load(handle)["checks"] if c["verdict"] != "skipped"]
     except (OSError, ValueError, KeyError):
         return ""
-    return f"change {sum(c['verdict'] == 'pass' for c in checks)}/{len(checks)} vs promoted; " if checks else ""
+    changes = [c for c in checks if c["kind"] == "change"]
+    parts = [f"change {sum(c['verdict'] == 'pass' for c in changes)}/{len(changes)}"] if changes else []
+    parts += [f"win rate {c['value']:.2f} ({c['reason']})" for c in checks if c["metric"] == "win_rate"]
+    return f"{', '.join(parts)} vs promoted; " if parts else ""
 
 
 def format_summary(summary: dict) -> str:

@@ -2,7 +2,8 @@
 folders refused in one line, the chat template as the one prompt format, Llama, Qwen2,
 Mistral and GPT-2 architectures (random-initialised, 32 k-token BPE with a ChatML
 template, sharded safetensors) trained on 2 ZeRO-3 ranks and generating watermarked
-text, and a sealed Llama fine-tuned through the whole release pipeline."""
+text, each served by Triton with its watermark found in the answers, and a sealed Llama
+fine-tuned through the whole release pipeline."""
 import json
 import os
 import shutil
@@ -154,3 +155,27 @@ def test_tokens_stream_to_files_equal_to_the_in_memory_encoding(tmp_path, data, 
         assert (np.load(meta[name], mmap_mode="r") == whole[name]).all()
     again = tokenize_to_files(data["clean"], tok, 48, True, str(tmp_path / "tokens"))
     assert again == meta                                                     # complete: reused, not redone
+
+
+SERVE = ("interval_s: 3\nsteps: [100]\nsla: {min_requests: 5}\nsmoke: {max_new_tokens: 48, requests: 3}\n"
+         "local: {startup_timeout_s: 150}\n")
+
+
+@pytest.mark.parametrize("arch", [a for a in ARCHITECTURES if a != "llama"])     # Llama: the pipeline test
+def test_each_architecture_is_served_by_triton_with_its_watermark(tmp_path, arch):
+    """A first release of each family's model: real Triton loads it, the smoke tests answer
+    through the chat template, and the watermark is found in what serving wrote."""
+    from kfp_llmops.components.deploy import DeployConfig, build_repository, deploy, watermark_params
+
+    base = save_model(str(tmp_path / "model"), arch)
+    root = integrity.seal("model", base)
+    key = tmp_path / "key"
+    key.write_text("987654321")
+    cfg, state = DeployConfig.load(SERVE), str(tmp_path / "state")
+    build_repository(base, root, str(tmp_path / "repo"), cfg, state, watermark_params({"kgw": {"delta": 4.0}}))
+    record = deploy(str(tmp_path / "repo"), root, str(tmp_path / "out"), cfg, state, str(key))
+    assert record["decision"] == "promoted", record["reason"]
+    smoke = record["smoke"][0]["checks"]
+    assert smoke and all(c["verdict"] == "pass" for c in smoke), smoke
+    (mark,) = [c for c in smoke if c["metric"] == "watermark"]
+    assert mark["value"] > 4, mark                       # the z-score of what the server wrote

@@ -133,7 +133,7 @@ def test_baseline_enables_change_checks(model_and_data, tmp_path):
     better.write_text(json.dumps({"metrics": {"perplexity": 1.0001}}))
     result = run_to_dir(model_and_data["model"], model_and_data["eval"], str(tmp_path / "o"), str(cfg),
                         baseline_path=str(better), show_progress=False)
-    (check,) = result["checks"]
+    (check,) = [c for c in result["checks"] if c["kind"] == "change"]
     assert check["verdict"] == "fail" and check["baseline"] == 1.0001 and not result["blessed"]
     with pytest.raises(Exception, match="not blessed: perplexity"):
         raise_unless_blessed(result)

@@ -79,6 +79,12 @@ def _the_next_release_compares_with_the_promoted_one(first, tmp_path, capfd):
     changes = [c for c in blessing["checks"] if c["kind"] == "change"]
     assert changes and all(c["verdict"] == "pass" and c["baseline"] is not None for c in changes), changes
     assert os.path.basename(os.path.dirname(first["release_record"])) in blessing["baseline_note"]
+    # The promoted model answered the same prompts and the judge compared each pair.
+    (win,) = [c for c in blessing["checks"] if c["metric"] == "win_rate"]
+    assert win["kind"] == "win rate" and win["verdict"] == "pass" and 0 <= win["value"] <= 1, win
+    counts = [int(n.split()[0]) for n in win["reason"].split(", ")]
+    assert sum(counts) == 200 and "win rate" in evaluate["detail"] and "Against promoted release" in \
+        open(evaluate["outputs"]["report"]).read()
     assert "Compared with baseline: promoted release" in open(validate["outputs"]["report"]).read()
     # Whichever release is promoted now (the second, if its canary passed) is the baseline.
     promoted = json.load(open(json.load(open(tmp_path / "run" / "releases" / "promoted.json"))["record"]))
@@ -105,8 +111,9 @@ def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
         watermark_key_file=str(run / "watermark.key"),
         deploy_config="interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
                       "sla: {min_requests: 10}\nfail_on_rollback: false\n",
-        serving_state_dir=str(run / "serving"), release_dir=str(tmp_path / "release3"),
+        serving_state_dir=str(tmp_path / "serving3"), release_dir=str(tmp_path / "release3"),
         baseline_release="none")            # (release2's promotion beside it would be the baseline)
+    # Its own serving folder: run/serving stays what run/releases/promoted.json says it is.
     record = json.load(open(tmp_path / "release3" / "record.json"))
     trained = record["stages"]["train_zero3"]
     assert trained["outputs"]["checkpoints"]["tag"] == "step-00000009"          # resumed at 6, ran to 9
