@@ -28,6 +28,8 @@ class TrainConfig(StageConfig):
     chunk_size: int = Field(1 << 20, ge=4096, description="Merkle chunk size of checkpoint files.")
     durable: bool = Field(True, description="fsync files and directories on commit.")
     mask_prompt: bool = Field(True, description="Loss on the response tokens only.")
+    packing: bool = Field(False, description="Fill each sequence with several examples (in the sampler's order), "
+                                             "each attending only to itself: fewer padding tokens per step.")
     threads_per_rank: int = Field(1, ge=1)
     weight_watermark: WeightWatermarkConfig = Field(default_factory=WeightWatermarkConfig,
                                                     description="Uchida regularizer; key from the environment.")

@@ -1,6 +1,11 @@
 """Training data: the clean dataset verified against its Merkle root before it is read,
 tokenized into fixed-length sequences, and a sampler whose position is part of every
-checkpoint, so a resumed run sees exactly the batches an uninterrupted one would."""
+checkpoint, so a resumed run sees exactly the batches an uninterrupted one would.
+
+With packing, a step's rows are filled with whole examples in the sampler's order (one
+more example is taken only if it fits, so the sampler's position is still the state),
+and each example attends only to itself: positions restart and a block-diagonal causal
+mask keeps it from seeing its neighbours, so its logits are those it has alone."""
 from __future__ import annotations
 
 import json
@@ -40,15 +45,15 @@ def read_pairs(path: str) -> list[tuple[str, str]]:
 
 
 def _encode_into(tokenizer, prompt: str, response: str, ids: np.ndarray, labels: np.ndarray,
-                 mask_prompt: bool) -> bool:
-    """One example into a row of input_ids / labels (already pad / -100); True when cut."""
+                 mask_prompt: bool) -> tuple[bool, int]:
+    """One example into a row of input_ids / labels (already pad / -100); (cut, length)."""
     seq_len = len(ids)
     p, r = encode_example(tokenizer, prompt, response)
     seq = (p + r)[:seq_len]
     ids[:len(seq)] = seq
     start = min(len(p), seq_len) if mask_prompt else 0
     labels[start:len(seq)] = seq[start:]
-    return len(p) + len(r) > seq_len
+    return len(p) + len(r) > seq_len, len(seq)
 
 
 def _pad_id(tokenizer) -> int:
@@ -57,11 +62,12 @@ def _pad_id(tokenizer) -> int:
 
 def encode(tokenizer, pairs: list[tuple[str, str]], seq_len: int, mask_prompt: bool) -> dict[str, np.ndarray]:
     """input_ids / labels of shape [N, seq_len] in memory; labels are -100 on padding (and
-    prompts). Training streams instead (`tokenize_to_files`)."""
+    prompts); lengths [N]. Training streams instead (`tokenize_to_files`)."""
     ids = np.full((len(pairs), seq_len), _pad_id(tokenizer), dtype=np.int64)
     labels = np.full((len(pairs), seq_len), -100, dtype=np.int64)
-    truncated = sum(_encode_into(tokenizer, p, r, ids[i], labels[i], mask_prompt) for i, (p, r) in enumerate(pairs))
-    return {"input_ids": ids, "labels": labels, "truncated": np.array(truncated)}
+    done = [_encode_into(tokenizer, p, r, ids[i], labels[i], mask_prompt) for i, (p, r) in enumerate(pairs)]
+    return {"input_ids": ids, "labels": labels, "truncated": np.array(sum(cut for cut, _ in done)),
+            "lengths": np.array([n for _, n in done], dtype=np.int64)}
 
 
 _BLOCK = 1024          # rows encoded between writes
@@ -69,7 +75,8 @@ _BLOCK = 1024          # rows encoded between writes
 
 def tokenize_to_files(clean_path: str, tokenizer, seq_len: int, mask_prompt: bool, folder: str) -> dict:
     """Stream the clean data once into `input_ids.npy` / `labels.npy` ([N, seq_len] int32,
-    written a block of rows at a time; training maps them), so memory stays flat however
+    written a block of rows at a time; training maps them) and `lengths.npy` ([N], the
+    tokens of each example, for packing), so memory stays flat however
     large the dataset; a folder already complete (its `tokens.json` written last) is
     reused as it is. The caller names the folder by what the tokens depend on (dataset
     root, model, config)."""
@@ -82,33 +89,34 @@ def tokenize_to_files(clean_path: str, tokenizer, seq_len: int, mask_prompt: boo
     if not rows:
         raise InputError(f"{clean_path}: no training records")
     os.makedirs(folder, exist_ok=True)
-    paths = {name: os.path.join(folder, f"{name}.npy") for name in ("input_ids", "labels")}
-    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.int32)), "fortran_order": False,
-              "shape": (rows, seq_len)}
-    outs = [atomic.AtomicFile(paths[name]) for name in ("input_ids", "labels")]
+    paths = {name: os.path.join(folder, f"{name}.npy") for name in ("input_ids", "labels", "lengths")}
+    descr = np.lib.format.dtype_to_descr(np.dtype(np.int32))
+    outs = [atomic.AtomicFile(paths[name]) for name in ("input_ids", "labels", "lengths")]
     ids, labels = np.empty((_BLOCK, seq_len), np.int32), np.empty((_BLOCK, seq_len), np.int32)
+    lengths = np.empty(_BLOCK, np.int32)
     truncated = filled = 0
     pad = _pad_id(tokenizer)
     try:
-        for out in outs:
-            np.lib.format.write_array_header_1_0(out.handle, header)
+        for out, shape in zip(outs, ((rows, seq_len), (rows, seq_len), (rows,))):
+            np.lib.format.write_array_header_1_0(out.handle, {"descr": descr, "fortran_order": False, "shape": shape})
         for prompt, response in iter_pairs(clean_path):
             ids[filled], labels[filled] = pad, -100
-            truncated += _encode_into(tokenizer, prompt, response, ids[filled], labels[filled], mask_prompt)
+            cut, lengths[filled] = _encode_into(tokenizer, prompt, response, ids[filled], labels[filled], mask_prompt)
+            truncated += cut
             filled += 1
             if filled == _BLOCK:
-                outs[0].write(ids.tobytes())
-                outs[1].write(labels.tobytes())
+                for out, block in zip(outs, (ids, labels, lengths)):
+                    out.write(block.tobytes())
                 filled = 0
-        outs[0].write(ids[:filled].tobytes())
-        outs[1].write(labels[:filled].tobytes())
+        for out, block in zip(outs, (ids, labels, lengths)):
+            out.write(block[:filled].tobytes())
     except BaseException:
         for out in outs:
             out.abort()
         raise
     for out in outs:
         out.commit()
-    meta = {**paths, "rows": rows, "seq_len": seq_len, "truncated": truncated}
+    meta = {**paths, "rows": rows, "seq_len": seq_len, "truncated": truncated, "pad_id": pad}
     atomic.write_json(meta_path, meta)
     return meta
 
@@ -122,6 +130,12 @@ class Sampler:
 
     def _permutation(self, epoch: int) -> np.ndarray:
         return np.random.default_rng([self.seed, epoch]).permutation(self.n)
+
+    def peek(self) -> int:
+        """The index `take(1)` would return, without taking it."""
+        if self.position == self.n:
+            return int(self._permutation(self.epoch + 1)[0])
+        return int(self._perm[self.position])
 
     def take(self, count: int) -> np.ndarray:
         out = []
@@ -141,3 +155,44 @@ class Sampler:
     @classmethod
     def from_state(cls, state: dict) -> "Sampler":
         return cls(state["n"], state["seed"], state["epoch"], state["position"])
+
+
+def pack(sampler: Sampler, lengths: np.ndarray, rows: int, seq_len: int) -> list[list[int]]:
+    """`rows` lists of example indices, filled in the sampler's order while the next one fits."""
+    out: list[list[int]] = [[]]
+    used = 0
+    while True:
+        n = int(lengths[sampler.peek()])
+        if used + n > seq_len:
+            if len(out) == rows:
+                return out
+            out.append([])
+            used = 0
+        out[-1].append(int(sampler.take(1)[0]))
+        used += n
+
+
+def packed_batch(rows: list[list[int]], input_ids: np.ndarray, labels: np.ndarray, lengths: np.ndarray,
+                 pad: int) -> dict[str, np.ndarray]:
+    """input_ids, labels, position_ids [B, L] and a boolean attention mask [B, 1, L, L]
+    (True: may attend): causal within each example, nothing across. An example's first
+    token has no label (alone it has no previous token to be predicted from); padding
+    attends to itself only, so no softmax row is empty."""
+    seq_len = input_ids.shape[1]
+    ids = np.full((len(rows), seq_len), pad, dtype=np.int64)
+    lab = np.full((len(rows), seq_len), -100, dtype=np.int64)
+    pos = np.zeros((len(rows), seq_len), dtype=np.int64)
+    seg = np.zeros((len(rows), seq_len), dtype=np.int64)
+    for b, examples in enumerate(rows):
+        at = 0
+        for k, i in enumerate(examples, 1):
+            n = int(lengths[i])
+            ids[b, at:at + n], lab[b, at:at + n] = input_ids[i, :n], labels[i, :n]
+            lab[b, at] = -100
+            pos[b, at:at + n] = np.arange(n)
+            seg[b, at:at + n] = k
+            at += n
+    causal = np.tril(np.ones((seq_len, seq_len), dtype=bool))
+    mask = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] > 0) & causal
+    mask |= np.eye(seq_len, dtype=bool)
+    return {"input_ids": ids, "labels": lab, "position_ids": pos, "attention_mask": mask[:, None]}

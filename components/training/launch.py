@@ -20,7 +20,7 @@ from kfp_llmops.components.common.errors import InputError, LlmopsError
 from .config import TrainConfig
 from .data import tokenize_to_files
 
-TOKENS_FORMAT = 1      # bump when the encoding of examples changes
+TOKENS_FORMAT = 2      # bump when the encoding of examples changes (2: lengths.npy)
 
 
 def environment() -> dict:

@@ -62,7 +62,7 @@ def main(spec_path: str) -> None:
     from kfp_llmops.components.training import checkpoints
     from kfp_llmops.components.training.ckpt_engine import HashingCheckpointEngine
     from kfp_llmops.components.training.config import TrainConfig
-    from kfp_llmops.components.training.data import Sampler
+    from kfp_llmops.components.training.data import Sampler, pack, packed_batch
 
     ds_logger.setLevel(logging.WARNING)
     from transformers.utils import logging as hf_logging
@@ -77,7 +77,8 @@ def main(spec_path: str) -> None:
     torch.manual_seed(cfg.seed + rank)
 
     # memory-mapped [N, seq_len] int32: each batch's rows are read when it is taken
-    input_ids, labels = (np.load(spec["tokens"][name], mmap_mode="r") for name in ("input_ids", "labels"))
+    input_ids, labels, lengths = (np.load(spec["tokens"][name], mmap_mode="r")
+                                  for name in ("input_ids", "labels", "lengths"))
     model = AutoModelForCausalLM.from_pretrained(spec["base_model"])
     model.train()
     watermark_loss = attach_weight_watermark(model, cfg)
@@ -124,7 +125,7 @@ def main(spec_path: str) -> None:
 
     global_batch = cfg.micro_batch * cfg.grad_accum * world
     stop = min(cfg.steps, spec.get("stop_after") or cfg.steps)
-    saves, step_times, tokens_seen = [], [], 0
+    saves, step_times, tokens_seen, examples_seen = [], [], 0, 0
     bar = None
     if rank == 0 and step < stop:
         from kfp_llmops.components.common.progress import progress
@@ -163,13 +164,19 @@ def main(spec_path: str) -> None:
 
     while step < stop:
         t0 = time.perf_counter()
-        batch = sampler.take(global_batch)
+        # every rank plans the whole step from the same sampler state, then takes its rows
+        plan = pack(sampler, lengths, global_batch, cfg.seq_len) if cfg.packing else sampler.take(global_batch)
         losses = []
         for micro in range(cfg.grad_accum):
             lo = (micro * world + rank) * cfg.micro_batch
-            rows = batch[lo:lo + cfg.micro_batch]
-            out = engine(input_ids=torch.from_numpy(input_ids[rows].astype(np.int64)).to(engine.device),
-                         labels=torch.from_numpy(labels[rows].astype(np.int64)).to(engine.device))
+            rows = plan[lo:lo + cfg.micro_batch]
+            if cfg.packing:
+                inputs = {k: torch.from_numpy(v).to(engine.device) for k, v in
+                          packed_batch(rows, input_ids, labels, lengths, spec["tokens"]["pad_id"]).items()}
+            else:
+                inputs = {"input_ids": torch.from_numpy(input_ids[rows].astype(np.int64)).to(engine.device),
+                          "labels": torch.from_numpy(labels[rows].astype(np.int64)).to(engine.device)}
+            out = engine(**inputs)
             engine.backward(out.loss + watermark_loss())
             engine.step()
             losses.append(out.loss.detach().float())
@@ -179,7 +186,10 @@ def main(spec_path: str) -> None:
         step += 1
         elapsed = time.perf_counter() - t0
         step_times.append(elapsed)
-        tokens_seen += int((labels[batch] != -100).sum())
+        examples = [i for row in plan for i in row] if cfg.packing else plan
+        tokens_seen += int((labels[examples] != -100).sum()) - (int((labels[examples, 0] != -100).sum())
+                                                                 if cfg.packing else 0)
+        examples_seen += len(examples)
         if rank == 0:
             log.write(json.dumps({"step": step, "loss": loss, "lr": scheduler.get_last_lr()[0],
                                   "epoch": sampler.epoch, "step_time_s": round(elapsed, 4)}) + "\n")
@@ -201,6 +211,7 @@ def main(spec_path: str) -> None:
         timed = step_times[1:] or step_times
         result = {"step": step, "done": step >= cfg.steps, "final_loss": _last_loss(log_path),
                   "tokens_per_s": tokens_seen / sum(step_times) if step_times else None,
+                  "examples_per_step": examples_seen / len(step_times) if step_times else None,
                   "step_time_s": sum(timed) / len(timed) if timed else None, "saves": saves,
                   "resumed_from": resumed["tag"], "skipped_checkpoints": resumed["skipped"],
                   "resume_verify_seconds": resumed["verify_seconds"], "model_root": model_root,

@@ -179,3 +179,29 @@ def test_each_architecture_is_served_by_triton_with_its_watermark(tmp_path, arch
     assert smoke and all(c["verdict"] == "pass" for c in smoke), smoke
     (mark,) = [c for c in smoke if c["metric"] == "watermark"]
     assert mark["value"] > 4, mark                       # the z-score of what the server wrote
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_packing_keeps_each_example_to_itself_in_every_family(tmp_path, arch):
+    """Packed rows (positions restarted, a block-diagonal causal mask) give each example the
+    logits it has alone, whatever the family's attention code."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from kfp_llmops.components.training.data import packed_batch
+
+    base = save_model(str(tmp_path / "model"), arch)
+    tok = tokenizer()
+    pairs = [("What is the capital of France?", "Paris."), ("Name a primary colour.", "Red."),
+             ("What is 2 plus 3?", "5.")]
+    tokens = encode(tok, pairs, 128, True)
+    assert sum(tokens["lengths"]) <= 128
+    batch = packed_batch([[0, 1, 2]], tokens["input_ids"], tokens["labels"], tokens["lengths"], tok.pad_token_id)
+    model = AutoModelForCausalLM.from_pretrained(base).eval()
+    with torch.no_grad():
+        packed = model(**{k: torch.from_numpy(v) for k, v in batch.items() if k != "labels"}).logits[0]
+        at = 0
+        for i, n in enumerate(tokens["lengths"].tolist()):
+            alone = model(input_ids=torch.from_numpy(tokens["input_ids"][i:i + 1, :n])).logits[0]
+            assert torch.allclose(packed[at:at + n], alone, atol=1e-5), (arch, i)
+            at += n

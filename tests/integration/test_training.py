@@ -368,3 +368,52 @@ def test_weight_watermark_is_embedded_by_training_and_survives_fine_tuning(input
                   TrainConfig(**dict(SMALL, steps=10, checkpoint_interval=10)))
     after = extract_from_model_dir(tuned["model_dir"], 424242, wcfg)
     assert after.bit_accuracy >= 0.925 and after.p_value <= 1e-9
+
+
+def test_a_packed_example_sees_only_itself(inputs):
+    """Packed rows give each example exactly the logits it has alone, and the plan takes
+    examples in the sampler's order, only while they fit."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kfp_llmops.components.training.data import Sampler, encode, pack, packed_batch, read_pairs
+
+    tok = AutoTokenizer.from_pretrained(inputs["base"])
+    tokens = encode(tok, read_pairs(inputs["clean"])[:40], 48, True)
+    lengths = tokens["lengths"]
+    sampler = Sampler(40, seed=7)
+    order = Sampler(40, seed=7).take(40).tolist()
+    plan = pack(sampler, lengths, 3, 48)
+    flat = [i for row in plan for i in row]
+    assert flat == order[:len(flat)] and sampler.position == len(flat)
+    assert all(sum(lengths[i] for i in row) <= 48 for row in plan) and len(plan) == 3
+    assert sum(lengths[i] for i in plan[0]) + lengths[plan[1][0]] > 48           # the next one did not fit
+    batch = packed_batch(plan, tokens["input_ids"], tokens["labels"], lengths, tok.pad_token_id)
+    model = AutoModelForCausalLM.from_pretrained(inputs["base"]).eval()
+    with torch.no_grad():
+        packed = model(**{k: torch.from_numpy(v) for k, v in batch.items() if k != "labels"}).logits
+        at = 0
+        for i in plan[1]:
+            n = int(lengths[i])
+            alone = model(input_ids=torch.from_numpy(tokens["input_ids"][i:i + 1, :n])).logits[0]
+            assert torch.allclose(packed[1, at:at + n], alone, atol=1e-5), i
+            at += n
+    # Labels: an example's own, less its first token (it has no predecessor alone).
+    first = plan[1][0]
+    n = int(lengths[first])
+    assert batch["labels"][1, 0] == -100 and np.array_equal(batch["labels"][1, 1:n], tokens["labels"][first, 1:n])
+
+
+def test_packed_training_resumes_bit_for_bit_and_fits_more_examples_per_step(inputs, reference):
+    packed = dict(SMALL, packing=True)
+    ref = train(inputs["clean"], inputs["base"], str(inputs["root"] / "packed-ref"), TrainConfig(**packed))
+    out = str(inputs["root"] / "packed")
+    train(inputs["clean"], inputs["base"], out, TrainConfig(**packed), stop_after=4)
+    second = train(inputs["clean"], inputs["base"], out, TrainConfig(**packed))
+    assert second["resumed_from"] == "step-00000004"
+    assert losses(out) == losses(str(inputs["root"] / "packed-ref"))              # zero tolerance
+    assert second["model_root"] == ref["model_root"]
+    # 8 rows a step either way; packed, each row carries several examples.
+    assert reference["result"]["examples_per_step"] == 8
+    assert ref["examples_per_step"] > 1.25 * 8, ref["examples_per_step"]
