@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kfp_llmops.components.common.config import StageConfig
 from kfp_llmops.components.common.watermark.weights import WeightWatermarkConfig
+
+
+class LoraSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    r: int = Field(8, ge=1, description="Adapter rank.")
+    alpha: float = Field(16.0, gt=0, description="Scale: the update is B·A·alpha/r.")
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=list, description="Module names to adapt; empty: peft's "
+                                                                        "default for the architecture.")
 
 
 class TrainConfig(StageConfig):
@@ -31,6 +42,8 @@ class TrainConfig(StageConfig):
     packing: bool = Field(False, description="Fill each sequence with several examples (in the sampler's order), "
                                              "each attending only to itself: fewer padding tokens per step.")
     threads_per_rank: int = Field(1, ge=1)
+    lora: LoraSettings = Field(default_factory=LoraSettings, description="Train low-rank adapters only (peft); "
+                                                                         "merged into the weights at export.")
     weight_watermark: WeightWatermarkConfig = Field(default_factory=WeightWatermarkConfig,
                                                     description="Uchida regularizer; key from the environment.")
     deepspeed: dict[str, Any] = Field(default_factory=dict,
@@ -40,6 +53,8 @@ class TrainConfig(StageConfig):
     def _check(self) -> "TrainConfig":
         if self.min_lr > self.lr:
             raise ValueError("min_lr exceeds lr")
+        if self.lora.enabled and self.weight_watermark.enabled:
+            raise ValueError("lora and weight_watermark: the watermark's target weights are frozen under LoRA")
         return self
 
     def deepspeed_config(self) -> dict[str, Any]:

@@ -80,10 +80,18 @@ def main(spec_path: str) -> None:
     input_ids, labels, lengths = (np.load(spec["tokens"][name], mmap_mode="r")
                                   for name in ("input_ids", "labels", "lengths"))
     model = AutoModelForCausalLM.from_pretrained(spec["base_model"])
+    if cfg.lora.enabled:
+        from kfp_llmops.components.training import lora
+        model = lora.wrap(model, cfg.lora)
+        if rank == 0:
+            train_params, total = lora.trainable(model)
+            print(f"[train] LoRA: {train_params:,} of {total:,} parameters train ({train_params / total:.2%})",
+                  file=sys.stderr, flush=True)
     model.train()
     watermark_loss = attach_weight_watermark(model, cfg)
     engine, _, _, scheduler = deepspeed.initialize(
-        model=model, model_parameters=model.parameters(), config=cfg.deepspeed_config(),
+        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+        config=cfg.deepspeed_config(),
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg)))
     hce = HashingCheckpointEngine(cfg.chunk_size, cfg.durable)
     engine.checkpoint_engine = hce
@@ -205,6 +213,9 @@ def main(spec_path: str) -> None:
     if step >= cfg.steps and spec.get("model_dir"):
         state = engine._zero3_consolidated_16bit_state_dict()
         if rank == 0:
+            if cfg.lora.enabled:
+                from kfp_llmops.components.training import lora
+                state = lora.merged_state(AutoModelForCausalLM, spec["base_model"], cfg.lora, state)
             model_root = export(AutoModelForCausalLM, spec, state)
     if rank == 0:
         log.close()

@@ -205,3 +205,20 @@ def test_packing_keeps_each_example_to_itself_in_every_family(tmp_path, arch):
             alone = model(input_ids=torch.from_numpy(tokens["input_ids"][i:i + 1, :n])).logits[0]
             assert torch.allclose(packed[at:at + n], alone, atol=1e-5), (arch, i)
             at += n
+
+
+def test_lora_fine_tunes_a_llama_and_exports_it_merged(tmp_path, data):
+    """peft's default targets for Llama (q_proj, v_proj) train on 2 ZeRO-3 ranks; every
+    other weight leaves training as it came in."""
+    from safetensors.torch import load_file
+
+    base = save_model(str(tmp_path / "base"), "llama", shard="1GB")
+    root = integrity.seal("model", base)
+    cfg = TrainConfig(steps=4, checkpoint_interval=4, micro_batch=4, seq_len=96, world_size=2,
+                      lora={"enabled": True, "r": 4})
+    result = train(data["clean"], base, str(tmp_path / "run"), cfg, base_model_root=root)
+    before = load_file(os.path.join(base, "model.safetensors"))
+    after = load_file(os.path.join(result["model_dir"], "model.safetensors"))
+    assert set(before) == set(after)
+    changed = {k for k in before if not (before[k] == after[k]).all()}
+    assert changed and all(k.endswith(("q_proj.weight", "v_proj.weight")) for k in changed), changed

@@ -417,3 +417,54 @@ def test_packed_training_resumes_bit_for_bit_and_fits_more_examples_per_step(inp
     # 8 rows a step either way; packed, each row carries several examples.
     assert reference["result"]["examples_per_step"] == 8
     assert ref["examples_per_step"] > 1.25 * 8, ref["examples_per_step"]
+
+
+LORA = dict(SMALL, lora={"enabled": True, "r": 4, "alpha": 8.0})
+
+
+def test_lora_trains_only_adapters_resumes_bit_for_bit_and_exports_them_merged(inputs):
+    """Adapters under ZeRO-3: the frozen weights leave training untouched, a stopped run
+    resumes to the same losses and model, and the export is a plain model of the base
+    architecture whose logits are the adapted model's."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    ref_dir, out = str(inputs["root"] / "lora-ref"), str(inputs["root"] / "lora")
+    ref = train(inputs["clean"], inputs["base"], ref_dir, TrainConfig(**LORA))
+    train(inputs["clean"], inputs["base"], out, TrainConfig(**LORA), stop_after=4)
+    second = train(inputs["clean"], inputs["base"], out, TrainConfig(**LORA))
+    assert second["resumed_from"] == "step-00000004" and losses(out) == losses(ref_dir)
+    assert second["model_root"] == ref["model_root"]
+    base = load_file(os.path.join(inputs["base"], "model.safetensors"))
+    exported = load_file(os.path.join(ref["model_dir"], "model.safetensors"))
+    assert set(exported) == set(base) and not any("lora" in k for k in exported)
+    changed = {k for k in base if not torch.equal(base[k], exported[k])}
+    assert changed and all(k.endswith("attn.c_attn.weight") for k in changed), changed    # peft's GPT-2 default
+    assert integrity.verify("model", ref["model_dir"]) == ref["model_root"]
+    AutoModelForCausalLM.from_pretrained(ref["model_dir"])
+
+
+def test_lora_merge_keeps_the_adapted_models_logits(inputs):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from kfp_llmops.components.training import lora
+    from kfp_llmops.components.training.config import LoraSettings
+
+    cfg = LoraSettings(enabled=True, r=4, alpha=8.0)
+    adapted = lora.wrap(AutoModelForCausalLM.from_pretrained(inputs["base"]), cfg).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in adapted.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)                      # B starts at zero; make the adapters matter
+    merged = AutoModelForCausalLM.from_pretrained(inputs["base"])
+    merged.load_state_dict(lora.merged_state(AutoModelForCausalLM, inputs["base"], cfg, adapted.state_dict()))
+    ids = torch.tensor([[5, 17, 42, 9, 3]])
+    with torch.no_grad():
+        want, got = adapted(input_ids=ids).logits, merged.eval()(input_ids=ids).logits
+        plain = AutoModelForCausalLM.from_pretrained(inputs["base"]).eval()(input_ids=ids).logits
+    assert torch.allclose(want, got, atol=1e-5) and not torch.allclose(plain, got, atol=1e-3)
+    with pytest.raises(ValueError, match="frozen under LoRA"):
+        TrainConfig(lora={"enabled": True}, weight_watermark={"enabled": True})
