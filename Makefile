@@ -19,9 +19,11 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -e ".[data,train,eval,deploy,dev]"
 	$(PY) -m pip install -q --no-deps nvidia-pytriton==0.7.0
-	{ test -x /usr/sbin/nginx && test -x /usr/bin/prometheus; } \
-	  || apt-get install -y -q --no-install-recommends nginx prometheus >/dev/null \
-	  || (apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends nginx prometheus >/dev/null)
+	{ test -x /usr/sbin/nginx && test -x /usr/bin/prometheus && test -x /usr/bin/mpirun && test -x /usr/bin/unshare \
+	  && test -x /usr/sbin/ip; } \
+	  || apt-get install -y -q --no-install-recommends nginx prometheus openmpi-bin iproute2 util-linux >/dev/null \
+	  || (apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends nginx prometheus openmpi-bin \
+	      iproute2 util-linux >/dev/null)
 	$(BIN)/llmops deploy setup
 	$(PYTHON) -m venv $(VENV)/checkov
 	$(VENV)/checkov/bin/pip install -q checkov==3.3.30

@@ -59,6 +59,22 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, data
           checkpoint_dir: str | None = None, model_dir: str | None = None,
           watermark_key_file: str | None = None) -> dict:
     """Run (or resume) training; returns rank 0's result (loss, throughput, saves, roots)."""
+    spec_path, spec, env = prepare(clean_path, base_model, out_dir, cfg, dataset_root, base_model_root, stop_after,
+                                   dataset_chunk_size, checkpoint_dir, model_dir, watermark_key_file)
+    # One node: rendezvous on loopback. `--standalone` alone advertises the hostname, which a
+    # pod or a container without a network (kfp.local's DockerRunner here) cannot resolve.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
+           "--nnodes", "1", "--nproc_per_node", str(cfg.world_size), "-m", "kfp_llmops.components.training.worker",
+           spec_path]
+    return run_ranks(cmd, spec, env, out_dir)
+
+
+def prepare(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, dataset_root: str | None = None,
+            base_model_root: str | None = None, stop_after: int | None = None, dataset_chunk_size: int | None = None,
+            checkpoint_dir: str | None = None, model_dir: str | None = None,
+            watermark_key_file: str | None = None) -> tuple[str, dict, dict]:
+    """Verify the inputs, tokenize, and write the run spec every rank reads: (its path, it,
+    the ranks' environment). Any launcher then starts `worker.py SPEC` once per rank."""
     from transformers import AutoTokenizer
 
     os.makedirs(out_dir, exist_ok=True)
@@ -96,11 +112,11 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, data
     if cfg.weight_watermark.enabled:      # the key reaches the ranks by environment, never by file
         from kfp_llmops.components.common.watermark.keys import ENV_VAR, load_key
         env[ENV_VAR] = str(load_key(watermark_key_file))
-    # One node: rendezvous on loopback. `--standalone` alone advertises the hostname, which a
-    # pod or a container without a network (kfp.local's DockerRunner here) cannot resolve.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
-           "--nnodes", "1", "--nproc_per_node", str(cfg.world_size), "-m", "kfp_llmops.components.training.worker",
-           spec_path]
+    return spec_path, spec, env
+
+
+def run_ranks(cmd: list[str], spec: dict, env: dict, out_dir: str) -> dict:
+    """Run a launcher command for the ranks, show their progress, and read rank 0's result."""
     log_path = os.path.join(out_dir, "ranks.log")
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.PIPE)
@@ -118,9 +134,9 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, data
                           f"from the last verified checkpoint; last log line: {tail}")
     with open(spec["result"], encoding="utf-8") as handle:
         result = json.load(handle)
-    result.update({"dataset_root": data_root, "base_model_root": model_root,
+    result.update({"dataset_root": spec["meta"]["dataset_root"], "base_model_root": spec["meta"]["base_model_root"],
                    "checkpoint_dir": spec["checkpoint_dir"], "model_dir": spec["model_dir"],
-                   "train_log": spec["train_log"], "truncated_examples": tokens["truncated"]})
+                   "train_log": spec["train_log"], "truncated_examples": spec["tokens"]["truncated"]})
     return result
 
 

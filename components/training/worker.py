@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import random
+import socket
 import sys
 import time
 
@@ -68,9 +69,15 @@ def main(spec_path: str) -> None:
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
     cfg = TrainConfig.model_validate(spec["config"])
+    ranks_from_mpi(os.environ)
     cuda = torch.cuda.is_available()
     deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    hosts = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname())
+    if rank == 0:
+        print(f"[train] {world} ranks on {len(set(hosts))} host(s): {', '.join(sorted(set(hosts)))}",
+              file=sys.stderr, flush=True)
     torch.set_num_threads(cfg.threads_per_rank)
     random.seed(cfg.seed + rank)
     np.random.seed(cfg.seed + rank)
@@ -277,6 +284,22 @@ def verify_shared(tag_dir: str, rank: int, world: int, dist) -> tuple[bool, str]
 
 # Everything a tokenizer is saved as (transformers' save_pretrained), the chat template too.
 TOKENIZER_FILES = ("tokenizer", "special_tokens", "chat_template", "added_tokens", "vocab", "merges")
+
+
+def ranks_from_mpi(env) -> None:
+    """Under mpirun (Kubeflow Trainer's deepspeed-distributed runtime, or `mpirun` by
+    hand), the rank, world and local rank come from Open MPI's variables, and rank 0's
+    address from MASTER_ADDR, which the launcher passes (`mpirun -x MASTER_ADDR=...`);
+    torch's env:// rendezvous then needs no mpi4py. torchrun's own variables win."""
+    if "RANK" in env or "OMPI_COMM_WORLD_RANK" not in env:
+        return
+    if not env.get("MASTER_ADDR"):
+        raise SystemExit("worker: started by mpirun without MASTER_ADDR; pass rank 0's address "
+                         "(mpirun -x MASTER_ADDR=<address> -x MASTER_PORT=<port>)")
+    env["RANK"], env["WORLD_SIZE"] = env["OMPI_COMM_WORLD_RANK"], env["OMPI_COMM_WORLD_SIZE"]
+    env["LOCAL_RANK"] = env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")
+    env["LOCAL_WORLD_SIZE"] = env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1")
+    env.setdefault("MASTER_PORT", "29500")
 
 
 def export(auto_cls, spec: dict, state: dict) -> str:

@@ -344,6 +344,9 @@ def test_trainjob_matches_the_kubeflow_trainer_crd(tmp_path):
     doc = render_trainjob("llmops-train", "/mnt/llmops/run_spec.json", num_nodes=4, procs_per_node=8)
     strict(doc)                                                 # unknown fields rejected, as the server does
     assert doc["spec"]["runtimeRef"]["name"] == "deepspeed-distributed"
+    command = doc["spec"]["trainer"]["command"]          # mpirun over Trainer's hostfile; test_mpi.py runs it
+    assert command[:6] == ["mpirun", "--hostfile", "/etc/mpi/hostfile", "-np", "32", "--map-by"]
+    assert "MASTER_ADDR=llmops-train-launcher-0-0.llmops-train" in command and command[-1] == "/mnt/llmops/run_spec.json"
     bad = json.loads(json.dumps(doc))
     bad["spec"]["trainer"]["numNodes"] = "four"
     with pytest.raises(jsonschema.ValidationError):
