@@ -60,7 +60,7 @@ def main(spec_path: str) -> None:
     from deepspeed.utils import logger as ds_logger
     from transformers import AutoModelForCausalLM
 
-    from kfp_llmops.components.training import checkpoints
+    from kfp_llmops.components.training import checkpoints, partitioned_load
     from kfp_llmops.components.training.ckpt_engine import HashingCheckpointEngine
     from kfp_llmops.components.training.config import TrainConfig
     from kfp_llmops.components.training.data import Sampler, pack, packed_batch
@@ -86,7 +86,8 @@ def main(spec_path: str) -> None:
     # memory-mapped [N, seq_len] int32: each batch's rows are read when it is taken
     input_ids, labels, lengths = (np.load(spec["tokens"][name], mmap_mode="r")
                                   for name in ("input_ids", "labels", "lengths"))
-    model = AutoModelForCausalLM.from_pretrained(spec["base_model"])
+    ds_config = cfg.deepspeed_config()
+    model = partitioned_load.load(AutoModelForCausalLM, spec["base_model"], ds_config, rank)
     if cfg.lora.enabled:
         from kfp_llmops.components.training import lora
         model = lora.wrap(model, cfg.lora)
@@ -98,7 +99,7 @@ def main(spec_path: str) -> None:
     watermark_loss = attach_weight_watermark(model, cfg)
     engine, _, _, scheduler = deepspeed.initialize(
         model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-        config=cfg.deepspeed_config(),
+        config=ds_config,
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg)))
     hce = HashingCheckpointEngine(cfg.chunk_size, cfg.durable)
     engine.checkpoint_engine = hce
