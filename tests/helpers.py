@@ -48,6 +48,25 @@ def tiny_model(root, rows: int = 40):
     return pairs, clean, model, build_base_model(clean, model, size="tiny")
 
 
+def training_inputs(root) -> dict:
+    """The demo data (600 rows) validated and a tiny base model built on it, for training
+    tests: {"root", "clean", "base"}."""
+    from kfp_llmops.components.training.base_model import build_base_model
+    from kfp_llmops.pipelines.demo.demo_data import make_demo_dataset
+
+    data = make_demo_dataset(str(root / "data"), rows=600)
+    run_to_dir(data["train"], str(root / "valid"), show_progress=False)
+    clean = str(root / "valid" / "clean.jsonl")
+    base = str(root / "base")
+    build_base_model(clean, base, size="tiny")
+    return {"root": root, "clean": clean, "base": base}
+
+
+def losses(run_dir) -> list[tuple[int, float]]:
+    """(step, loss) of every step a training run logged."""
+    return [(row["step"], row["loss"]) for row in read_jsonl(os.path.join(run_dir, "train_log.jsonl"))]
+
+
 def flip_byte(path, offset: int) -> None:
     """Flip the lowest bit of one byte in place; flipping it again restores the file."""
     with open(path, "r+b") as handle:
@@ -57,4 +76,5 @@ def flip_byte(path, offset: int) -> None:
         handle.write(bytes([byte[0] ^ 1]))
 
 
-__all__ = ["write_lines", "validate_lines", "read_jsonl", "sft", "tiny_model", "flip_byte", "os"]
+__all__ = ["write_lines", "validate_lines", "read_jsonl", "sft", "tiny_model", "training_inputs", "losses", "flip_byte",
+           "os"]

@@ -60,7 +60,7 @@ def main(spec_path: str) -> None:
     from deepspeed.utils import logger as ds_logger
     from transformers import AutoModelForCausalLM
 
-    from kfp_llmops.components.training import checkpoints, partitioned_load
+    from kfp_llmops.components.training import checkpoints, lora, partitioned_load
     from kfp_llmops.components.training.ckpt_engine import HashingCheckpointEngine
     from kfp_llmops.components.training.config import TrainConfig
     from kfp_llmops.components.training.data import Sampler, pack, packed_batch
@@ -89,7 +89,6 @@ def main(spec_path: str) -> None:
     ds_config = cfg.deepspeed_config()
     model = partitioned_load.load(AutoModelForCausalLM, spec["base_model"], ds_config, rank)
     if cfg.lora.enabled:
-        from kfp_llmops.components.training import lora
         model = lora.wrap(model, cfg.lora)
         if rank == 0:
             train_params, total = lora.trainable(model)
@@ -222,7 +221,6 @@ def main(spec_path: str) -> None:
         state = engine._zero3_consolidated_16bit_state_dict()
         if rank == 0:
             if cfg.lora.enabled:
-                from kfp_llmops.components.training import lora
                 state = lora.merged_state(AutoModelForCausalLM, spec["base_model"], cfg.lora, state)
             model_root = export(AutoModelForCausalLM, spec, state)
     if rank == 0:
@@ -300,7 +298,9 @@ def ranks_from_mpi(env) -> None:
     env["RANK"], env["WORLD_SIZE"] = env["OMPI_COMM_WORLD_RANK"], env["OMPI_COMM_WORLD_SIZE"]
     env["LOCAL_RANK"] = env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")
     env["LOCAL_WORLD_SIZE"] = env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1")
-    env.setdefault("MASTER_PORT", "29500")
+    from kfp_llmops.components.training.trainjob import MASTER_PORT
+
+    env.setdefault("MASTER_PORT", str(MASTER_PORT))
 
 
 def export(auto_cls, spec: dict, state: dict) -> str:

@@ -5,7 +5,6 @@ namespaces joined by a veth pair, one rank each, each with its own hostname; mpi
 starts the second node's daemon through `ip netns exec` as its remote shell (ssh's role
 in a cluster). Killing that node mid-run and running again resumes from the newest
 verified checkpoint, to the per-step losses of an uninterrupted torchrun run."""
-import json
 import os
 import shlex
 import shutil
@@ -15,14 +14,12 @@ import sys
 import time
 
 import pytest
+from helpers import losses, training_inputs
 
 from kfp_llmops.components.common import integrity
-from kfp_llmops.components.data_validation import run_to_dir as validate
-from kfp_llmops.components.training.base_model import build_base_model
 from kfp_llmops.components.training.config import TrainConfig
 from kfp_llmops.components.training.launch import prepare, run_ranks, train
 from kfp_llmops.components.training.trainjob import mpi_command
-from kfp_llmops.pipelines.demo.demo_data import make_demo_dataset
 
 pytestmark = [pytest.mark.timeout(600),
               pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI (openmpi-bin) is not installed")]
@@ -37,22 +34,11 @@ exec ip netns exec "$host" unshare --uts sh -c "hostname $host && exec $*"
 """
 
 
-def losses(run_dir):
-    with open(os.path.join(run_dir, "train_log.jsonl")) as handle:
-        return [(row["step"], row["loss"]) for row in map(json.loads, handle)]
-
-
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mpi")
-    data = make_demo_dataset(str(root / "data"), rows=600)
-    validate(data["train"], str(root / "valid"), show_progress=False)
-    clean = str(root / "valid" / "clean.jsonl")
-    base = str(root / "base")
-    build_base_model(clean, base, size="tiny")
-    reference = train(clean, base, str(root / "ref"), TrainConfig(**RUN))        # torchrun, uninterrupted
-    return {"root": root, "clean": clean, "base": base, "reference": losses(str(root / "ref")),
-            "model_root": reference["model_root"]}
+    made = training_inputs(tmp_path_factory.mktemp("mpi"))
+    reference = train(made["clean"], made["base"], str(made["root"] / "ref"), TrainConfig(**RUN))  # torchrun
+    return {**made, "reference": losses(str(made["root"] / "ref")), "model_root": reference["model_root"]}
 
 
 def _ip(*args: str) -> None:

@@ -8,34 +8,21 @@ import sys
 import time
 
 import pytest
+from helpers import losses, training_inputs
 
 from kfp_llmops.components.common.errors import InputError, LlmopsError
-from kfp_llmops.components.data_validation import run_to_dir as validate
 from kfp_llmops.components.common import integrity
 from kfp_llmops.components.training import checkpoints
-from kfp_llmops.components.training.base_model import build_base_model
 from kfp_llmops.components.training.config import TrainConfig
 from kfp_llmops.components.training.launch import train
-from kfp_llmops.pipelines.demo.demo_data import make_demo_dataset
 
 pytestmark = pytest.mark.timeout(600)
 SMALL = dict(steps=8, checkpoint_interval=4, micro_batch=4, seq_len=48, chunk_size=4096)
 
 
-def losses(run_dir):
-    with open(os.path.join(run_dir, "train_log.jsonl")) as handle:
-        return [(row["step"], row["loss"]) for row in map(json.loads, handle)]
-
-
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("train")
-    data = make_demo_dataset(str(root / "data"), rows=600)
-    validate(data["train"], str(root / "valid"), show_progress=False)
-    clean = str(root / "valid" / "clean.jsonl")
-    base = str(root / "base")
-    build_base_model(clean, base, size="tiny")
-    return {"root": root, "clean": clean, "base": base}
+    return training_inputs(tmp_path_factory.mktemp("train"))
 
 
 @pytest.fixture(scope="module")
