@@ -50,3 +50,5 @@ DATA = image("data")
 TRAIN = image("train")
 EVAL = image("eval")
 DEPLOY = image("deploy")
+# The images' non-root user (images/Dockerfile.base creates it); pods run as it.
+USER, UID = "llmops", 10001

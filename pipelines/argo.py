@@ -32,7 +32,7 @@ RUN = f"{RELEASE_MOUNT}/{{{{workflow.name}}}}"
 WORK = f"{RUN}/work"
 EXECUTOR_SA = "llmops-argo-executor"
 SERVICE_ACCOUNTS = {"train_zero3": "llmops-train", "triton_canary_deploy": "llmops-deploy"}
-SECURITY = {"runAsNonRoot": True, "runAsUser": 10001, "allowPrivilegeEscalation": False,
+SECURITY = {"runAsNonRoot": True, "runAsUser": images.UID, "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": False, "capabilities": {"drop": ["ALL"]}}
 # stage -> image, the parameters it reads, pod size parameters (or None: fixed); task
 # names come from the stage table

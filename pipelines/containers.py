@@ -112,7 +112,7 @@ def _scrub(image: str, mounts: list[str], work: str, env: dict) -> None:
                     for p in mounts)
     containerfile = os.path.join(work, "Containerfile.scrub")
     with open(containerfile, "w", encoding="utf-8") as handle:
-        handle.write(f"FROM {image}\nUSER 0:0\nRUN {rm}\nUSER 10001:10001\n")
+        handle.write(f"FROM {image}\nUSER 0:0\nRUN {rm}\nUSER {images.UID}:{images.UID}\n")
     _run(["podman", "build", "--pull=never", "-f", containerfile, "-t", image, work], f"scrubbing {image}", env=env)
 
 

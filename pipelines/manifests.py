@@ -11,7 +11,8 @@ import yaml
 from kfp_llmops.components.common.k8s import DEFAULT_NAMESPACE
 from kfp_llmops.components.deploy import DeployConfig
 from kfp_llmops.components.deploy.cluster import LABELS, render_httproute, render_inference_service
-from kfp_llmops.components.training.trainjob import render_trainjob
+from kfp_llmops.components.training.config import MultiNodeSettings
+from kfp_llmops.components.training.trainjob import render_runtime, render_trainjob
 
 from .argo import EXECUTOR_SA
 
@@ -49,8 +50,10 @@ def rbac() -> list[dict]:
         {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes"],
          "verbs": ["get", "list", "watch", "patch", "update"]},
     ]
+    # train_zero3 with multinode.nodes > 1: creates its TrainJob, follows its pods and the launcher's log.
     train_rules = [{"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
                     "verbs": ["create", "get", "list", "watch", "delete"]},
+                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
                    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]
     # Argo's executor (the standalone form's `executor.serviceAccountName`) reports each
     # task's outputs as WorkflowTaskResults; without this no `when` gate sees a result.
@@ -112,7 +115,10 @@ def serving() -> dict[str, list[dict]]:
 
 
 def training() -> list[dict]:
-    job = render_trainjob("llmops-train", "/mnt/llmops/run_spec.json", num_nodes=2, procs_per_node=8)
+    """An example TrainJob as train_zero3 creates it (2 nodes of 8 GPUs; it names its own
+    jobs and run folders), and the runtime it runs on."""
+    settings = MultiNodeSettings(nodes=2, gpus_per_node=8)
+    job = render_trainjob("llmops-train", f"{settings.mount_path}/RUN_ID.run/run_spec.json", settings, 8)
     job["metadata"].pop("namespace", None)
     return [job]
 
@@ -141,7 +147,7 @@ def _kustomization(resources: list[str], namespace: str | None = NS) -> dict:
 
 def tree() -> dict[str, list[dict]]:
     files = {
-        "kustomization.yaml": [_kustomization(["rbac", "network", "storage"])],
+        "kustomization.yaml": [_kustomization(["rbac", "network", "storage", "training/runtime"])],
         "storage/kustomization.yaml": [_kustomization(["pvcs.yaml"])],
         "storage/pvcs.yaml": volumes(),
         "rbac/kustomization.yaml": [_kustomization(["rbac.yaml"])],
@@ -152,6 +158,8 @@ def tree() -> dict[str, list[dict]]:
         "serving/gateway/kustomization.yaml": [_kustomization(["httproute.yaml", "services.yaml"])],
         "training/kustomization.yaml": [_kustomization(["trainjob.yaml"])],
         "training/trainjob.yaml": training(),
+        "training/runtime/kustomization.yaml": [_kustomization(["runtime.yaml"])],
+        "training/runtime/runtime.yaml": [render_runtime()],
         "gitops/kustomization.yaml": [_kustomization(["applications.yaml"], None)],
         "gitops/applications.yaml": argocd_applications(),
     }

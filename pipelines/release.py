@@ -28,6 +28,7 @@ from kfp_llmops.components.deploy.component import triton_canary_deploy
 from kfp_llmops.components.evaluation.component import evaluate_llm
 from kfp_llmops.components.release.component import write_release_record
 from kfp_llmops.components.training.component import build_base_model, train_zero3
+from kfp_llmops.components.training.config import CHECKPOINT_MOUNT
 from kfp_llmops.components.watermark.component import verify_watermark
 
 from . import params as P
@@ -42,7 +43,7 @@ STORAGE_ENV = {"access_key_id": "AWS_ACCESS_KEY_ID", "secret_access_key": "AWS_S
 # evaluation reads the production model back from it (the win rate).
 STORAGE_TASKS = ("validate-dataset", "build-base-model", "evaluate-llm", "triton-canary-deploy")
 PULL_SECRET = "llmops-registry"
-CHECKPOINT_MOUNT, RELEASE_MOUNT = "/mnt/checkpoints", "/mnt/release"
+RELEASE_MOUNT = "/mnt/release"
 # The local target's promoted repositories outlive runs (on a cluster the default target is KServe).
 SERVING_STATE = f"{RELEASE_MOUNT}/serving"
 # Pod sizes of the tasks whose size is not a parameter, and every task's deadline (s).

@@ -15,6 +15,7 @@ import jsonschema
 import yaml
 
 SCHEMAS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "schemas")
+OWN_SCHEMAS = os.path.join(os.path.dirname(__file__), "schemas")      # what the shared ones lack
 OBJECT_META = {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
     k: {} for k in ("name", "generateName", "namespace", "labels", "annotations", "finalizers", "ownerReferences",
                     "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
@@ -22,6 +23,7 @@ OBJECT_META = {"type": "object", "additionalProperties": False, "required": ["na
 CRDS = {("serving.kserve.io/v1beta1", "InferenceService"): "kserve-v0.20.0-inferenceservices.crd.yaml",
         ("gateway.networking.k8s.io/v1", "HTTPRoute"): "gateway-api-v1.6.1-httproutes.crd.yaml",
         ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "kubeflow-trainer-v2.3.0-trainjobs.crd.yaml",
+        ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"): "kubeflow-trainer-v2.3.0-trainingruntimes.crd.json",
         ("pipelines.kubeflow.org/v2beta1", "Pipeline"): "kfp-pipelines.kubeflow.org_pipelines.crd.yaml",
         ("pipelines.kubeflow.org/v2beta1", "PipelineVersion"): "kfp-pipelines.kubeflow.org_pipelineversions.crd.yaml"}
 ARGO = "argo-workflows-v4.1.2.schema.json"
@@ -42,7 +44,8 @@ def closed(schema):
 
 @functools.lru_cache(maxsize=None)
 def _crd(file: str, version: str) -> dict:
-    crd = yaml.safe_load(open(os.path.join(SCHEMAS, file)))
+    folder = OWN_SCHEMAS if os.path.exists(os.path.join(OWN_SCHEMAS, file)) else SCHEMAS
+    crd = yaml.safe_load(open(os.path.join(folder, file)))
     (v,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
     schema = closed(copy.deepcopy(v["schema"]["openAPIV3Schema"]))
     schema["properties"]["metadata"] = OBJECT_META

@@ -22,3 +22,17 @@ def namespace(explicit: str = "") -> str:
     except OSError:
         pass
     return os.environ.get("LLMOPS_NAMESPACE") or DEFAULT_NAMESPACE
+
+
+def clients():
+    """(CustomObjectsApi, CoreV1Api) of the cluster this pod runs in (kubeconfig outside one)."""
+    from .errors import InputError
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        raise InputError("talking to the cluster needs the `kubernetes` package") from None
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.CustomObjectsApi(), client.CoreV1Api()

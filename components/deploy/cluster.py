@@ -113,15 +113,8 @@ REVISION_SELECTOR = 'pod=~"{revision}-deployment-.*"'
 
 def kubernetes_api():
     """The CustomObjectsApi of the cluster this pod runs in (kubeconfig outside one)."""
-    try:
-        from kubernetes import client, config
-    except ImportError:
-        raise InputError("the cluster targets need the `kubernetes` package") from None
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return client.CustomObjectsApi()
+    from kfp_llmops.components.common.k8s import clients
+    return clients()[0]
 
 
 class ClusterTarget:

@@ -21,6 +21,37 @@ class LoraSettings(BaseModel):
                                                                         "default for the architecture.")
 
 
+# Where the release pipeline mounts the checkpoint claim in the training task; the nodes
+# of a multi-node run mount it at the same path.
+CHECKPOINT_MOUNT = "/mnt/checkpoints"
+
+
+class MultiNodeSettings(BaseModel):
+    """More than one node: `train_zero3` runs the ranks as a Kubeflow Trainer TrainJob and
+    waits for it; the run folder lies on a claim every node and the task mount at one path."""
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: int = Field(1, ge=1, description="Nodes; 1 trains inside the task's own pod (torchrun).")
+    gpus_per_node: int = Field(0, ge=0, description="GPUs per node (0: CPU ranks).")
+    claim: str = Field("llmops-checkpoints", description="ReadWriteMany PVC holding the run: inputs, checkpoints, "
+                                                         "the exported model.")
+    mount_path: str = Field(CHECKPOINT_MOUNT, description="Where the task and every node mount `claim`; "
+                                                            "checkpoint_dir must lie under it.")
+    runtime: str = Field("kfp-llmops-deepspeed", description="TrainingRuntime in the job's namespace (MPI, the "
+                                                             "train image on every node; manifests/training).")
+    image: str = Field("", description="Trainer image; empty: this release's train image.")
+    namespace: str = Field("", description="Empty: the task's own namespace.")
+    service_account: str = "llmops-train"
+    key_secret: str = Field("llmops-watermark-key", description="Secret whose `key` the ranks get for the "
+                                                               "weight watermark.")
+    cpu: str = "16"
+    memory: str = "128Gi"
+    timeout_s: int = Field(72 * 3600, ge=60, description="The TrainJob's activeDeadlineSeconds.")
+    poll_s: float = Field(10.0, gt=0, description="How often its status and logs are read.")
+    delete_on_success: bool = Field(True, description="Delete a finished TrainJob (its log is kept in ranks.log); "
+                                                      "a failed one stays for inspection.")
+
+
 class TrainConfig(StageConfig):
     steps: int = Field(80, ge=1, description="Optimizer steps to reach (a resume continues to it).")
     micro_batch: int = Field(8, ge=1, description="Sequences per rank per micro-step.")
@@ -48,6 +79,8 @@ class TrainConfig(StageConfig):
                                                     description="Uchida regularizer; key from the environment.")
     deepspeed: dict[str, Any] = Field(default_factory=dict,
                                       description="Merged over the generated DeepSpeed config.")
+    multinode: MultiNodeSettings = Field(default_factory=MultiNodeSettings,
+                                         description="nodes > 1: a Kubeflow Trainer TrainJob runs the ranks.")
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
@@ -55,6 +88,9 @@ class TrainConfig(StageConfig):
             raise ValueError("min_lr exceeds lr")
         if self.lora.enabled and self.weight_watermark.enabled:
             raise ValueError("lora and weight_watermark: the watermark's target weights are frozen under LoRA")
+        if self.world_size % self.multinode.nodes:
+            raise ValueError(f"world_size {self.world_size} is not a multiple of multinode.nodes "
+                             f"{self.multinode.nodes} (every node runs the same number of ranks)")
         return self
 
     def deepspeed_config(self) -> dict[str, Any]:

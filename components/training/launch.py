@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -58,7 +59,12 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, data
           base_model_root: str | None = None, stop_after: int | None = None, dataset_chunk_size: int | None = None,
           checkpoint_dir: str | None = None, model_dir: str | None = None,
           watermark_key_file: str | None = None) -> dict:
-    """Run (or resume) training; returns rank 0's result (loss, throughput, saves, roots)."""
+    """Run (or resume) training; returns rank 0's result (loss, throughput, saves, roots).
+    With `multinode.nodes` > 1 a Kubeflow Trainer TrainJob runs the ranks (`trainjob_run`)."""
+    if cfg.multinode.nodes > 1:
+        from .trainjob_run import train_multinode
+        return train_multinode(clean_path, base_model, cfg, checkpoint_dir, model_dir, dataset_root,
+                               base_model_root, stop_after, dataset_chunk_size, watermark_key_file)
     spec_path, spec, env = prepare(clean_path, base_model, out_dir, cfg, dataset_root, base_model_root, stop_after,
                                    dataset_chunk_size, checkpoint_dir, model_dir, watermark_key_file)
     # One node: rendezvous on loopback. `--standalone` alone advertises the hostname, which a
@@ -103,16 +109,21 @@ def prepare(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, da
         json.dump(spec, handle, indent=2)
     if os.path.exists(spec["result"]):
         os.unlink(spec["result"])
-    env = dict(os.environ, OMP_NUM_THREADS=str(cfg.threads_per_rank), PYTHONUNBUFFERED="1",
-               TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
-               TRANSFORMERS_VERBOSITY="error")
     import torch
-    if not torch.cuda.is_available():
-        env["DS_ACCELERATOR"] = "cpu"
+    env = dict(os.environ, **rank_env(cfg, torch.cuda.is_available()))
     if cfg.weight_watermark.enabled:      # the key reaches the ranks by environment, never by file
         from kfp_llmops.components.common.watermark.keys import ENV_VAR, load_key
         env[ENV_VAR] = str(load_key(watermark_key_file))
     return spec_path, spec, env
+
+
+def rank_env(cfg: TrainConfig, cuda: bool) -> dict[str, str]:
+    """What every rank's environment gets on top of its launcher's."""
+    env = {"OMP_NUM_THREADS": str(cfg.threads_per_rank), "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
+           "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    if not cuda:
+        env["DS_ACCELERATOR"] = "cpu"
+    return env
 
 
 def run_ranks(cmd: list[str], spec: dict, env: dict, out_dir: str) -> dict:
@@ -129,9 +140,14 @@ def run_ranks(cmd: list[str], spec: dict, env: dict, out_dir: str) -> dict:
             tail = (tail + chunk)[-20000:]
         proc.wait()
     if proc.returncode != 0 or not os.path.exists(spec["result"]):
-        tail = _tail(log_path, tail.decode(errors="replace"))
         raise LlmopsError(f"training failed (exit {proc.returncode}); rerun the same command to resume "
-                          f"from the last verified checkpoint; last log line: {tail}")
+                          f"from the last verified checkpoint; last log line: "
+                          f"{last_error(tail.decode(errors='replace'))}")
+    return read_result(spec)
+
+
+def read_result(spec: dict) -> dict:
+    """Rank 0's result of a finished run, with what the run was given."""
     with open(spec["result"], encoding="utf-8") as handle:
         result = json.load(handle)
     result.update({"dataset_root": spec["meta"]["dataset_root"], "base_model_root": spec["meta"]["base_model_root"],
@@ -145,10 +161,11 @@ def _show(chunk: bytes) -> bool:
     return chunk.startswith((b"\r", b"train", b"[train]")) or b"train:" in chunk
 
 
-def _tail(log_path: str, stderr: str) -> str:
-    """The rank's own exception line, not torchrun's summary of it."""
-    lines = [ln.replace("[rank0]: ", "").replace("[rank1]: ", "") for ln in stderr.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ("Error" in ln or "error" in ln) and not ln.startswith(" ")
+def last_error(text: str) -> str:
+    """The rank's own exception line, not the launcher's (torchrun's, mpirun's) summary of it."""
+    lines = [re.sub(r"^\[rank\d+\]: ", "", ln) for ln in text.splitlines() if ln.strip(" -")]
+    errors = [ln for ln in lines if ("Error" in ln or "error" in ln or ln.startswith("worker:"))
+              and not ln.startswith((" ", "mpirun", "Primary job"))
               and "ChildFailedError" not in ln and "elastic" not in ln]
     return (errors or lines or ["(none)"])[-1][:300]
 

@@ -301,6 +301,14 @@ def ranks_from_mpi(env) -> None:
     from kfp_llmops.components.training.trainjob import MASTER_PORT
 
     env.setdefault("MASTER_PORT", str(MASTER_PORT))
+    if env["RANK"] == "0":              # else every rank waits out the rendezvous timeout
+        import socket
+        try:
+            with socket.socket() as probe:
+                probe.bind((socket.gethostbyname(env["MASTER_ADDR"]), 0))
+        except OSError:
+            raise SystemExit(f"worker: rank 0 runs on {socket.gethostname()}, not on MASTER_ADDR "
+                             f"{env['MASTER_ADDR']}: pass the host mpirun maps rank 0 to") from None
 
 
 def export(auto_cls, spec: dict, state: dict) -> str:

@@ -164,10 +164,11 @@ def model_verify(model_dir, public_key, certificate_chain, signature) -> None:
               "chunk_size; default 1 MiB).")
 @click.option("--stop-after", type=int, help="Stop at this step with a checkpoint (the run can resume).")
 @click.option("--render-trainjob", type=click.Path(dir_okay=False),
-              help="Write a Kubeflow Trainer TrainJob for a multi-node run instead of training here.")
+              help="Write a Kubeflow Trainer TrainJob for a multi-node run instead of training here "
+                   "(train_zero3 with multinode.nodes > 1 creates and follows one itself).")
 @click.option("--nodes", default=2, show_default=True, help="TrainJob: nodes.")
 @click.option("--gpus-per-node", default=8, show_default=True, help="TrainJob: GPUs (and ranks) per node.")
-@click.option("--spec-path", default="/mnt/llmops/run_spec.json", show_default=True,
+@click.option("--spec-path", default="/mnt/checkpoints/run.run/run_spec.json", show_default=True,
               help="TrainJob: where the run spec lies on shared storage.")
 def train_cmd(clean_path, base_model, out_dir, config_path, steps, ranks, dataset_root, dataset_chunk_size,
               stop_after, render_trainjob, nodes, gpus_per_node, spec_path) -> None:
@@ -178,10 +179,11 @@ def train_cmd(clean_path, base_model, out_dir, config_path, steps, ranks, datase
     if render_trainjob:
         import yaml
 
+        from kfp_llmops.components.training.config import MultiNodeSettings
         from kfp_llmops.components.training.trainjob import render_trainjob as render
 
         doc = render(os.path.basename(os.path.abspath(out_dir)).lower().replace("_", "-") or "llmops-train",
-                     spec_path, num_nodes=nodes, procs_per_node=gpus_per_node, gpus_per_node=gpus_per_node)
+                     spec_path, MultiNodeSettings(nodes=nodes, gpus_per_node=gpus_per_node), gpus_per_node)
         with open(render_trainjob, "w", encoding="utf-8") as handle:
             yaml.safe_dump(doc, handle, sort_keys=False)
         click.echo(f"TrainJob written to {render_trainjob}")

@@ -8,6 +8,7 @@ import shutil
 import time
 import warnings
 
+from kfp_llmops.components import images
 from kfp_llmops.components.common import records
 from kfp_llmops.components.common.errors import InputError
 
@@ -70,7 +71,6 @@ def spec_sha256(pipeline_func) -> str:
 
 
 HOST_DIR = ".llmops"      # container runs: host-side inputs and state under the pipeline root
-IMAGE_UID = 10001       # the stage images' user (images/Dockerfile.base)
 
 
 def _share(folder: str) -> None:
@@ -79,7 +79,7 @@ def _share(folder: str) -> None:
     for d, _, files in os.walk(folder):
         for name in [d] + [os.path.join(d, f) for f in files]:
             if os.geteuid() == 0:
-                os.chown(name, IMAGE_UID, IMAGE_UID)
+                os.chown(name, images.UID, images.UID)
             else:
                 os.chmod(name, 0o777 if os.path.isdir(name) else 0o644)
 

@@ -8,6 +8,8 @@ import sys
 import time
 
 import pytest
+
+from kfp_llmops.components import images
 from helpers import losses, training_inputs
 
 from kfp_llmops.components.common.errors import InputError, LlmopsError
@@ -324,19 +326,31 @@ def test_verify_cli_json_lists_bad_ranges(reference, tmp_path, capsys):
     assert problem["path"] == name and problem["ranges"] == [[8192, 12288]]
 
 
-def test_trainjob_matches_the_kubeflow_trainer_crd(tmp_path):
+def test_trainjob_and_its_runtime_match_the_kubeflow_trainer_crds(tmp_path):
     import jsonschema
-    from kfp_llmops.components.training.trainjob import render_trainjob
+    from kfp_llmops.components.training.config import MultiNodeSettings
+    from kfp_llmops.components.training.trainjob import render_runtime, render_trainjob
     from strict_schema import validate as strict
-    doc = render_trainjob("llmops-train", "/mnt/llmops/run_spec.json", num_nodes=4, procs_per_node=8)
+    doc = render_trainjob("llmops-train", "/mnt/checkpoints/r.run/run_spec.json", MultiNodeSettings(nodes=4), 8)
     strict(doc)                                                 # unknown fields rejected, as the server does
-    assert doc["spec"]["runtimeRef"]["name"] == "deepspeed-distributed"
+    assert doc["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
+                                         "name": "kfp-llmops-deepspeed"}
     command = doc["spec"]["trainer"]["command"]          # mpirun over Trainer's hostfile; test_mpi.py runs it
     assert command[:6] == ["mpirun", "--hostfile", "/etc/mpi/hostfile", "-np", "32", "--map-by"]
-    assert "MASTER_ADDR=llmops-train-launcher-0-0.llmops-train" in command and command[-1] == "/mnt/llmops/run_spec.json"
+    assert "MASTER_ADDR=llmops-train-launcher-0-0.llmops-train" in command
+    assert command[-1] == "/mnt/checkpoints/r.run/run_spec.json"
     bad = json.loads(json.dumps(doc))
     bad["spec"]["trainer"]["numNodes"] = "four"
     with pytest.raises(jsonschema.ValidationError):
+        strict(bad)
+    runtime = dict(render_runtime(), metadata={**render_runtime()["metadata"], "namespace": "team-a"})
+    strict(runtime)
+    jobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    assert [j["name"] for j in jobs] == ["node", "launcher"]               # JobSet: the launcher after the nodes
+    assert {j["template"]["spec"]["template"]["spec"]["containers"][0]["image"] for j in jobs} == {images.TRAIN}
+    bad = json.loads(json.dumps(runtime))
+    bad["spec"]["mlPolicy"]["mpi"]["sshPort"] = 2222
+    with pytest.raises(jsonschema.ValidationError, match="sshPort"):
         strict(bad)
 
 
