@@ -76,7 +76,9 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
     from kfp_llmops.components.common import signing
     from .launch import train
 
-    cfg = TrainConfig.load(config, ranks_for(gpus))
+    # `gpus` sizes this pod's own ranks; a multi-node run's pods come from its multinode settings.
+    multinode = TrainConfig.load(config).multinode.nodes > 1
+    cfg = TrainConfig.load(config, {} if multinode else ranks_for(gpus))
     work = os.path.join(os.path.dirname(model.path), "work")
     ckpt_dir = checkpoint_dir or checkpoints_out.path
     if resume_from is not None:
@@ -86,6 +88,7 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
                    dataset_chunk_size=integrity.chunk_size_of(dataset.metadata),
                    base_model_root=base_model.metadata.get("merkle_root"),
                    checkpoint_dir=ckpt_dir, model_dir=model.path)
+    os.makedirs(work, exist_ok=True)               # a multi-node run wrote its files on the claim
     md, html = _write_reports(result, work)
     with open(report.path, "w", encoding="utf-8") as handle:
         handle.write(html)

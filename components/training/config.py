@@ -64,7 +64,8 @@ class TrainConfig(StageConfig):
     weight_decay: float = Field(0.0, ge=0)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     seed: int = 1234
-    world_size: int = Field(2, ge=1, description="Ranks (torchrun --nproc_per_node).")
+    world_size: int = Field(2, ge=1, description="Ranks in all (torchrun --nproc_per_node on one node; "
+                                                 "nodes x gpus_per_node by default on several).")
     checkpoint_interval: int = Field(20, ge=1, description="Save every N optimizer steps (and at the end).")
     keep_last: int = Field(3, ge=1, description="Committed checkpoints to keep.")
     chunk_size: int = Field(1 << 20, ge=4096, description="Merkle chunk size of checkpoint files.")
@@ -88,6 +89,13 @@ class TrainConfig(StageConfig):
             raise ValueError("min_lr exceeds lr")
         if self.lora.enabled and self.weight_watermark.enabled:
             raise ValueError("lora and weight_watermark: the watermark's target weights are frozen under LoRA")
+        mn = self.multinode
+        if mn.nodes > 1 and mn.gpus_per_node:          # one rank per GPU
+            if "world_size" not in self.model_fields_set:
+                self.world_size = mn.nodes * mn.gpus_per_node
+            elif self.world_size != mn.nodes * mn.gpus_per_node:
+                raise ValueError(f"world_size {self.world_size} is not multinode.nodes x gpus_per_node "
+                                 f"({mn.nodes} x {mn.gpus_per_node}): one rank per GPU")
         if self.world_size % self.multinode.nodes:
             raise ValueError(f"world_size {self.world_size} is not a multiple of multinode.nodes "
                              f"{self.multinode.nodes} (every node runs the same number of ranks)")

@@ -43,6 +43,13 @@ def config_hash(cfg: TrainConfig) -> str:
     return hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()
 
 
+def check_precision(cfg: TrainConfig, cuda: bool) -> None:
+    """fp16 needs a GPU: DeepSpeed's CPU accelerator has bf16 and fp32 only."""
+    if cfg.precision == "fp16" and not cuda:
+        raise InputError("precision: fp16 needs GPUs (DeepSpeed's CPU accelerator has no fp16); "
+                         "use bf16 or fp32 on CPU ranks")
+
+
 def _check_fits(base_model: str, cfg: TrainConfig) -> None:
     """seq_len within the model's context: positions past it have no embedding."""
     from transformers import AutoConfig
@@ -65,6 +72,8 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, data
         from .trainjob_run import train_multinode
         return train_multinode(clean_path, base_model, cfg, checkpoint_dir, model_dir, dataset_root,
                                base_model_root, stop_after, dataset_chunk_size, watermark_key_file)
+    import torch
+    check_precision(cfg, torch.cuda.is_available())
     spec_path, spec, env = prepare(clean_path, base_model, out_dir, cfg, dataset_root, base_model_root, stop_after,
                                    dataset_chunk_size, checkpoint_dir, model_dir, watermark_key_file)
     # One node: rendezvous on loopback. `--standalone` alone advertises the hostname, which a

@@ -23,7 +23,7 @@ from kfp_llmops.components.common.errors import InputError, LlmopsError
 from kfp_llmops.components.common.k8s import namespace as resolve_namespace
 
 from .config import TrainConfig
-from .launch import _show, last_error, prepare, rank_env, read_result
+from .launch import _show, check_precision, last_error, prepare, rank_env, read_result
 from .trainjob import render_trainjob
 
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -56,6 +56,7 @@ def train_multinode(clean_path: str, base_model: str, cfg: TrainConfig, checkpoi
     if not checkpoint_dir or not _under(checkpoint_dir, mn.mount_path):
         raise InputError(f"multinode.mount_path: checkpoint_dir {checkpoint_dir or '(none)'} is not under "
                          f"{mn.mount_path}, where every node mounts the claim {mn.claim!r}")
+    check_precision(cfg, cuda=mn.gpus_per_node > 0)
     checkpoint_dir = os.path.abspath(checkpoint_dir)
     shared = checkpoint_dir.rstrip("/") + ".run"
     base_copy = os.path.join(shared, "base_model")

@@ -149,20 +149,41 @@ def cluster(tmp_path):
         run.stop()
 
 
-def test_two_nodes_of_the_train_image_train_through_a_trainjob(tmp_path, cluster):
+def _artifact(cls, path, **metadata):
+    out = cls(name=os.path.basename(str(path)))
+    out.path = str(path)
+    out.metadata.update(metadata)
+    return out
+
+
+def test_the_train_task_runs_two_nodes_of_the_train_image_through_a_trainjob(tmp_path, cluster, monkeypatch):
+    """train_zero3's own entry (`run_component`, as the KFP component calls it)."""
+    from kfp.dsl import HTML, Artifact, Dataset, Metrics, Model
+
+    from kfp_llmops.components.training import run_component, trainjob_run
+
     made = training_inputs(tmp_path / "in")
     claim = tmp_path / "claim"
     claim.mkdir()
-    cfg = TrainConfig(**RUN, multinode={"nodes": 2, "mount_path": str(claim), "namespace": "team-a", "poll_s": 1,
-                                        "timeout_s": 600})
-    result = train_multinode(made["clean"], made["base"], cfg, str(claim / "run-1"), str(tmp_path / "model"),
-                             apis=(cluster, cluster), log=print)
-    name = result["trainjob"].split("/")[1]
-    assert result["done"] and result["world_size"] == 2 and result["step"] == RUN["steps"]
+    monkeypatch.setattr(trainjob_run, "_clients", lambda: (cluster, cluster))
+    config = json.dumps(dict(RUN, multinode={"nodes": 2, "mount_path": str(claim), "namespace": "team-a",
+                                             "poll_s": 1, "timeout_s": 600}))
+    out = tmp_path / "outputs"
+    model = _artifact(Model, out / "model")
+    dataset = _artifact(Dataset, made["clean"], merkle_root=integrity.verify("dataset", made["clean"]))
+    base = _artifact(Model, made["base"], merkle_root=integrity.verify("model", made["base"]))
+    outputs = [_artifact(cls, out / name) for cls, name in ((Artifact, "checkpoints"), (Metrics, "metrics"),
+                                                            (HTML, "report.html"), (Artifact, "train_log.jsonl"))]
+    os.makedirs(out)
+    root = run_component(dataset, base, config, None, str(claim / "run-1"), model, *outputs, gpus="8")
+    assert root == model.metadata["merkle_root"]
+    assert integrity.verify_sealed(model.path, root) == root                 # the task's output, verified
+    assert model.metadata["base_model_root"] == base.metadata["merkle_root"]
     log = (claim / "run-1.run" / "ranks.log").read_text()
+    name = cluster.created[0]["metadata"]["name"]
     assert f"[train] 2 ranks on 2 host(s): {name}-launcher-0-0, {name}-node-0-0" in log, log[-3000:]
+    assert cluster.created[0]["spec"]["trainer"]["numProcPerNode"] == 1     # `gpus` is this pod's, not the job's
     assert [s for s, _ in losses(str(claim / "run-1.run"))] == list(range(1, RUN["steps"] + 1))
-    assert integrity.verify_sealed(str(tmp_path / "model"), result["model_root"]) == result["model_root"]
     assert integrity.list_tags(str(claim / "run-1"))                  # checkpoints stay on the claim
     assert not cluster.jobs                                            # deleted once it succeeded
 

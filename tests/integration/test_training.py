@@ -423,6 +423,22 @@ def test_packed_training_resumes_bit_for_bit_and_fits_more_examples_per_step(inp
     assert ref["examples_per_step"] > 1.25 * 8, ref["examples_per_step"]
 
 
+def test_bf16_trains_through_the_same_config_and_resumes_bit_for_bit(inputs, reference):
+    """The precision setting the GPU path uses, on DeepSpeed's CPU accelerator (which has
+    bf16): its own losses, resumed to the same bits; fp16 there is a one-line refusal."""
+    bf16 = dict(SMALL, precision="bf16")
+    ref = train(inputs["clean"], inputs["base"], str(inputs["root"] / "bf16-ref"), TrainConfig(**bf16))
+    assert ref["done"] and losses(str(inputs["root"] / "bf16-ref")) != losses(reference["dir"])
+    out = str(inputs["root"] / "bf16")
+    train(inputs["clean"], inputs["base"], out, TrainConfig(**bf16), stop_after=4)
+    second = train(inputs["clean"], inputs["base"], out, TrainConfig(**bf16))
+    assert second["resumed_from"] == "step-00000004"
+    assert losses(out) == losses(str(inputs["root"] / "bf16-ref"))               # zero tolerance
+    assert second["model_root"] == ref["model_root"]
+    with pytest.raises(InputError, match=r"precision: fp16 needs GPUs .*use bf16 or fp32"):
+        train(inputs["clean"], inputs["base"], str(inputs["root"] / "fp16"), TrainConfig(**dict(SMALL, precision="fp16")))
+
+
 LORA = dict(SMALL, lora={"enabled": True, "r": 4, "alpha": 8.0})
 
 

@@ -172,3 +172,10 @@ the job to be terminated. The first process to do so was:
     assert last_error(log).startswith("worker: rank 0 runs on job-launcher-0-0")
     assert last_error("[rank1]: Traceback\n[rank1]: ValueError: bad\nE1201 torchrun: ChildFailedError") == \
         "ValueError: bad"
+
+
+def test_a_multinode_run_has_one_rank_per_gpu_and_ignores_the_tasks_own_gpus():
+    assert TrainConfig(multinode={"nodes": 4, "gpus_per_node": 8}).world_size == 32
+    with pytest.raises(InputError, match=r"world_size 16 is not multinode.nodes x gpus_per_node \(4 x 8\)"):
+        TrainConfig.load(None, {"world_size": 16, "multinode": {"nodes": 4, "gpus_per_node": 8}})
+    assert TrainConfig(world_size=6, multinode={"nodes": 3}).world_size == 6          # CPU ranks: as set
