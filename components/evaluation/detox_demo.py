@@ -8,7 +8,7 @@ import json
 import os
 import random
 
-from .prose import sentences
+from kfp_llmops.components.common.prose import sentences
 
 CLASSES = ["toxicity", "obscene", "insult", "threat"]
 BUILDER = "detoxify-demo-3"
@@ -93,7 +93,7 @@ def build(out_dir: str, seed: int = 0) -> str:
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from .similarity import resolve_model
+    from kfp_llmops.components.common.similarity import resolve_model
     from kfp_llmops.components.common.integrity import sha256_file
 
     hf_logging.set_verbosity_error()

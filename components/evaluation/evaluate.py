@@ -42,10 +42,11 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
     `baseline_note` (e.g. which promoted release it came from). `production` is the model
     in production the candidate is judged against (the win rate)."""
     from kfp_llmops.components.common.generation import context_size, load_model
+    from kfp_llmops.components.common.perplexity import perplexity
+    from kfp_llmops.components.common.similarity import bertscore
 
-    from .generate import generate, perplexity
     from . import winrate
-    from .similarity import bertscore
+    from .generate import generate
     from .toxicity import ModelDetector, lexical_scores, summarize
 
     from transformers.utils import logging as hf_logging

@@ -26,7 +26,9 @@ from kfp_llmops.components.common import answers, integrity
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.gates import Check
 
-from .config import BertScoreConfig, JudgeConfig, WinRateConfig
+from kfp_llmops.components.common.similarity import BertScoreConfig
+
+from .config import JudgeConfig, WinRateConfig
 
 KIND = "win rate"
 
@@ -45,7 +47,7 @@ def judge(prompts: list[str], candidate: list[str], production: list[str], refer
     margins = {i: 0.0 for i in range(len(prompts))}
     consistent: dict[int, bool | None] = {}
     if differ and cfg.kind == "bertscore":
-        from .similarity import bertscore
+        from kfp_llmops.components.common.similarity import bertscore
         base = bertscore([production[i] for i in differ], [references[i] for i in differ], bertscore_cfg)["f1"]
         cand = ([candidate_f1[i] for i in differ] if candidate_f1 is not None else
                 bertscore([candidate[i] for i in differ], [references[i] for i in differ], bertscore_cfg)["f1"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from kfp_llmops.components.common.config import StageConfig
+from kfp_llmops.components.common.similarity import BertScoreConfig
 from kfp_llmops.components.common.watermark.params import KGW
 
 from kfp_llmops.components.common.watermark.weights import WeightWatermarkConfig
@@ -33,6 +34,12 @@ class QualityCost(_Section):
                                                                   "these deltas: the trade-off curve in the report.")
     curve_prompts: int = Field(64, ge=1, description="Prompts the curve's TPR is measured on (each delta generates "
                                                      "long texts again).")
+    oracle_model: str | None = Field(None, description="A sealed local model folder the answers' perplexity is "
+                                                       "measured under (KGW's oracle LM); unset: the model itself.")
+    oracle_root: str | None = Field(None, description="The oracle's pinned Merkle root (required with it).")
+    bertscore: BertScoreConfig = Field(default_factory=BertScoreConfig, description="BERTScore of the answers "
+                                                                                    "against the references, as "
+                                                                                    "evaluation computes it.")
 
 
 class WatermarkGate(_Section):
@@ -44,6 +51,11 @@ class WatermarkGate(_Section):
     max_exact_match_cost: float | None = Field(None, ge=0, le=1, description="Largest drop in exact-match answers "
                                                                             "the watermark may cause; unset: reported "
                                                                             "only.")
+    max_perplexity_increase: float | None = Field(None, ge=0, description="Largest relative rise of the answers' "
+                                                                         "perplexity (0.10: +10 %); unset: reported "
+                                                                         "only.")
+    max_bertscore_cost: float | None = Field(None, ge=0, description="Largest drop of the answers' mean BERTScore F1 "
+                                                                    "(e.g. 0.02); unset: reported only.")
 
 
 class WatermarkConfig(StageConfig, KGW):

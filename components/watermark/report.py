@@ -46,16 +46,23 @@ def quality_line(metrics: dict) -> str:
         return ""
     return (f"Quality cost: the eval prompts answered greedily match the reference exactly "
             f"{metrics['exact_match_unwatermarked']:.1%} of the time without the watermark and "
-            f"{metrics['exact_match_watermarked']:.1%} with it (cost {metrics['exact_match_cost']:.1%}).")
+            f"{metrics['exact_match_watermarked']:.1%} with it (cost {metrics['exact_match_cost']:.1%}); "
+            f"their perplexity goes from {metrics['perplexity_unwatermarked']:.3g} to "
+            f"{metrics['perplexity_watermarked']:.3g} ({metrics['perplexity_increase']:+.1%}) and their BERTScore F1 "
+            f"from {metrics['bertscore_f1_unwatermarked']:.3f} to {metrics['bertscore_f1_watermarked']:.3f} "
+            f"(cost {metrics['bertscore_cost']:.3f}).")
 
 
 def _tradeoff_html(curve: list[dict], chosen: float) -> str:
     if not curve:
         return ""
     rows = "".join(f"<tr><td>{p['delta']:g}{' (this config)' if p['delta'] == chosen else ''}</td><td>{p['tpr']:.3f}</td>"
-                   f"<td>{p['exact_match']:.1%}</td><td>{p['exact_match_cost']:.1%}</td></tr>" for p in curve)
+                   f"<td>{p['exact_match']:.1%}</td><td>{p['exact_match_cost']:.1%}</td>"
+                   f"<td>{p['perplexity']:.3g}</td><td>{p['perplexity_increase']:+.1%}</td>"
+                   f"<td>{p['bertscore_f1']:.3f}</td><td>{p['bertscore_cost']:.3f}</td></tr>" for p in curve)
     return ("<h2>Detection against quality, by delta</h2><table border=1><tr><th>delta</th><th>TPR</th>"
-            f"<th>exact match with the watermark</th><th>cost</th></tr>{rows}</table>")
+            "<th>exact match with the watermark</th><th>its cost</th><th>perplexity</th><th>its rise</th>"
+            f"<th>BERTScore F1</th><th>its cost</th></tr>{rows}</table>")
 
 
 def render_html(result: dict, svg: str) -> str:

@@ -24,24 +24,60 @@ def _generate(model, tokenizer, prompts: list[str], cfg: WatermarkConfig, proces
     return [np.array(c.tokens, dtype=np.int64) for c in done]
 
 
-def _exact_match(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor) -> float:
-    """Share of eval prompts answered exactly (greedy, up to EOS), with `processor` if any."""
+def _answers(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor) -> list[str]:
+    """The eval prompts answered as evaluation answers them (greedy, up to EOS)."""
     q = cfg.quality
     done = generation.generate(model, tokenizer, [r["prompt"] for r in rows], max_new_tokens=q.max_new_tokens,
                                batch_size=q.batch_size, seed=cfg.generation.seed, do_sample=False,
                                processors=[processor] if processor else None)
-    texts = [tokenizer.decode(c.tokens, skip_special_tokens=True).strip() for c in done]
-    return sum(answers.exact_match(t, r["response"]) for t, r in zip(texts, rows)) / max(1, len(rows))
+    return [tokenizer.decode(c.tokens, skip_special_tokens=True).strip() for c in done]
 
 
-def quality_cost(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor) -> dict:
-    """Exact-match answers without and with the watermark (greedy, so the mark is the only
-    difference); the cost is the drop."""
-    plain, marked = (_exact_match(model, tokenizer, rows, cfg, p) for p in (None, processor))
-    return {"exact_match_unwatermarked": plain, "exact_match_watermarked": marked, "exact_match_cost": plain - marked}
+class Scorer:
+    """What an answer set is worth: exact match and BERTScore F1 against the references,
+    perplexity under the oracle (or the model itself)."""
+
+    def __init__(self, model, tokenizer, rows: list[dict], cfg: WatermarkConfig):
+        self.rows, self.cfg = rows, cfg
+        q = cfg.quality
+        if q.oracle_model:
+            if not q.oracle_root:
+                from kfp_llmops.components.common.errors import InputError
+                raise InputError("quality.oracle_root: required with quality.oracle_model (its pinned Merkle root)")
+            integrity.verify("model", q.oracle_model, q.oracle_root)
+            model, tokenizer = generation.load_model(q.oracle_model)
+        self.model, self.tokenizer = model, tokenizer
+
+    def __call__(self, texts: list[str]) -> dict:
+        from kfp_llmops.components.common.perplexity import perplexity
+        from kfp_llmops.components.common.similarity import bertscore
+        rows, q = self.rows, self.cfg.quality
+        answered = [{"prompt": r["prompt"], "response": t} for r, t in zip(rows, texts)]
+        ppl, _ = perplexity(self.model, self.tokenizer, answered, q.batch_size,
+                            generation.context_size(self.model))
+        f1 = bertscore(texts, [r["response"] for r in rows], q.bertscore)["f1"]
+        return {"exact_match": sum(answers.exact_match(t, r["response"]) for t, r in zip(texts, rows))
+                / max(1, len(rows)), "perplexity": ppl, "bertscore_f1": sum(f1) / max(1, len(f1))}
 
 
-def tradeoff(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, key: int, plain: float) -> list[dict]:
+def cost(plain: dict, marked: dict) -> dict:
+    """The watermark's cost: what it takes from exact match and BERTScore, what it adds to perplexity."""
+    return {"exact_match_cost": plain["exact_match"] - marked["exact_match"],
+            "perplexity_increase": marked["perplexity"] / plain["perplexity"] - 1,
+            "bertscore_cost": plain["bertscore_f1"] - marked["bertscore_f1"]}
+
+
+def quality_cost(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor, score: Scorer) -> dict:
+    """The answers without and with the watermark (greedy, so the mark is the only
+    difference), scored the same way; the cost is the difference."""
+    plain, marked = (score(_answers(model, tokenizer, rows, cfg, p)) for p in (None, processor))
+    out = {f"{k}_unwatermarked": v for k, v in plain.items()}
+    out.update({f"{k}_watermarked": v for k, v in marked.items()})
+    return {**out, **cost(plain, marked)}
+
+
+def tradeoff(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, key: int, plain: dict,
+             score: Scorer) -> list[dict]:
     """Detection and cost at each of `quality.deltas`, the rest of the parameters unchanged."""
     curve = []
     for delta in cfg.quality.deltas:
@@ -49,8 +85,8 @@ def tradeoff(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, key: int,
         processor = logits_processor(wm)
         prompts = [r["prompt"] for r in rows[:cfg.quality.curve_prompts]]
         tpr = _rate(wm.detect_many(_generate(model, tokenizer, prompts, cfg, processor)))[0]
-        marked = _exact_match(model, tokenizer, rows, cfg, processor)
-        curve.append({"delta": delta, "tpr": tpr, "exact_match": marked, "exact_match_cost": plain - marked})
+        marked = score(_answers(model, tokenizer, rows, cfg, processor))
+        curve.append({"delta": delta, "tpr": tpr, **marked, **cost(plain, marked)})
     return curve
 
 
@@ -88,6 +124,7 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     d_refs = wm.detect_many(references)
     tpr, n_pos = _rate(d_marked)
     fpr, n_neg = _rate(d_plain + d_refs)
+    score = Scorer(model, tokenizer, rows, cfg)
     rng = np.random.default_rng(cfg.attack_seed)
     robustness = {}
     for kind in ("substitution", "deletion"):
@@ -97,13 +134,16 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     metrics = {"tpr": tpr, "fpr": fpr, "positives_scored": n_pos, "negatives_scored": n_neg,
                "references_scored": sum(d.z == d.z for d in d_refs), "mean_z_watermarked": _mean(d_marked),
                "mean_z_unwatermarked": _mean(d_plain + d_refs), **robustness,
-               **quality_cost(model, tokenizer, rows, cfg, logits_processor(wm))}
+               **quality_cost(model, tokenizer, rows, cfg, logits_processor(wm), score)}
     g = cfg.gate
     checks = [gates.at_least("tpr", tpr, g.min_tpr), gates.at_most("fpr", fpr, g.max_fpr),
               gates.at_least("tpr_substitution_10", robustness.get("tpr_substitution_10"), g.min_tpr_substitution_10)]
-    if g.max_exact_match_cost is not None:
-        checks.append(gates.at_most("exact_match_cost", metrics["exact_match_cost"], g.max_exact_match_cost,
-                                    "exact-match answers lost to the watermark"))
+    for name, bound, what in (("exact_match_cost", g.max_exact_match_cost, "exact-match answers lost to the watermark"),
+                              ("perplexity_increase", g.max_perplexity_increase, "relative rise of the answers' "
+                                                                                  "perplexity"),
+                              ("bertscore_cost", g.max_bertscore_cost, "BERTScore F1 lost to the watermark")):
+        if bound is not None:
+            checks.append(gates.at_most(name, metrics[name], bound, what))
     if cfg.weights.enabled:
         from kfp_llmops.components.common.watermark.weights import extract_from_model_dir
         found = extract_from_model_dir(model_dir, key, cfg.weights)
@@ -112,7 +152,8 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
                    gates.at_most("bit_p_value", found.p_value, g.max_bit_p_value)]
     verified = gates.passed(checks)
     checks = [c.to_json() for c in checks]
-    curve = tradeoff(model, tokenizer, rows, cfg, key, metrics["exact_match_unwatermarked"])
+    curve = tradeoff(model, tokenizer, rows, cfg, key,
+                     {k: metrics[f"{k}_unwatermarked"] for k in ("exact_match", "perplexity", "bertscore_f1")}, score)
     with open(os.path.join(out_dir, "watermarked.jsonl"), "w", encoding="utf-8") as handle:
         for row, toks, d in zip(rows, marked, d_marked):
             handle.write(json.dumps({"id": row["id"], "prompt": row["prompt"], "response": tokenizer.decode(toks),

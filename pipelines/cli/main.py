@@ -249,8 +249,8 @@ def bertscore_baseline_cmd(out_path, model, layers) -> None:
     sentences per layer (the bundled MiniLM one is pinned; this shows where it comes from)."""
     import hashlib
 
-    from kfp_llmops.components.evaluation import bertscore_baseline
-    from kfp_llmops.components.evaluation.similarity import resolve_model
+    from kfp_llmops.components.common import bertscore_baseline
+    from kfp_llmops.components.common.similarity import resolve_model
 
     text = bertscore_baseline.build(resolve_model(model), layers)
     with open(out_path, "w", encoding="utf-8") as handle:

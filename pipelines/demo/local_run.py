@@ -235,7 +235,9 @@ def collect_stages(pipeline_root: str) -> list[dict]:
         stages.append({"stage": "verify_watermark", "gate": "verified" if w["parameters"].get("Output") else "not verified",
                        "detail": f"TPR {m.get('tpr', float('nan')):.2f}, FPR {m.get('fpr', float('nan')):.2f}, "
                                  f"TPR@10% subst. {m.get('tpr_substitution_10', float('nan')):.2f}, "
-                                 f"exact-match cost {m.get('exact_match_cost', float('nan')):.1%}",
+                                 f"cost: exact match {m.get('exact_match_cost', float('nan')):.1%}, perplexity "
+                                 f"{m.get('perplexity_increase', float('nan')):+.0%}, BERTScore "
+                                 f"{m.get('bertscore_cost', float('nan')):.3f}",
                        "merkle_root": m.get("model_root"),
                        "outputs": {"report": w["artifacts"]["report"]["uri"],
                                    "watermarked": w["artifacts"]["watermarked"]["uri"]}})

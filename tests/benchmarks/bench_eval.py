@@ -29,7 +29,7 @@ def main(work: str = "build/bench/eval", samples: int = 200) -> dict:
     from kfp_llmops.components.evaluation import run_to_dir
     from kfp_llmops.components.common.generation import load_model
     from kfp_llmops.components.evaluation.generate import generate
-    from kfp_llmops.components.evaluation.similarity import resolve_model
+    from kfp_llmops.components.common.similarity import resolve_model
     from kfp_llmops.components.evaluation.toxicity import resolve_checkpoint
 
     os.makedirs(work, exist_ok=True)
@@ -75,7 +75,7 @@ def main(work: str = "build/bench/eval", samples: int = 200) -> dict:
             detox.predict(cands[i:i + cfg.toxicity.batch_size])
         predict_prob(cands)
         from kfp_llmops.components.common.generation import context_size
-        from kfp_llmops.components.evaluation.generate import perplexity
+        from kfp_llmops.components.common.perplexity import perplexity
         perplexity(model, tokenizer, rows, cfg.perplexity_batch_size, context_size(model))
 
     torch.set_num_threads(torch.get_num_threads())

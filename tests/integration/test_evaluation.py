@@ -9,8 +9,9 @@ import pytest
 
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.evaluation import raise_unless_blessed, run_to_dir
-from kfp_llmops.components.evaluation.config import BertScoreConfig, ToxicityConfig
-from kfp_llmops.components.evaluation.similarity import bertscore
+from kfp_llmops.components.common.similarity import BertScoreConfig
+from kfp_llmops.components.evaluation.config import ToxicityConfig
+from kfp_llmops.components.common.similarity import bertscore
 from kfp_llmops.components.common.integrity import sha256_file
 from kfp_llmops.components.evaluation.toxicity import ModelDetector, lexical_scores
 from kfp_llmops.components.training.base_model import build_base_model
@@ -197,7 +198,7 @@ def test_empty_candidates_score_zero():
 
 
 def test_the_bundled_bertscore_baseline_is_what_its_recipe_makes(tmp_path, monkeypatch):
-    from kfp_llmops.components.evaluation import bertscore_baseline
+    from kfp_llmops.components.common import bertscore_baseline
     from kfp_llmops.pipelines.cli.main import main
 
     assert bertscore_baseline.resolve(None) == bertscore_baseline.BUNDLED          # the pin holds

@@ -99,18 +99,48 @@ def test_weight_watermark_checks_join_the_gate(setup, tmp_path):
 
 
 def test_quality_cost_is_measured_and_can_be_gated(setup, tmp_path):
-    """Greedy answers with and without the mark: at delta 0 nothing changes, and the curve
-    shows detection rising with delta; a cost bound turns the measurement into a check."""
+    """Greedy answers with and without the mark, scored as evaluation scores them (exact
+    match and BERTScore F1 against the references, perplexity under the model): at delta 0
+    nothing changes, and the curve shows detection and cost rising with delta; cost
+    bounds turn the measurements into checks."""
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(FAST.format(delta=4.0) + "quality: {deltas: [0.0, 4.0]}\ngate: {max_exact_match_cost: 0.0}\n")
+    cfg.write_text(FAST.format(delta=4.0) + "quality: {deltas: [0.0, 4.0]}\ngate: {max_exact_match_cost: 0.0, "
+                   "max_perplexity_increase: 0.10, max_bertscore_cost: 0.02}\n")
     result = run_to_dir(setup["model"], setup["eval"], str(tmp_path / "out"), str(cfg), setup["key"])
     m = result["metrics"]
     assert 0 <= m["exact_match_watermarked"] <= 1 and m["exact_match_cost"] == pytest.approx(
         m["exact_match_unwatermarked"] - m["exact_match_watermarked"])
+    assert m["perplexity_increase"] == pytest.approx(m["perplexity_watermarked"] / m["perplexity_unwatermarked"] - 1)
+    assert m["bertscore_cost"] == pytest.approx(m["bertscore_f1_unwatermarked"] - m["bertscore_f1_watermarked"])
+    # Greedy answers are the model's likeliest; the mark pushes them off it.
+    assert m["perplexity_unwatermarked"] < m["perplexity_watermarked"]
     zero, four = result["tradeoff"]
-    assert zero["delta"] == 0.0 and zero["exact_match_cost"] == 0.0 and zero["tpr"] <= 0.05
-    assert four["tpr"] >= 0.95 and four["exact_match_cost"] == pytest.approx(m["exact_match_cost"])
-    (check,) = [c for c in result["checks"] if c["metric"] == "exact_match_cost"]
-    assert check["verdict"] == ("pass" if m["exact_match_cost"] <= 0 else "fail")
+    assert zero["delta"] == 0.0 and zero["tpr"] <= 0.05
+    assert zero["exact_match_cost"] == zero["bertscore_cost"] == zero["perplexity_increase"] == 0.0
+    assert four["tpr"] >= 0.95
+    for name in ("exact_match_cost", "perplexity_increase", "bertscore_cost"):
+        assert four[name] == pytest.approx(m[name])
+    verdicts = {c["metric"]: c["verdict"] for c in result["checks"]}
+    assert verdicts["exact_match_cost"] == ("pass" if m["exact_match_cost"] <= 0 else "fail")
+    assert verdicts["perplexity_increase"] == ("pass" if m["perplexity_increase"] <= 0.10 else "fail")
+    assert verdicts["bertscore_cost"] == ("pass" if m["bertscore_cost"] <= 0.02 else "fail")
     html = (tmp_path / "out" / "report.html").read_text()
-    assert "Detection against quality, by delta" in html and "Quality cost:" in html
+    assert "Detection against quality, by delta" in html and "Quality cost:" in html and "BERTScore F1" in html
+
+
+def test_an_oracle_scores_the_perplexity_once_its_root_verifies(setup, tmp_path):
+    from kfp_llmops.components.common import integrity
+    root = integrity.verify("model", setup["model"])
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(FAST.format(delta=4.0) + f"quality: {{oracle_model: {setup['model']}, oracle_root: '{'0' * 64}'}}\n")
+    with pytest.raises(InputError, match="model does not verify: .* is not the expected 0000"):
+        run_to_dir(setup["model"], setup["eval"], str(tmp_path / "bad"), str(cfg), setup["key"])
+    cfg.write_text(FAST.format(delta=4.0) + f"quality: {{oracle_model: {setup['model']}}}\n")
+    with pytest.raises(InputError, match="quality.oracle_root: required"):
+        run_to_dir(setup["model"], setup["eval"], str(tmp_path / "bad2"), str(cfg), setup["key"])
+    cfg.write_text(FAST.format(delta=4.0) + f"quality: {{oracle_model: {setup['model']}, oracle_root: '{root}'}}\n")
+    same = run_to_dir(setup["model"], setup["eval"], str(tmp_path / "oracle"), str(cfg), setup["key"])
+    # The oracle here is the model itself: the figures equal the default's.
+    cfg.write_text(FAST.format(delta=4.0))
+    plain = run_to_dir(setup["model"], setup["eval"], str(tmp_path / "self"), str(cfg), setup["key"])
+    assert same["metrics"]["perplexity_watermarked"] == pytest.approx(plain["metrics"]["perplexity_watermarked"])

@@ -8,7 +8,8 @@ import pytest
 from kfp_llmops.components.common import baseline, integrity
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.evaluation import run_to_dir, winrate
-from kfp_llmops.components.evaluation.config import BertScoreConfig, JudgeConfig, WinRateConfig
+from kfp_llmops.components.common.similarity import BertScoreConfig
+from kfp_llmops.components.evaluation.config import JudgeConfig, WinRateConfig
 from kfp_llmops.components.training.base_model import build_base_model
 
 pytestmark = pytest.mark.timeout(600)
@@ -46,7 +47,7 @@ def _judge(tmp_path, name: str, bias: float, labels: int = 1) -> tuple[str, str]
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from kfp_llmops.components.evaluation.similarity import resolve_model
+    from kfp_llmops.components.common.similarity import resolve_model
 
     source = resolve_model("minilm")
     model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=labels)

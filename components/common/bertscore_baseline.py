@@ -20,8 +20,8 @@ import io
 import os
 import random
 
-from kfp_llmops.components.common.errors import InputError
-from kfp_llmops.components.common.integrity import sha256_file
+from .errors import InputError
+from .integrity import sha256_file
 
 from .prose import sentences
 

