@@ -143,7 +143,7 @@ def run_ranks(cmd: list[str], spec: dict, env: dict, out_dir: str) -> dict:
         tail = bytearray()
         while chunk := os.read(proc.stderr.fileno(), 65536):   # live progress, and keep the tail
             log.write(chunk)
-            if _show(chunk):
+            if shows_progress(chunk):
                 sys.stderr.buffer.write(chunk)
                 sys.stderr.flush()
             tail = (tail + chunk)[-20000:]
@@ -165,7 +165,7 @@ def read_result(spec: dict) -> dict:
     return result
 
 
-def _show(chunk: bytes) -> bool:
+def shows_progress(chunk: bytes) -> bool:
     """The progress bar and our own messages; DeepSpeed's chatter stays in ranks.log."""
     return chunk.startswith((b"\r", b"train", b"[train]")) or b"train:" in chunk
 

@@ -23,7 +23,7 @@ from kfp_llmops.components.common.errors import InputError, LlmopsError
 from kfp_llmops.components.common.k8s import namespace as resolve_namespace
 
 from .config import TrainConfig
-from .launch import _show, check_precision, last_error, prepare, rank_env, read_result
+from .launch import check_precision, last_error, prepare, rank_env, read_result, shows_progress
 from .trainjob import render_trainjob
 
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -205,7 +205,7 @@ class TrainJob:
                     continue
                 self.seen = at
                 sink.write(body + "\n")
-                if _show(body.encode()):
+                if shows_progress(body.encode()):
                     sys.stderr.write(body + "\n")
             sink.flush()
 
