@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kfp_llmops.components.common.config import StageConfig
+from kfp_llmops.components.common.judging import JudgeConfig
 from kfp_llmops.components.common.similarity import BertScoreConfig
 
 
@@ -71,26 +72,6 @@ def _default_change() -> dict[str, Change]:
             "exact_match": Change(direction="higher_is_better", absolute=-0.02),
             "perplexity": Change(direction="lower_is_better", relative=0.10),
             "toxicity_flagged_rate": Change(direction="lower_is_better", absolute=0.01)}
-
-
-class JudgeConfig(_Section):
-    kind: Literal["bertscore", "reward", "pairwise"] = Field(
-        "bertscore", description="bertscore: each answer's F1 against the reference (no judge model); reward: a "
-                                 "one-logit sequence classifier scoring (prompt, answer); pairwise: a one-logit "
-                                 "classifier reading (prompt, answer A and B), > 0 when A is better.")
-    path: str | None = Field(None, description="The judge model's local folder, sealed (`llmops model seal`).")
-    root: str | None = Field(None, description="Its pinned Merkle root (required with path).")
-    pair_template: str = Field("Answer A: {a}\nAnswer B: {b}", description="How a pairwise judge reads the two "
-                                                                          "answers (the prompt is the first text).")
-    tie_margin: float = Field(0.01, ge=0, description="Score differences up to this are ties.")
-    max_length: int = Field(512, ge=8)
-    batch_size: int = Field(16, ge=1)
-
-    @model_validator(mode="after")
-    def _pinned(self) -> "JudgeConfig":
-        if self.kind != "bertscore" and not (self.path and self.root):
-            raise ValueError(f"judge kind {self.kind!r} needs path and root (the root `llmops model seal` printed)")
-        return self
 
 
 class WinRateConfig(_Section):

@@ -41,6 +41,7 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
     The baseline is `baseline_path` (a metrics JSON) or `baseline_metrics`, described by
     `baseline_note` (e.g. which promoted release it came from). `production` is the model
     in production the candidate is judged against (the win rate)."""
+    from kfp_llmops.components.common import judging
     from kfp_llmops.components.common.generation import context_size, load_model
     from kfp_llmops.components.common.perplexity import perplexity
     from kfp_llmops.components.common.similarity import bertscore
@@ -109,9 +110,9 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
         t0 = time.perf_counter()
         same = production.root == root          # the same bytes answer the same way: no second generation
         theirs = list(responses) if same else _production_answers(production.folder, rows, cfg, show_progress)
-        judged = winrate.judge([r["prompt"] for r in rows], responses, theirs, references, cfg.win_rate.judge,
+        judged = judging.judge([r["prompt"] for r in rows], responses, theirs, references, cfg.win_rate.judge,
                                cfg.bertscore, bs["f1"])
-        win = winrate.summarize(judged, cfg.win_rate)
+        win = judging.win_rate(judged, cfg.win_rate.confidence, cfg.win_rate.bootstrap)
         metrics.update(win)
         timings["win_rate_s"] = time.perf_counter() - t0
     blessed, checks = evaluate_gate(metrics, cfg.gate, baseline)

@@ -65,7 +65,7 @@ def run_component(model, eval_dataset, config: str, key_file: str, watermarked, 
     metrics.metadata.update({"verified": result["verified"], "model_root": result["model_root"]})
     for point in result["tradeoff"]:            # the curve, as numbers the Kubeflow UI lists
         metrics.log_metric(f"tpr_at_delta_{point['delta']:g}", point["tpr"])
-        for name in ("exact_match_cost", "perplexity_increase", "bertscore_cost"):
+        for name in ("exact_match_cost", "perplexity_increase", "bertscore_cost", "judge_win_rate"):
             metrics.log_metric(f"{name}_at_delta_{point['delta']:g}", point[name])
     from kfp_llmops.components.common import records
     records.note(release_dir, records.VerifyWatermark(

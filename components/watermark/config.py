@@ -7,6 +7,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from kfp_llmops.components.common.config import StageConfig
+from kfp_llmops.components.common.judging import JudgeConfig
 from kfp_llmops.components.common.similarity import BertScoreConfig
 from kfp_llmops.components.common.watermark.params import KGW
 
@@ -40,6 +41,11 @@ class QualityCost(_Section):
     bertscore: BertScoreConfig = Field(default_factory=BertScoreConfig, description="BERTScore of the answers "
                                                                                     "against the references, as "
                                                                                     "evaluation computes it.")
+    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="The pairwise judge of each watermarked "
+                                                                        "answer against the unwatermarked one "
+                                                                        "(evaluation's win-rate judges).")
+    confidence: float = Field(0.95, gt=0, lt=1, description="The judge's win-rate interval.")
+    bootstrap: int = Field(2000, ge=100)
 
 
 class WatermarkGate(_Section):
@@ -56,6 +62,10 @@ class WatermarkGate(_Section):
                                                                          "only.")
     max_bertscore_cost: float | None = Field(None, ge=0, description="Largest drop of the answers' mean BERTScore F1 "
                                                                     "(e.g. 0.02); unset: reported only.")
+    min_judge_win_rate: float | None = Field(None, ge=0, le=1, description="Smallest win rate of the watermarked "
+                                                                          "answers against the unwatermarked ones "
+                                                                          "(0.5: no loss; e.g. 0.45); unset: "
+                                                                          "reported only.")
 
 
 class WatermarkConfig(StageConfig, KGW):

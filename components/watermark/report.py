@@ -50,7 +50,9 @@ def quality_line(metrics: dict) -> str:
             f"their perplexity goes from {metrics['perplexity_unwatermarked']:.3g} to "
             f"{metrics['perplexity_watermarked']:.3g} ({metrics['perplexity_increase']:+.1%}) and their BERTScore F1 "
             f"from {metrics['bertscore_f1_unwatermarked']:.3f} to {metrics['bertscore_f1_watermarked']:.3f} "
-            f"(cost {metrics['bertscore_cost']:.3f}).")
+            f"(cost {metrics['bertscore_cost']:.3f}); judged pair by pair, the watermarked answer wins "
+            f"{metrics['judge_win_rate']:.3f} (interval {metrics['judge_win_rate_lower']:.3f}–"
+            f"{metrics['judge_win_rate_upper']:.3f}; 0.5: no loss).")
 
 
 def _tradeoff_html(curve: list[dict], chosen: float) -> str:
@@ -59,10 +61,11 @@ def _tradeoff_html(curve: list[dict], chosen: float) -> str:
     rows = "".join(f"<tr><td>{p['delta']:g}{' (this config)' if p['delta'] == chosen else ''}</td><td>{p['tpr']:.3f}</td>"
                    f"<td>{p['exact_match']:.1%}</td><td>{p['exact_match_cost']:.1%}</td>"
                    f"<td>{p['perplexity']:.3g}</td><td>{p['perplexity_increase']:+.1%}</td>"
-                   f"<td>{p['bertscore_f1']:.3f}</td><td>{p['bertscore_cost']:.3f}</td></tr>" for p in curve)
+                   f"<td>{p['bertscore_f1']:.3f}</td><td>{p['bertscore_cost']:.3f}</td>"
+                   f"<td>{p['judge_win_rate']:.3f}</td></tr>" for p in curve)
     return ("<h2>Detection against quality, by delta</h2><table border=1><tr><th>delta</th><th>TPR</th>"
             "<th>exact match with the watermark</th><th>its cost</th><th>perplexity</th><th>its rise</th>"
-            f"<th>BERTScore F1</th><th>its cost</th></tr>{rows}</table>")
+            f"<th>BERTScore F1</th><th>its cost</th><th>judge's win rate</th></tr>{rows}</table>")
 
 
 def render_html(result: dict, svg: str) -> str:

@@ -35,7 +35,7 @@ def _answers(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor
 
 class Scorer:
     """What an answer set is worth: exact match and BERTScore F1 against the references,
-    perplexity under the oracle (or the model itself)."""
+    perplexity under the oracle (or the model itself); and how a judge compares two sets."""
 
     def __init__(self, model, tokenizer, rows: list[dict], cfg: WatermarkConfig):
         self.rows, self.cfg = rows, cfg
@@ -48,7 +48,8 @@ class Scorer:
             model, tokenizer = generation.load_model(q.oracle_model)
         self.model, self.tokenizer = model, tokenizer
 
-    def __call__(self, texts: list[str]) -> dict:
+    def __call__(self, texts: list[str]) -> tuple[dict, list[float]]:
+        """The set's scores, and each answer's BERTScore F1 (the default judge reuses them)."""
         from kfp_llmops.components.common.perplexity import perplexity
         from kfp_llmops.components.common.similarity import bertscore
         rows, q = self.rows, self.cfg.quality
@@ -57,7 +58,15 @@ class Scorer:
                             generation.context_size(self.model))
         f1 = bertscore(texts, [r["response"] for r in rows], q.bertscore)["f1"]
         return {"exact_match": sum(answers.exact_match(t, r["response"]) for t, r in zip(texts, rows))
-                / max(1, len(rows)), "perplexity": ppl, "bertscore_f1": sum(f1) / max(1, len(f1))}
+                / max(1, len(rows)), "perplexity": ppl, "bertscore_f1": sum(f1) / max(1, len(f1))}, f1
+
+    def versus(self, marked: list[str], plain: list[str], marked_f1: list[float]) -> dict:
+        """The judge's win rate of the watermarked answers against the unwatermarked ones."""
+        from kfp_llmops.components.common.judging import judge, win_rate
+        q = self.cfg.quality
+        judged = judge([r["prompt"] for r in self.rows], marked, plain, [r["response"] for r in self.rows],
+                       q.judge, q.bertscore, marked_f1)
+        return {f"judge_{k}": v for k, v in win_rate(judged, q.confidence, q.bootstrap).items()}
 
 
 def cost(plain: dict, marked: dict) -> dict:
@@ -67,17 +76,21 @@ def cost(plain: dict, marked: dict) -> dict:
             "bertscore_cost": plain["bertscore_f1"] - marked["bertscore_f1"]}
 
 
-def quality_cost(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor, score: Scorer) -> dict:
+def quality_cost(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor,
+                 score: Scorer) -> tuple[dict, list[str]]:
     """The answers without and with the watermark (greedy, so the mark is the only
-    difference), scored the same way; the cost is the difference."""
-    plain, marked = (score(_answers(model, tokenizer, rows, cfg, p)) for p in (None, processor))
+    difference), scored the same way; the cost is the difference, and the judge says
+    which answer of each pair is better."""
+    plain_texts = _answers(model, tokenizer, rows, cfg, None)
+    marked_texts = _answers(model, tokenizer, rows, cfg, processor)
+    (plain, _), (marked, marked_f1) = score(plain_texts), score(marked_texts)
     out = {f"{k}_unwatermarked": v for k, v in plain.items()}
     out.update({f"{k}_watermarked": v for k, v in marked.items()})
-    return {**out, **cost(plain, marked)}
+    return {**out, **cost(plain, marked), **score.versus(marked_texts, plain_texts, marked_f1)}, plain_texts
 
 
 def tradeoff(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, key: int, plain: dict,
-             score: Scorer) -> list[dict]:
+             plain_texts: list[str], score: Scorer) -> list[dict]:
     """Detection and cost at each of `quality.deltas`, the rest of the parameters unchanged."""
     curve = []
     for delta in cfg.quality.deltas:
@@ -85,8 +98,10 @@ def tradeoff(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, key: int,
         processor = logits_processor(wm)
         prompts = [r["prompt"] for r in rows[:cfg.quality.curve_prompts]]
         tpr = _rate(wm.detect_many(_generate(model, tokenizer, prompts, cfg, processor)))[0]
-        marked = score(_answers(model, tokenizer, rows, cfg, processor))
-        curve.append({"delta": delta, "tpr": tpr, **marked, **cost(plain, marked)})
+        texts = _answers(model, tokenizer, rows, cfg, processor)
+        marked, marked_f1 = score(texts)
+        curve.append({"delta": delta, "tpr": tpr, **marked, **cost(plain, marked),
+                      "judge_win_rate": score.versus(texts, plain_texts, marked_f1)["judge_win_rate"]})
     return curve
 
 
@@ -125,6 +140,7 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     tpr, n_pos = _rate(d_marked)
     fpr, n_neg = _rate(d_plain + d_refs)
     score = Scorer(model, tokenizer, rows, cfg)
+    quality, plain_answers = quality_cost(model, tokenizer, rows, cfg, logits_processor(wm), score)
     rng = np.random.default_rng(cfg.attack_seed)
     robustness = {}
     for kind in ("substitution", "deletion"):
@@ -134,7 +150,7 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     metrics = {"tpr": tpr, "fpr": fpr, "positives_scored": n_pos, "negatives_scored": n_neg,
                "references_scored": sum(d.z == d.z for d in d_refs), "mean_z_watermarked": _mean(d_marked),
                "mean_z_unwatermarked": _mean(d_plain + d_refs), **robustness,
-               **quality_cost(model, tokenizer, rows, cfg, logits_processor(wm), score)}
+               **quality}
     g = cfg.gate
     checks = [gates.at_least("tpr", tpr, g.min_tpr), gates.at_most("fpr", fpr, g.max_fpr),
               gates.at_least("tpr_substitution_10", robustness.get("tpr_substitution_10"), g.min_tpr_substitution_10)]
@@ -144,6 +160,10 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
                               ("bertscore_cost", g.max_bertscore_cost, "BERTScore F1 lost to the watermark")):
         if bound is not None:
             checks.append(gates.at_most(name, metrics[name], bound, what))
+    if g.min_judge_win_rate is not None:
+        checks.append(gates.at_least("judge_win_rate", metrics["judge_win_rate"], g.min_judge_win_rate,
+                                     f"the watermarked answers against the unwatermarked, judged by "
+                                     f"{cfg.quality.judge.kind}"))
     if cfg.weights.enabled:
         from kfp_llmops.components.common.watermark.weights import extract_from_model_dir
         found = extract_from_model_dir(model_dir, key, cfg.weights)
@@ -153,7 +173,8 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     verified = gates.passed(checks)
     checks = [c.to_json() for c in checks]
     curve = tradeoff(model, tokenizer, rows, cfg, key,
-                     {k: metrics[f"{k}_unwatermarked"] for k in ("exact_match", "perplexity", "bertscore_f1")}, score)
+                     {k: metrics[f"{k}_unwatermarked"] for k in ("exact_match", "perplexity", "bertscore_f1")},
+                     plain_answers, score)
     with open(os.path.join(out_dir, "watermarked.jsonl"), "w", encoding="utf-8") as handle:
         for row, toks, d in zip(rows, marked, d_marked):
             handle.write(json.dumps({"id": row["id"], "prompt": row["prompt"], "response": tokenizer.decode(toks),

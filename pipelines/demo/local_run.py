@@ -237,7 +237,8 @@ def collect_stages(pipeline_root: str) -> list[dict]:
                                  f"TPR@10% subst. {m.get('tpr_substitution_10', float('nan')):.2f}, "
                                  f"cost: exact match {m.get('exact_match_cost', float('nan')):.1%}, perplexity "
                                  f"{m.get('perplexity_increase', float('nan')):+.0%}, BERTScore "
-                                 f"{m.get('bertscore_cost', float('nan')):.3f}",
+                                 f"{m.get('bertscore_cost', float('nan')):.3f}, judge's win rate "
+                                 f"{m.get('judge_win_rate', float('nan')):.2f}",
                        "merkle_root": m.get("model_root"),
                        "outputs": {"report": w["artifacts"]["report"]["uri"],
                                    "watermarked": w["artifacts"]["watermarked"]["uri"]}})

@@ -105,7 +105,7 @@ def test_quality_cost_is_measured_and_can_be_gated(setup, tmp_path):
     bounds turn the measurements into checks."""
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(FAST.format(delta=4.0) + "quality: {deltas: [0.0, 4.0]}\ngate: {max_exact_match_cost: 0.0, "
-                   "max_perplexity_increase: 0.10, max_bertscore_cost: 0.02}\n")
+                   "max_perplexity_increase: 0.10, max_bertscore_cost: 0.02, min_judge_win_rate: 0.45}\n")
     result = run_to_dir(setup["model"], setup["eval"], str(tmp_path / "out"), str(cfg), setup["key"])
     m = result["metrics"]
     assert 0 <= m["exact_match_watermarked"] <= 1 and m["exact_match_cost"] == pytest.approx(
@@ -117,13 +117,17 @@ def test_quality_cost_is_measured_and_can_be_gated(setup, tmp_path):
     zero, four = result["tradeoff"]
     assert zero["delta"] == 0.0 and zero["tpr"] <= 0.05
     assert zero["exact_match_cost"] == zero["bertscore_cost"] == zero["perplexity_increase"] == 0.0
+    assert zero["judge_win_rate"] == 0.5                                   # the same answers: all ties
     assert four["tpr"] >= 0.95
-    for name in ("exact_match_cost", "perplexity_increase", "bertscore_cost"):
+    for name in ("exact_match_cost", "perplexity_increase", "bertscore_cost", "judge_win_rate"):
         assert four[name] == pytest.approx(m[name])
+    assert m["judge_wins"] + m["judge_ties"] + m["judge_losses"] == 40
+    assert m["judge_win_rate_lower"] <= m["judge_win_rate"] <= m["judge_win_rate_upper"]
     verdicts = {c["metric"]: c["verdict"] for c in result["checks"]}
     assert verdicts["exact_match_cost"] == ("pass" if m["exact_match_cost"] <= 0 else "fail")
     assert verdicts["perplexity_increase"] == ("pass" if m["perplexity_increase"] <= 0.10 else "fail")
     assert verdicts["bertscore_cost"] == ("pass" if m["bertscore_cost"] <= 0.02 else "fail")
+    assert verdicts["judge_win_rate"] == ("pass" if m["judge_win_rate"] >= 0.45 else "fail")
     html = (tmp_path / "out" / "report.html").read_text()
     assert "Detection against quality, by delta" in html and "Quality cost:" in html and "BERTScore F1" in html
 

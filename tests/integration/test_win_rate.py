@@ -7,9 +7,11 @@ import pytest
 
 from kfp_llmops.components.common import baseline, integrity
 from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.common import judging
 from kfp_llmops.components.evaluation import run_to_dir, winrate
 from kfp_llmops.components.common.similarity import BertScoreConfig
-from kfp_llmops.components.evaluation.config import JudgeConfig, WinRateConfig
+from kfp_llmops.components.common.judging import JudgeConfig
+from kfp_llmops.components.evaluation.config import WinRateConfig
 from kfp_llmops.components.training.base_model import build_base_model
 
 pytestmark = pytest.mark.timeout(600)
@@ -23,18 +25,18 @@ PRODUCTION = ["The18The18The18 of 51."] * 4 + [REFERENCES[4], REFERENCES[5]]
 
 
 def test_the_better_answers_win_ties_count_half_and_the_gate_reads_the_interval():
-    judged = winrate.judge(PROMPTS, CANDIDATE, PRODUCTION, REFERENCES, JudgeConfig(), BertScoreConfig())
+    judged = judging.judge(PROMPTS, CANDIDATE, PRODUCTION, REFERENCES, JudgeConfig(), BertScoreConfig())
     assert [j.outcome for j in judged] == [1, 1, 1, 1, 0, -1]
     cfg = WinRateConfig()
-    won = winrate.summarize(judged, cfg)
+    won = judging.win_rate(judged, cfg.confidence, cfg.bootstrap)
     assert (won["wins"], won["ties"], won["losses"]) == (4, 1, 1)
     assert won["win_rate"] == pytest.approx(4.5 / 6)
     assert won["win_rate_lower"] < won["win_rate"] < won["win_rate_upper"] <= 1.0
-    assert winrate.summarize(judged, cfg) == won                                 # fixed seed: same interval
+    assert judging.win_rate(judged, cfg.confidence, cfg.bootstrap) == won          # fixed seed: same interval
     assert all(c.verdict == "pass" for c in winrate.checks(won, cfg, ""))
     # The same pairs the other way round: production is better, and the gate refuses.
-    lost = winrate.summarize(winrate.judge(PROMPTS, PRODUCTION, CANDIDATE, REFERENCES, JudgeConfig(),
-                                           BertScoreConfig()), cfg)
+    lost = judging.win_rate(judging.judge(PROMPTS, PRODUCTION, CANDIDATE, REFERENCES, JudgeConfig(),
+                                          BertScoreConfig()), cfg.confidence, cfg.bootstrap)
     assert (lost["wins"], lost["losses"]) == (1, 4) and lost["win_rate"] == pytest.approx(1.5 / 6)
     assert {c.metric: c.verdict for c in winrate.checks(lost, cfg, "")} == {"win_rate": "fail",
                                                                             "win_rate_lower": "fail"}
@@ -63,13 +65,13 @@ def _judge(tmp_path, name: str, bias: float, labels: int = 1) -> tuple[str, str]
 def test_a_pairwise_judge_that_favours_the_first_answer_is_cancelled_by_the_swap(tmp_path):
     folder, root = _judge(tmp_path, "first-slot", bias=3.0)
     cfg = JudgeConfig(kind="pairwise", path=folder, root=root)
-    judged = winrate.judge(PROMPTS, CANDIDATE, PRODUCTION, REFERENCES, cfg, BertScoreConfig())
+    judged = judging.judge(PROMPTS, CANDIDATE, PRODUCTION, REFERENCES, cfg, BertScoreConfig())
     # Asked once, it prefers whichever answer it reads first; asked both ways, every pair is a tie.
     differ = [j for j in judged if j.consistent is not None]
     assert len(differ) == 5 and all(j.outcome == 0 and not j.consistent for j in differ)
-    assert winrate.summarize(judged, WinRateConfig())["judge_position_consistency"] == 0.0
+    assert judging.win_rate(judged)["judge_position_consistency"] == 0.0
     # A reward model scores each answer alone: equal scores are ties too.
-    reward = winrate.judge(PROMPTS, CANDIDATE, PRODUCTION, REFERENCES, JudgeConfig(kind="reward", path=folder,
+    reward = judging.judge(PROMPTS, CANDIDATE, PRODUCTION, REFERENCES, JudgeConfig(kind="reward", path=folder,
                                                                                    root=root), BertScoreConfig())
     assert [j.outcome for j in reward] == [0] * 6
 
@@ -79,10 +81,10 @@ def test_a_judge_is_pinned_and_must_have_one_output(tmp_path):
     with pytest.raises(ValueError, match="needs path and root"):
         JudgeConfig(kind="reward", path=folder)
     with pytest.raises(InputError, match="is not the expected"):
-        winrate.JudgeModel(JudgeConfig(kind="reward", path=folder, root="0" * 64))
+        judging.JudgeModel(JudgeConfig(kind="reward", path=folder, root="0" * 64))
     two, two_root = _judge(tmp_path, "two", bias=0.0, labels=2)
     with pytest.raises(InputError, match="num_labels 1"):
-        winrate.JudgeModel(JudgeConfig(kind="reward", path=two, root=two_root))
+        judging.JudgeModel(JudgeConfig(kind="reward", path=two, root=two_root))
 
 
 def test_the_production_model_is_the_first_place_that_verifies(tmp_path):
