@@ -1,8 +1,8 @@
 """Multi-node training from inside the task's pod: the run is prepared on a claim every
 node mounts, a Kubeflow Trainer TrainJob runs its ranks, and the task follows it (status
 conditions, the launcher's log, which is where mpirun gathers every rank's output) until
-it completes or fails with its own reason; then the result and the exported model are
-read back from the claim and verified, as after a local run.
+it completes or fails with its own reason; then the result, the newest checkpoint and
+the exported model are read back from the claim and verified.
 
 The job's name follows from the run (its checkpoint folder and config), so a retried task
 finds its job: a running one is followed again, a completed one is read, a failed one is
@@ -79,6 +79,10 @@ def train_multinode(clean_path: str, base_model: str, cfg: TrainConfig, checkpoi
         raise LlmopsError(f"TrainJob {job.where} completed but left no result at {spec['result']}: "
                           f"is {mn.claim!r} the claim mounted at {mn.mount_path} here?")
     result = read_result(spec)
+    # What the job left on the claim, read back here: its newest checkpoint, every byte.
+    tag = result["saves"][-1]["tag"] if result["saves"] else result["resumed_from"]
+    if tag:
+        integrity.verify("checkpoint", os.path.join(checkpoint_dir, tag), result["checkpoint_root"])
     if model_dir:                                    # the task's own output, verified after the copy
         atomic.copy_tree(result["model_dir"], model_dir)
         integrity.verify("model", model_dir, result["model_root"])
