@@ -61,16 +61,19 @@ class Judged:
 
 
 def judge(prompts: list[str], candidate: list[str], production: list[str], references: list[str],
-          cfg: JudgeConfig, bertscore_cfg: BertScoreConfig, candidate_f1: list[float] | None = None) -> list[Judged]:
-    """One verdict per prompt."""
+          cfg: JudgeConfig, bertscore_cfg: BertScoreConfig, candidate_f1: list[float] | None = None,
+          production_f1: list[float] | None = None) -> list[Judged]:
+    """One verdict per prompt. The BERTScore judge reuses per-answer F1 already computed."""
     differ = [i for i, (a, b) in enumerate(zip(candidate, production)) if answers.normalize(a) != answers.normalize(b)]
     margins = {i: 0.0 for i in range(len(prompts))}
     consistent: dict[int, bool | None] = {}
     if differ and cfg.kind == "bertscore":
         from .similarity import bertscore
-        base = bertscore([production[i] for i in differ], [references[i] for i in differ], bertscore_cfg)["f1"]
-        cand = ([candidate_f1[i] for i in differ] if candidate_f1 is not None else
-                bertscore([candidate[i] for i in differ], [references[i] for i in differ], bertscore_cfg)["f1"])
+        def f1(answers: list[str], known: list[float] | None) -> list[float]:
+            if known is not None:
+                return [known[i] for i in differ]
+            return bertscore([answers[i] for i in differ], [references[i] for i in differ], bertscore_cfg)["f1"]
+        base, cand = f1(production, production_f1), f1(candidate, candidate_f1)
         margins.update({i: c - b for i, c, b in zip(differ, cand, base)})
     elif differ:
         model = JudgeModel(cfg)

@@ -74,7 +74,7 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
     """KFP entry: verifies the inputs' roots from their metadata, trains, stamps lineage;
     signs the exported model with model-signing when a signing key is given."""
     from kfp_llmops.components.common import signing
-    from .launch import train
+    from .launch import newest_tag, train
 
     # `gpus` sizes this pod's own ranks; a multi-node run's pods come from its multinode settings.
     multinode = TrainConfig.load(config).multinode.nodes > 1
@@ -107,7 +107,7 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
     if signed:
         model.metadata["signature"] = {"file": signing.SIGNATURE_NAME, "sha256": signed}
     checkpoints_out.metadata.update({"merkle_root": result["checkpoint_root"],
-                                     "tag": (result["saves"][-1]["tag"] if result["saves"] else result["resumed_from"]),
+                                     "tag": newest_tag(result),
                                      "location": ckpt_dir, **lineage})
     for key in ("final_loss", "tokens_per_s", "step_time_s", "resume_verify_seconds"):
         if result.get(key) is not None:

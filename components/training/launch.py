@@ -155,6 +155,11 @@ def run_ranks(cmd: list[str], spec: dict, env: dict, out_dir: str) -> dict:
     return read_result(spec)
 
 
+def newest_tag(result: dict) -> str | None:
+    """The checkpoint a run ended on: its last save, else the one it resumed from."""
+    return result["saves"][-1]["tag"] if result["saves"] else result["resumed_from"]
+
+
 def read_result(spec: dict) -> dict:
     """Rank 0's result of a finished run, with what the run was given."""
     with open(spec["result"], encoding="utf-8") as handle:

@@ -20,10 +20,11 @@ from blake3 import blake3
 
 from kfp_llmops.components.common import atomic, integrity
 from kfp_llmops.components.common.errors import InputError, LlmopsError
+from kfp_llmops.components.common.k8s import clients
 from kfp_llmops.components.common.k8s import namespace as resolve_namespace
 
 from .config import TrainConfig
-from .launch import check_precision, last_error, prepare, rank_env, read_result, shows_progress
+from .launch import check_precision, last_error, newest_tag, prepare, rank_env, read_result, shows_progress
 from .trainjob import render_trainjob
 
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -72,7 +73,7 @@ def train_multinode(clean_path: str, base_model: str, cfg: TrainConfig, checkpoi
     name = job_name(spec)
     manifest = render_trainjob(name, spec_path, mn, cfg.world_size // mn.nodes,
                                rank_env(cfg, cuda=mn.gpus_per_node > 0), secret_env)
-    custom, core = apis or _clients()
+    custom, core = apis or clients()
     job = TrainJob(custom, core, manifest, os.path.join(shared, "ranks.log"), mn.poll_s, log)
     job.run(mn.timeout_s + 600)
     if not os.path.exists(spec["result"]):
@@ -80,7 +81,7 @@ def train_multinode(clean_path: str, base_model: str, cfg: TrainConfig, checkpoi
                           f"is {mn.claim!r} the claim mounted at {mn.mount_path} here?")
     result = read_result(spec)
     # What the job left on the claim, read back here: its newest checkpoint, every byte.
-    tag = result["saves"][-1]["tag"] if result["saves"] else result["resumed_from"]
+    tag = newest_tag(result)
     if tag:
         integrity.verify("checkpoint", os.path.join(checkpoint_dir, tag), result["checkpoint_root"])
     if model_dir:                                    # the task's own output, verified after the copy
@@ -91,11 +92,6 @@ def train_multinode(clean_path: str, base_model: str, cfg: TrainConfig, checkpoi
         job.delete()
     result["trainjob"] = job.where
     return result
-
-
-def _clients():
-    from kfp_llmops.components.common.k8s import clients
-    return clients()
 
 
 class TrainJob:
@@ -109,6 +105,7 @@ class TrainJob:
         self.where = f"{self.namespace}/{self.name}"
         self.log_path, self.poll_s, self.log, self.sleep = log_path, poll_s, log, sleep
         self.seen = 0.0              # newest log timestamp already written (epoch seconds)
+        self.tail = ""               # the log's last lines, for the failure message
 
     # -- the API --------------------------------------------------------------------------------
 
@@ -184,7 +181,7 @@ class TrainJob:
         if kind == "Complete":
             return job
         raise LlmopsError(f"TrainJob {self.where} failed: {reason}: {message}{self._pod_reasons()}; "
-                          f"last log line: {last_error(open(self.log_path, encoding='utf-8').read()[-20000:])}; "
+                          f"last log line: {last_error(self.tail)}; "
                           "a retry resumes from the newest verified checkpoint")
 
     def _copy_log(self, sink) -> None:
@@ -209,6 +206,7 @@ class TrainJob:
                     continue
                 self.seen = at
                 sink.write(body + "\n")
+                self.tail = (self.tail + body + "\n")[-20000:]
                 if shows_progress(body.encode()):
                     sys.stderr.write(body + "\n")
             sink.flush()

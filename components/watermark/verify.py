@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,6 +34,14 @@ def _answers(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor
     return [tokenizer.decode(c.tokens, skip_special_tokens=True).strip() for c in done]
 
 
+@dataclass
+class Answered:
+    """An answer set and what it is worth."""
+    texts: list[str]
+    scores: dict             # exact_match, perplexity, bertscore_f1
+    f1: list[float]          # each answer's BERTScore F1 (the default judge reuses them)
+
+
 class Scorer:
     """What an answer set is worth: exact match and BERTScore F1 against the references,
     perplexity under the oracle (or the model itself); and how a judge compares two sets."""
@@ -48,8 +57,7 @@ class Scorer:
             model, tokenizer = generation.load_model(q.oracle_model)
         self.model, self.tokenizer = model, tokenizer
 
-    def __call__(self, texts: list[str]) -> tuple[dict, list[float]]:
-        """The set's scores, and each answer's BERTScore F1 (the default judge reuses them)."""
+    def __call__(self, texts: list[str]) -> Answered:
         from kfp_llmops.components.common.perplexity import perplexity
         from kfp_llmops.components.common.similarity import bertscore
         rows, q = self.rows, self.cfg.quality
@@ -57,15 +65,15 @@ class Scorer:
         ppl, _ = perplexity(self.model, self.tokenizer, answered, q.batch_size,
                             generation.context_size(self.model))
         f1 = bertscore(texts, [r["response"] for r in rows], q.bertscore)["f1"]
-        return {"exact_match": sum(answers.exact_match(t, r["response"]) for t, r in zip(texts, rows))
-                / max(1, len(rows)), "perplexity": ppl, "bertscore_f1": sum(f1) / max(1, len(f1))}, f1
+        return Answered(texts, {"exact_match": sum(answers.exact_match(t, r["response"]) for t, r in zip(texts, rows))
+                                / max(1, len(rows)), "perplexity": ppl, "bertscore_f1": sum(f1) / max(1, len(f1))}, f1)
 
-    def versus(self, marked: list[str], plain: list[str], marked_f1: list[float]) -> dict:
+    def versus(self, marked: Answered, plain: Answered) -> dict:
         """The judge's win rate of the watermarked answers against the unwatermarked ones."""
         from kfp_llmops.components.common.judging import judge, win_rate
         q = self.cfg.quality
-        judged = judge([r["prompt"] for r in self.rows], marked, plain, [r["response"] for r in self.rows],
-                       q.judge, q.bertscore, marked_f1)
+        judged = judge([r["prompt"] for r in self.rows], marked.texts, plain.texts, [r["response"] for r in self.rows],
+                       q.judge, q.bertscore, marked.f1, plain.f1)
         return {f"judge_{k}": v for k, v in win_rate(judged, q.confidence, q.bootstrap).items()}
 
 
@@ -77,20 +85,18 @@ def cost(plain: dict, marked: dict) -> dict:
 
 
 def quality_cost(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor,
-                 score: Scorer) -> tuple[dict, list[str]]:
+                 score: Scorer) -> tuple[dict, Answered]:
     """The answers without and with the watermark (greedy, so the mark is the only
     difference), scored the same way; the cost is the difference, and the judge says
-    which answer of each pair is better."""
-    plain_texts = _answers(model, tokenizer, rows, cfg, None)
-    marked_texts = _answers(model, tokenizer, rows, cfg, processor)
-    (plain, _), (marked, marked_f1) = score(plain_texts), score(marked_texts)
-    out = {f"{k}_unwatermarked": v for k, v in plain.items()}
-    out.update({f"{k}_watermarked": v for k, v in marked.items()})
-    return {**out, **cost(plain, marked), **score.versus(marked_texts, plain_texts, marked_f1)}, plain_texts
+    which answer of each pair is better. Also returns the unwatermarked answers."""
+    plain, marked = (score(_answers(model, tokenizer, rows, cfg, p)) for p in (None, processor))
+    out = {f"{k}_unwatermarked": v for k, v in plain.scores.items()}
+    out.update({f"{k}_watermarked": v for k, v in marked.scores.items()})
+    return {**out, **cost(plain.scores, marked.scores), **score.versus(marked, plain)}, plain
 
 
-def tradeoff(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, key: int, plain: dict,
-             plain_texts: list[str], score: Scorer) -> list[dict]:
+def tradeoff(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, key: int, plain: Answered,
+             score: Scorer) -> list[dict]:
     """Detection and cost at each of `quality.deltas`, the rest of the parameters unchanged."""
     curve = []
     for delta in cfg.quality.deltas:
@@ -98,10 +104,9 @@ def tradeoff(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, key: int,
         processor = logits_processor(wm)
         prompts = [r["prompt"] for r in rows[:cfg.quality.curve_prompts]]
         tpr = _rate(wm.detect_many(_generate(model, tokenizer, prompts, cfg, processor)))[0]
-        texts = _answers(model, tokenizer, rows, cfg, processor)
-        marked, marked_f1 = score(texts)
-        curve.append({"delta": delta, "tpr": tpr, **marked, **cost(plain, marked),
-                      "judge_win_rate": score.versus(texts, plain_texts, marked_f1)["judge_win_rate"]})
+        marked = score(_answers(model, tokenizer, rows, cfg, processor))
+        curve.append({"delta": delta, "tpr": tpr, **marked.scores, **cost(plain.scores, marked.scores),
+                      "judge_win_rate": score.versus(marked, plain)["judge_win_rate"]})
     return curve
 
 
@@ -172,9 +177,7 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
                    gates.at_most("bit_p_value", found.p_value, g.max_bit_p_value)]
     verified = gates.passed(checks)
     checks = [c.to_json() for c in checks]
-    curve = tradeoff(model, tokenizer, rows, cfg, key,
-                     {k: metrics[f"{k}_unwatermarked"] for k in ("exact_match", "perplexity", "bertscore_f1")},
-                     plain_answers, score)
+    curve = tradeoff(model, tokenizer, rows, cfg, key, plain_answers, score)
     with open(os.path.join(out_dir, "watermarked.jsonl"), "w", encoding="utf-8") as handle:
         for row, toks, d in zip(rows, marked, d_marked):
             handle.write(json.dumps({"id": row["id"], "prompt": row["prompt"], "response": tokenizer.decode(toks),

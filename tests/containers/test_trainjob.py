@@ -165,7 +165,7 @@ def test_the_train_task_runs_two_nodes_of_the_train_image_through_a_trainjob(tmp
     made = training_inputs(tmp_path / "in")
     claim = tmp_path / "claim"
     claim.mkdir()
-    monkeypatch.setattr(trainjob_run, "_clients", lambda: (cluster, cluster))
+    monkeypatch.setattr(trainjob_run, "clients", lambda: (cluster, cluster))
     config = json.dumps(dict(RUN, multinode={"nodes": 2, "mount_path": str(claim), "namespace": "team-a",
                                              "poll_s": 1, "timeout_s": 600}))
     out = tmp_path / "outputs"

@@ -409,15 +409,22 @@ def test_a_packed_example_sees_only_itself(inputs):
     assert batch["labels"][1, 0] == -100 and np.array_equal(batch["labels"][1, 1:n], tokens["labels"][first, 1:n])
 
 
-def test_packed_training_resumes_bit_for_bit_and_fits_more_examples_per_step(inputs, reference):
-    packed = dict(SMALL, packing=True)
-    ref = train(inputs["clean"], inputs["base"], str(inputs["root"] / "packed-ref"), TrainConfig(**packed))
-    out = str(inputs["root"] / "packed")
-    train(inputs["clean"], inputs["base"], out, TrainConfig(**packed), stop_after=4)
-    second = train(inputs["clean"], inputs["base"], out, TrainConfig(**packed))
+def _stopped_and_resumed(inputs, settings: dict, name: str) -> dict:
+    """An uninterrupted run of `settings`, and one stopped at step 4 and resumed: the
+    resumed run's losses and model equal the uninterrupted one's, bit for bit. Returns
+    the uninterrupted run's result."""
+    ref_dir, out = str(inputs["root"] / f"{name}-ref"), str(inputs["root"] / name)
+    ref = train(inputs["clean"], inputs["base"], ref_dir, TrainConfig(**settings))
+    train(inputs["clean"], inputs["base"], out, TrainConfig(**settings), stop_after=4)
+    second = train(inputs["clean"], inputs["base"], out, TrainConfig(**settings))
     assert second["resumed_from"] == "step-00000004"
-    assert losses(out) == losses(str(inputs["root"] / "packed-ref"))              # zero tolerance
+    assert losses(out) == losses(ref_dir)                                      # zero tolerance
     assert second["model_root"] == ref["model_root"]
+    return ref
+
+
+def test_packed_training_resumes_bit_for_bit_and_fits_more_examples_per_step(inputs, reference):
+    ref = _stopped_and_resumed(inputs, dict(SMALL, packing=True), "packed")
     # 8 rows a step either way; packed, each row carries several examples.
     assert reference["result"]["examples_per_step"] == 8
     assert ref["examples_per_step"] > 1.25 * 8, ref["examples_per_step"]
@@ -426,15 +433,8 @@ def test_packed_training_resumes_bit_for_bit_and_fits_more_examples_per_step(inp
 def test_bf16_trains_through_the_same_config_and_resumes_bit_for_bit(inputs, reference):
     """The precision setting the GPU path uses, on DeepSpeed's CPU accelerator (which has
     bf16): its own losses, resumed to the same bits; fp16 there is a one-line refusal."""
-    bf16 = dict(SMALL, precision="bf16")
-    ref = train(inputs["clean"], inputs["base"], str(inputs["root"] / "bf16-ref"), TrainConfig(**bf16))
+    ref = _stopped_and_resumed(inputs, dict(SMALL, precision="bf16"), "bf16")
     assert ref["done"] and losses(str(inputs["root"] / "bf16-ref")) != losses(reference["dir"])
-    out = str(inputs["root"] / "bf16")
-    train(inputs["clean"], inputs["base"], out, TrainConfig(**bf16), stop_after=4)
-    second = train(inputs["clean"], inputs["base"], out, TrainConfig(**bf16))
-    assert second["resumed_from"] == "step-00000004"
-    assert losses(out) == losses(str(inputs["root"] / "bf16-ref"))               # zero tolerance
-    assert second["model_root"] == ref["model_root"]
     with pytest.raises(InputError, match=r"precision: fp16 needs GPUs .*use bf16 or fp32"):
         train(inputs["clean"], inputs["base"], str(inputs["root"] / "fp16"), TrainConfig(**dict(SMALL, precision="fp16")))
 
@@ -450,12 +450,7 @@ def test_lora_trains_only_adapters_resumes_bit_for_bit_and_exports_them_merged(i
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    ref_dir, out = str(inputs["root"] / "lora-ref"), str(inputs["root"] / "lora")
-    ref = train(inputs["clean"], inputs["base"], ref_dir, TrainConfig(**LORA))
-    train(inputs["clean"], inputs["base"], out, TrainConfig(**LORA), stop_after=4)
-    second = train(inputs["clean"], inputs["base"], out, TrainConfig(**LORA))
-    assert second["resumed_from"] == "step-00000004" and losses(out) == losses(ref_dir)
-    assert second["model_root"] == ref["model_root"]
+    ref = _stopped_and_resumed(inputs, LORA, "lora")
     base = load_file(os.path.join(inputs["base"], "model.safetensors"))
     exported = load_file(os.path.join(ref["model_dir"], "model.safetensors"))
     assert set(exported) == set(base) and not any("lora" in k for k in exported)
