@@ -5,10 +5,12 @@ The driver resolves each task's inputs from its *enclosing* DAG's inputs (a
 not have input parameter"), platform settings (PVC, Secret names) from the same parent
 DAG, and `{{$.inputs.parameters[...]}}` placeholders in the executor (resources, image)
 from the task's own inputs. The SDK can compile IR that breaks these rules (kubeflow/
-pipelines #11957, #12617), so `llmops compile` runs `problems` on everything it writes.
+pipelines #11957, #12617), so `llmops compile` runs `problems` on everything it writes,
+and `cache_problems`: cached tasks whose key the driver would build without what they read.
 """
 from __future__ import annotations
 
+import json
 import re
 
 _PLACEHOLDER = re.compile(r"\{\{\$\.inputs\.parameters\['([^']+)'\]\}\}")
@@ -154,9 +156,98 @@ def check_documents(docs: list[dict]) -> list[str]:
     """A compiled file's documents: KFP IR (+ platform spec) or Pipeline/PipelineVersion."""
     out = []
     if docs and "pipelineInfo" in docs[0]:
-        return problems(docs[0], docs[1] if len(docs) > 1 else None)
+        return problems(docs[0], docs[1] if len(docs) > 1 else None) + cache_problems(docs[0])
     for doc in docs:
         if doc.get("kind") == "PipelineVersion":
+            out += cache_problems(doc["spec"]["pipelineSpec"])
             out += problems(doc["spec"]["pipelineSpec"], {"platforms": doc["spec"].get("platformSpec", {}).get(
                 "platforms", {})} if doc["spec"].get("platformSpec") else None)
+    return out
+
+
+# --- Cache keys -------------------------------------------------------------------------
+# The driver keys a cached task by its input parameter values, its input artifacts' *names*,
+# its image, command and PVC names (api/v2alpha1/cache_key.proto). An importer with
+# reimport off hands out the same artifact name for a URI whatever bytes are there now, and
+# a value with a per-run placeholder is a new key every run.
+_PER_RUN = re.compile(r"\{\{\$\.pipeline_(job|task)_[a-z_]+\}\}")
+
+
+def _parents(spec: dict) -> dict[str, tuple[str, dict]]:
+    """DAG component -> (the DAG it is called from, the calling task)."""
+    components = spec.get("components", {})
+    out = {}
+    for dag_name, dag in {"root": spec["root"], **{n: c for n, c in components.items() if "dag" in c}}.items():
+        for task in dag["dag"].get("tasks", {}).values():
+            ref = task.get("componentRef", {}).get("name")
+            if "dag" in components.get(ref, {}):
+                out[ref] = (dag_name, task)
+    return out
+
+
+def _origin(spec: dict, parents: dict, dag_name: str, src: dict, kind: str) -> tuple:
+    """Where an input really comes from: ("pipeline", name), ("task", dag, task), ("constant", value)."""
+    inner = "componentInputParameter" if kind == "parameters" else "componentInputArtifact"
+    output = "taskOutputParameter" if kind == "parameters" else "taskOutputArtifact"
+    while inner in src:
+        name = src[inner]
+        if dag_name == "root":
+            return ("pipeline", name)
+        dag_name, caller = parents[dag_name]
+        src = (caller.get("inputs", {}).get(kind, {}) or {}).get(name, {})
+    if output in src:
+        return ("task", dag_name, src[output].get("producerTask"))
+    if "runtimeValue" in src:
+        return ("constant", json.dumps(src["runtimeValue"]))
+    return ("unknown",)
+
+
+def cache_problems(spec: dict) -> list[str]:
+    """Cached tasks whose key would not change when what they read changes (a stale result
+    reused), or would change every run (never reused); one line each."""
+    components = spec.get("components", {})
+    executors = spec.get("deploymentSpec", {}).get("executors", {})
+    parents = _parents(spec)
+    dags = {"root": spec["root"], **{n: c for n, c in components.items() if "dag" in c}}
+
+    def task_of(origin):
+        return dags[origin[1]]["dag"]["tasks"][origin[2]]
+
+    def importer(task) -> bool:
+        label = components.get(task["componentRef"]["name"], {}).get("executorLabel")
+        return "importer" in executors.get(label, {})
+
+    def origins(dag_name, task, kind):
+        return {name: _origin(spec, parents, dag_name, src, kind)
+                for name, src in (task.get("inputs", {}).get(kind, {}) or {}).items()}
+
+    out = []
+    for dag_name, dag in dags.items():
+        for task_name, task in dag["dag"].get("tasks", {}).items():
+            if not task.get("cachingOptions", {}).get("enableCache") or importer(task):
+                continue
+            where = f"{dag_name}/{task_name}"
+            params = origins(dag_name, task, "parameters")
+            for name, origin in params.items():
+                if origin[0] == "constant" and _PER_RUN.search(origin[1]):
+                    out.append(f"{where}: input {name!r} changes every run ({origin[1]}), so the cache never hits")
+            for name, origin in origins(dag_name, task, "artifacts").items():
+                if origin[0] != "task" or not importer(task_of(origin)):
+                    continue
+                # pinned by a root: an uncached task read the same artifact and handed its value on,
+                # or the importer's metadata and this task take the same pipeline parameter
+                source = task_of(origin)
+                pinned = {o[1] for n, o in origins(origin[1], source, "parameters").items()
+                          if n == "metadata" and o[0] == "pipeline"} & {o[1] for o in params.values()
+                                                                         if o[0] == "pipeline"}
+                for o in params.values():
+                    if o[0] == "task":
+                        reader = task_of(o)
+                        if not reader.get("cachingOptions", {}).get("enableCache") and origin in \
+                                origins(o[1], reader, "artifacts").values():
+                            pinned.add(o[2])
+                if not pinned:
+                    out.append(f"{where}: input {name!r} is imported ({source['taskInfo']['name']}): its artifact "
+                               "name stays the same when the bytes at its URI change, so the cached result would "
+                               "be reused; give the task the artifact's root")
     return out

@@ -52,7 +52,9 @@ ALL = {p.name: p for p in [
                                       "promoted.json on the release volume, which the exit handler writes on "
                                       "promotion), none, or the path of a promoted.json. Drift (PSI) uses its data "
                                       "statistics and the blessing's change thresholds its metrics; a baseline "
-                                      "that does not verify fails the stage."),
+                                      "that does not verify fails the stage. Pinned once per run (task "
+                                      "pin-baseline), so cached stages are keyed by the release they compare "
+                                      "with."),
     # cluster only
     Param("gpu_type", "nvidia.com/gpu", "Accelerator resource name for training (the node label's resource).",
           ("cluster",)),

@@ -10,6 +10,10 @@
 - `evaluate-deploy`: an existing model (its root pinned) through evaluate, watermark
   and deploy.
 
+Each run first pins the promoted release it compares with (`pin-baseline`) and fingerprints
+the datasets it imports, so that validate_dataset and evaluate_llm, which KFP may cache,
+are keyed by everything they read; their lineage notes are filed by uncached tasks.
+
 `PIPELINES` are the compiled, cluster forms: pod sizes, timeouts, GPU type and count (one
 rank per GPU), a GPU toleration, the checkpoint and release PVCs (a folder per run on
 each), the watermark-key Secret, object-storage credentials and the registry pull secret
@@ -26,7 +30,8 @@ from kfp.dsl.pipeline_channel import PipelineChannel
 from kfp_llmops.components.data_validation.component import validate_dataset
 from kfp_llmops.components.deploy.component import triton_canary_deploy
 from kfp_llmops.components.evaluation.component import evaluate_llm
-from kfp_llmops.components.release.component import write_release_record
+from kfp_llmops.components.release.component import (file_note, fingerprint_dataset, pin_baseline,
+                                                      write_release_record)
 from kfp_llmops.components.training.component import build_base_model, train_zero3
 from kfp_llmops.components.training.config import CHECKPOINT_MOUNT
 from kfp_llmops.components.watermark.component import verify_watermark
@@ -47,10 +52,22 @@ RELEASE_MOUNT = "/mnt/release"
 # The local target's promoted repositories outlive runs (on a cluster the default target is KServe).
 SERVING_STATE = f"{RELEASE_MOUNT}/serving"
 # Pod sizes of the tasks whose size is not a parameter, and every task's deadline (s).
-FIXED_SIZE = {"validate-dataset": ("2", "4Gi"), "build-base-model": ("2", "4Gi"), "release-record": ("1", "1Gi")}
+SMALL = ("1", "1Gi")
+FIXED_SIZE = {"validate-dataset": ("2", "4Gi"), "build-base-model": ("2", "4Gi"), "release-record": SMALL,
+              "pin-baseline": SMALL, "fingerprint-dataset": SMALL, "fingerprint-eval-dataset": SMALL,
+              "file-validate-note": SMALL, "file-evaluate-note": SMALL}
 TIMEOUT = {"validate-dataset": 4 * 3600, "build-base-model": 3600, "train-zero3": 72 * 3600,
            "evaluate-llm": 12 * 3600, "verify-watermark": 12 * 3600, "triton-canary-deploy": 6 * 3600,
-           "release-record": 1800}
+           "release-record": 1800, "pin-baseline": 600, "fingerprint-dataset": 2 * 3600,
+           "fingerprint-eval-dataset": 3600, "file-validate-note": 600, "file-evaluate-note": 600}
+# KFP may reuse these tasks' results: they read nothing outside their cache key (the pinned
+# baseline, the inputs' roots) and write nothing but their outputs. Every other task has a
+# side effect (checkpoints, the release folder, serving) and always runs.
+CACHED = ("validate-dataset", "evaluate-llm")
+# The small uncached tasks around them (components/release/component.py). Argo has no cache:
+# its stage runner pins and files in the stage's own pod instead.
+CACHE_TASKS = ("pin-baseline", "fingerprint-dataset", "fingerprint-eval-dataset", "file-validate-note",
+               "file-evaluate-note")
 
 
 class _Form:
@@ -80,7 +97,7 @@ class _Form:
         return task
 
     def task(self, task, name: str, key: bool = False, size=None, signing: bool = False):
-        task.set_display_name(name).set_caching_options(False)
+        task.set_display_name(name).set_caching_options(name in CACHED)
         if not self.enabled:
             return task
         from kfp import kubernetes
@@ -112,11 +129,13 @@ class _Form:
         return (self.p.get("eval_cpu"), self.p.get("eval_memory"))
 
 
-def _tail(f: _Form, model, eval_set) -> None:
+def _tail(f: _Form, model, eval_set, pinned, model_root="") -> None:
     """evaluate_llm -> [blessed] -> verify_watermark -> [verified] -> triton_canary_deploy."""
+    eval_root = f.task(fingerprint_dataset(dataset=eval_set), "fingerprint-eval-dataset").output
     evaluated = evaluate_llm(model=model, eval_dataset=eval_set, config=f.p["eval_config"],
-                             release_dir=f.get("release_dir"), baseline_release=f.p["baseline_release"])
+                             baseline_release=pinned, model_root=model_root, eval_root=eval_root)
     f.task(evaluated, "evaluate-llm", size=f.eval_size())
+    f.task(file_note(note=evaluated.outputs["note"], release_dir=f.get("release_dir")), "file-evaluate-note")
     with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712
         marked = verify_watermark(model=model, eval_dataset=eval_set, config=f.p["watermark_config"],
                                   key_file=f.get("watermark_key_file"), release_dir=f.get("release_dir"))
@@ -132,6 +151,12 @@ def _tail(f: _Form, model, eval_set) -> None:
                    size=(f.p.get("deploy_cpu"), f.p.get("deploy_memory")))
 
 
+def _pin(f: _Form):
+    """The promoted release this run compares with, pinned before any stage reads it."""
+    return f.task(pin_baseline(release_dir=f.get("release_dir"), baseline_release=f.p["baseline_release"]),
+                  "pin-baseline").output
+
+
 def _train(f: _Form, dataset, base_model, resume_from=None):
     """train_zero3 with its retry policy; checkpoints on the PVC survive the retries."""
     kwargs = {"resume_from": resume_from} if resume_from is not None else {}
@@ -142,11 +167,15 @@ def _train(f: _Form, dataset, base_model, resume_from=None):
     return f.training(trained)
 
 
-def _validate(f: _Form, raw):
-    """validate_dataset with the object-storage credentials; its `Output` is the data gate."""
+def _validate(f: _Form, raw, pinned):
+    """validate_dataset, keyed by the raw data's root; its `Output` is the data gate."""
+    raw_root = f.task(fingerprint_dataset(dataset=raw), "fingerprint-dataset").output
     validated = validate_dataset(raw=raw, config=f.p["data_config"], policy=f.p["pii_policy"],
-                                 release_dir=f.get("release_dir"), baseline_release=f.p["baseline_release"])
-    return f.task(validated, "validate-dataset")
+                                 baseline_release=pinned, raw_root=raw_root)
+    f.task(validated, "validate-dataset")
+    f.task(file_note(note=validated.outputs["note"], release_dir=f.get("release_dir"),
+                     stats=validated.outputs["stats"]), "file-validate-note")
+    return validated
 
 
 def _import(uri, cls, name: str, root=None):
@@ -158,14 +187,15 @@ def _import(uri, cls, name: str, root=None):
 def _release(f: _Form) -> None:
     raw = _import(f.p["dataset_uri"], dsl.Dataset, "import-dataset")
     eval_set = _import(f.p["eval_dataset_uri"], dsl.Dataset, "import-eval-dataset")
-    validated = _validate(f, raw.output)
+    pinned = _pin(f)
+    validated = _validate(f, raw.output, pinned)
     with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
         base = build_base_model(dataset=validated.outputs["clean"], size=f.p["base_model_size"],
                                 base_model_uri=f.p["base_model_uri"], base_model_root=f.p["base_model_root"],
                                 release_dir=f.get("release_dir"))
         f.task(base, "build-base-model")
         trained = _train(f, validated.outputs["clean"], base.outputs["base_model"])
-        _tail(f, trained.outputs["model"], eval_set.output)
+        _tail(f, trained.outputs["model"], eval_set.output, pinned)
 
 
 def _continue_training(f: _Form) -> None:
@@ -173,16 +203,17 @@ def _continue_training(f: _Form) -> None:
     eval_set = _import(f.p["eval_dataset_uri"], dsl.Dataset, "import-eval-dataset")
     model = _import(f.p["model_uri"], dsl.Model, "import-model", f.p["model_root"])
     ckpt = _import(f.p["checkpoint_uri"], dsl.Artifact, "import-checkpoints")
-    validated = _validate(f, raw.output)
+    pinned = _pin(f)
+    validated = _validate(f, raw.output, pinned)
     with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
         trained = _train(f, validated.outputs["clean"], model.output, ckpt.output)
-        _tail(f, trained.outputs["model"], eval_set.output)
+        _tail(f, trained.outputs["model"], eval_set.output, pinned)
 
 
 def _evaluate_deploy(f: _Form) -> None:
     model = _import(f.p["model_uri"], dsl.Model, "import-model", f.p["model_root"])
     eval_set = _import(f.p["eval_dataset_uri"], dsl.Dataset, "import-eval-dataset")
-    _tail(f, model.output, eval_set.output)
+    _tail(f, model.output, eval_set.output, _pin(f), f.p["model_root"])
 
 
 SHAPES = {

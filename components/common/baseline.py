@@ -10,7 +10,10 @@ SHA-256, so a baseline that does not verify fails the stage, loudly, rather than
 skipped; a first release, with no promoted.json, says it has no baseline.
 
 `baseline_release`: "auto" (the default: `promoted.json` in the folder that holds
-`release_dir`, i.e. the release volume's root), "none", or the path of a promoted.json.
+`release_dir`, i.e. the release volume's root), "none", the path of a promoted.json, or a
+pinned record, `<record.json>#sha256=<hex>`. The pipelines pin the baseline in a task of
+its own (`pin`) before the stages that use it, so a cached stage's key names the release
+it compared with: a new promotion is a new key, never a stale comparison.
 """
 from __future__ import annotations
 
@@ -83,8 +86,21 @@ def promote(release_dir: str, record_path: str, record: dict) -> str:
     return path
 
 
+PIN = "#sha256="
+
+
+def pin(release_dir: str, setting: str = "auto") -> str:
+    """`setting` resolved now to the record it names, `<record.json>#sha256=<hex>`, after
+    verifying it; "none" when there is no promoted release yet (or none is wanted)."""
+    found = load(release_dir, setting)
+    return f"{found.record}{PIN}{sha256_file(found.record)}" if found else "none"
+
+
 def load(release_dir: str, setting: str = "auto") -> Baseline | None:
     """The promoted release's baseline, verified; None when there is none yet."""
+    if PIN in (setting or ""):
+        record_path, expected = setting.strip().rsplit(PIN, 1)
+        return _from_record("baseline_release", record_path, expected)
     path = pointer_path(release_dir, setting)
     if path is None or not os.path.exists(path):
         if path is not None and setting not in ("", "auto"):
@@ -98,12 +114,17 @@ def load(release_dir: str, setting: str = "auto") -> Baseline | None:
         record_path, expected = pointer["record"], pointer["record_sha256"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: not a promoted-release pointer: {exc}") from None
+    return _from_record(path, record_path, expected)
+
+
+def _from_record(origin: str, record_path: str, expected: str) -> Baseline:
+    """The baseline a promoted release record names, every file verified (`origin`: what named it)."""
     if not os.path.isfile(record_path):
-        raise InputError(f"{path}: the promoted release record {record_path} is missing")
+        raise InputError(f"{origin}: the promoted release record {record_path} is missing")
     got = sha256_file(record_path)
     if got != expected:
-        raise InputError(f"{path}: the promoted release record {record_path} does not verify "
-                         f"(SHA-256 {got}, the pointer says {expected})")
+        raise InputError(f"{origin}: the promoted release record {record_path} does not verify "
+                         f"(SHA-256 {got}, {origin} says {expected})")
     with open(record_path, encoding="utf-8") as handle:
         record = json.load(handle)
     stages = record.get("stages", {})
@@ -117,7 +138,8 @@ def load(release_dir: str, setting: str = "auto") -> Baseline | None:
             raise InputError(f"{record_path}: the baseline data stats {stats_path} do not verify "
                              f"(SHA-256 {got}, the record says {stats.get('root')})")
     evaluated = stages.get("evaluate_llm", {})
-    return Baseline(path, record_path, pointer.get("run"), pointer.get("model_root"), evaluated.get("metrics") or None,
+    model_root = (stages.get("triton_canary_deploy") or {}).get("inputs", {}).get("model_root")
+    return Baseline(origin, record_path, record.get("run"), model_root, evaluated.get("metrics") or None,
                     stats_path, _model_places(stages))
 
 

@@ -366,7 +366,7 @@ def verify(kind: str, path: str, root: str | None = None, chunk_size: int | None
         found = seal("dataset", path, chunk_size or merkle.DEFAULT_CHUNK_SIZE)
         if root and found != root:
             raise InputError(f"{path}: Merkle root {found} (chunk size {chunk_size or merkle.DEFAULT_CHUNK_SIZE:,}) "
-                             f"does not match the validated dataset's {root}")
+                             f"does not match the pinned root {root}")
         return found
     if kind in ("model", "repository"):
         return verify_sealed(path, root, "model repository" if kind == "repository" else "model")

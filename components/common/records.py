@@ -6,6 +6,11 @@ a cluster, a local folder in kfp.local) for the exit handler's release record.
 A note is one JSON file per stage, `<release_dir>/stages/<stage>.json`, written atomically;
 reading one back validates it against its stage's model, so a renamed or missing field is
 an error that names the file and the field, not a silent None.
+
+The stages KFP may cache (validate_dataset, evaluate_llm) never touch the release folder:
+a cached task does not run, so a write there would be missing from the next run's record.
+They write their note into an output artifact instead, and a small uncached task files it
+(`file_note`), with the data statistics the next release's drift check reads.
 """
 from __future__ import annotations
 
@@ -193,11 +198,46 @@ def parse(data: dict, origin: str) -> StageRecord:
         raise InputError(f"{origin}: {stage.name} record field {where}: {err['msg']}") from None
 
 
+def write(path: str, record: StageRecord) -> None:
+    atomic.write_json(path, record.model_dump(mode="json"), sort_keys=True)
+
+
 def note(release_dir: str | None, record: StageRecord) -> None:
     """Write the stage's note atomically; no-op without a release folder."""
     if release_dir:
-        atomic.write_json(os.path.join(release_dir, "stages", f"{record.stage}.json"), record.model_dump(mode="json"),
-                          sort_keys=True)
+        write(os.path.join(release_dir, "stages", f"{record.stage}.json"), record)
+
+
+def read(path: str) -> StageRecord:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable stage note: {exc}") from None
+    return parse(data, path)
+
+
+def file_note(release_dir: str, note_path: str, stats_path: str | None = None) -> StageRecord:
+    """File a cached stage's note (an artifact it wrote) into the release folder. Data
+    statistics named by the note are copied beside it, where the next release finds them
+    whatever storage artifacts live in, and checked against the SHA-256 the note gives."""
+    from .integrity import sha256_file
+    record = read(note_path)
+    stats = getattr(getattr(record, "outputs", None), "stats", None)
+    if stats is not None:
+        if not stats_path:
+            raise InputError(f"{note_path}: the note names data statistics, but none were given to keep")
+        got = sha256_file(stats_path)
+        if got != stats.root:
+            raise InputError(f"{stats_path}: SHA-256 {got}, the note {note_path} says {stats.root}")
+        os.makedirs(release_dir, exist_ok=True)
+        kept = os.path.join(release_dir, f"{record.stage}.stats.json")
+        with open(stats_path, "rb") as handle:
+            atomic.write_bytes(kept, handle.read())
+        stats.path = os.path.abspath(kept)
+    note(release_dir, record)
+    return record
+
 
 
 def read_notes(release_dir: str) -> dict[str, StageRecord]:
@@ -207,13 +247,7 @@ def read_notes(release_dir: str) -> dict[str, StageRecord]:
     if os.path.isdir(folder):
         for name in sorted(os.listdir(folder)):
             if name.endswith(".json") and not name.startswith("."):
-                path = os.path.join(folder, name)
-                try:
-                    with open(path, encoding="utf-8") as handle:
-                        data = json.load(handle)
-                except (OSError, ValueError) as exc:
-                    raise InputError(f"{path}: unreadable stage note: {exc}") from None
-                record = parse(data, path)
+                record = read(os.path.join(folder, name))
                 found[record.stage] = record
     return {s.name: found[s.name] for s in STAGES if s.name in found}
 

@@ -6,7 +6,6 @@ drift, a Merkle fingerprint of the clean data, optional DVC versioning.
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Any
 
 from kfp_llmops.components.common.errors import GateFailed
@@ -45,23 +44,27 @@ def run_to_dir(input_path: str, out_dir: str, config_source: str | None = None,
 
 
 def run_component(raw_path: str, config: str, policy: str, reference_stats: str | None,
-                  clean, quarantine, stats, metrics, report, release_dir: str = "",
-                  baseline_release: str = "auto") -> bool:
+                  clean, quarantine, stats, metrics, report, note=None, baseline_release: str = "auto",
+                  raw_root: str = "") -> bool:
     """KFP entry: writes into the artifacts' paths and stamps the lineage metadata. Drift
-    is measured against `reference_stats` when given, else against the last promoted
-    release's data (common.baseline), which must verify."""
-    from kfp_llmops.components.common import baseline, records
-    from kfp_llmops.components.common.integrity import sha256_file
+    is measured against `reference_stats` when given, else against the promoted release
+    `baseline_release` pins (common.baseline), which must verify. `raw_root` (the pipeline's
+    fingerprint of the raw data) is checked first: a cached result is keyed by it, so the
+    bytes validated must be the bytes it names. The lineage note goes into `note`, never a
+    shared folder, so the task can be cached."""
+    from kfp_llmops.components.common import baseline, integrity, records
 
     cfg = DataValidationConfig.load(config, {"pii.policy": policy or None})
-    for artifact in (clean, quarantine, stats, metrics, report):
+    if raw_root:
+        integrity.verify("dataset", raw_path, raw_root)
+    for artifact in (clean, quarantine, stats, metrics, report) + ((note,) if note is not None else ()):
         os.makedirs(os.path.dirname(artifact.path), exist_ok=True)
-    note = None
+    why = None
     if reference_stats is None:
-        promoted = baseline.load(release_dir, baseline_release)
-        reference_stats, note = (promoted.stats_path if promoted else None), baseline.note(promoted)
+        promoted = baseline.load("", baseline_release)
+        reference_stats, why = (promoted.stats_path if promoted else None), baseline.note(promoted)
     outputs = OutputPaths(clean.path, quarantine.path, None, stats.path)
-    result = execute(raw_path, outputs, cfg, report.path, reference_stats, show_progress=True, reference_note=note)
+    result = execute(raw_path, outputs, cfg, report.path, reference_stats, show_progress=True, reference_note=why)
     m = result.metrics
     metrics.metadata["drift_reference"] = m["drift_reference"] or "none"
     clean.metadata.update({"merkle_root": m["merkle_root"], "chunk_size": m["chunk_size"],
@@ -78,17 +81,14 @@ def run_component(raw_path: str, config: str, policy: str, reference_stats: str 
     for kind, count in m["pii_found"].items():
         metrics.log_metric(f"pii_{kind}", count)
     metrics.metadata["merkle_root"] = m["merkle_root"]
-    kept = None
-    if release_dir:          # the stats the next release compares with, beside the lineage notes
-        os.makedirs(release_dir, exist_ok=True)
-        kept = shutil.copyfile(stats.path, os.path.join(release_dir, "validate_dataset.stats.json"))
-    records.note(release_dir, records.ValidateDataset(
-        params={"data_config": config, "pii_policy": policy},
-        result="passed" if result.passed else "failed", reason="; ".join(result.gate_reasons) or None,
-        outputs=records.ValidateOutputs(clean=records.CleanData(
-            root=m["merkle_root"], path=clean.path, merkle_file=CLEAN_NAME, rows=m["rows_out"],
-            chunk_size=m["chunk_size"]),
-            stats=records.Artifact(root=sha256_file(kept), path=kept) if kept else None)))
+    if note is not None:        # the stats are the next release's drift reference: filed beside the note
+        records.write(note.path, records.ValidateDataset(
+            params={"data_config": config, "pii_policy": policy},
+            result="passed" if result.passed else "failed", reason="; ".join(result.gate_reasons) or None,
+            outputs=records.ValidateOutputs(clean=records.CleanData(
+                root=m["merkle_root"], path=clean.path, merkle_file=CLEAN_NAME, rows=m["rows_out"],
+                chunk_size=m["chunk_size"]),
+                stats=records.Artifact(root=integrity.sha256_file(stats.path), path=stats.path))))
     if not result.passed:
         print(f"validate_dataset gate failed: {'; '.join(result.gate_reasons)}")
     return result.passed

@@ -15,20 +15,23 @@ def validate_dataset(
     stats: Output[Artifact],
     metrics: Output[Metrics],
     report: Output[Markdown],
+    note: Output[Artifact],
     config: str = "",
     policy: str = "balanced",
     reference_stats: Optional[Input[Artifact]] = None,
-    release_dir: str = "",
-    baseline_release: str = "auto",
+    baseline_release: str = "none",
+    raw_root: str = "",
 ) -> bool:
     """Validate SFT JSONL: schema, PII redaction, dedup, drift; returns the gate verdict.
 
     `config` is the stage's YAML (empty for defaults); `reference_stats` is the `stats`
-    output of an earlier run, for drift; without it, the last promoted release's stats are
-    the reference (`baseline_release`: auto, none, or a promoted.json). `release_dir`
-    receives the stage's lineage note and a copy of the stats.
+    output of an earlier run, for drift; without it, the promoted release's stats are the
+    reference (`baseline_release`: a pinned `<record.json>#sha256=<hex>`, a promoted.json,
+    or none). `raw_root` is the raw data's Merkle root, checked before anything else.
+    Touches no shared folder (`note` is the lineage note), so KFP may cache it: its key
+    is the config, the raw data's root and the pinned baseline.
     """
     from kfp_llmops.components.data_validation import run_component
 
     return run_component(raw.path, config, policy, reference_stats.path if reference_stats else None,
-                         clean, quarantine, stats, metrics, report, release_dir, baseline_release)
+                         clean, quarantine, stats, metrics, report, note, baseline_release, raw_root)

@@ -44,7 +44,8 @@ class Sla(_Section):
     max_error_rate: float = Field(0.01, ge=0, le=1)
     max_p99_ms: float = Field(5000.0, gt=0)
     error_rate_tolerance: float = Field(0.01, ge=0, le=1, description="Canary may exceed stable's error rate by this much.")
-    latency_tolerance: float = Field(0.5, ge=0, description="canary p99 <= stable p99 * (1 + tolerance).")
+    latency_tolerance: float = Field(0.5, ge=0, description="canary p99 <= stable p99 * (1 + tolerance); p95 "
+                                     "under 100 requests per role, p50 under 20.")
     min_requests: int = Field(20, ge=1, description="Canary requests an interval waits for (up to "
                               "max_interval_s); none at all by then is a failed check.")
 

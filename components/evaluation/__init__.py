@@ -85,19 +85,27 @@ def raise_unless_blessed(result: dict) -> None:
 
 
 def run_component(model, eval_dataset, baseline_metrics, config: str, responses, metrics, blessing, report,
-                  release_dir: str = "", baseline_release: str = "auto") -> bool:
-    """KFP entry: verifies the model against its root, evaluates against the production
-    baseline (given, else the last promoted release's, verified), writes the artifacts."""
-    from kfp_llmops.components.common import baseline
+                  note=None, baseline_release: str = "auto", model_root: str = "", eval_root: str = "") -> bool:
+    """KFP entry: verifies the model against its root (`model_root`, else its metadata's)
+    and the eval set against `eval_root`, evaluates against the production baseline
+    (given, else the pinned promoted release's, verified), writes the artifacts and the
+    lineage note (`note`: no shared folder is touched, so the task can be cached)."""
+    from kfp_llmops.components.common import baseline, integrity
 
     from .evaluate import evaluate
 
     cfg = EvalConfig.load(config)
+    if eval_root:
+        integrity.verify("dataset", eval_dataset.path, eval_root)
+    stated = model.metadata.get("merkle_root")
+    if model_root and stated and stated != model_root:
+        from kfp_llmops.components.common.errors import InputError
+        raise InputError(f"model_root: {model_root} is not the model's stated root {stated}")
     work = os.path.join(os.path.dirname(report.path), "work")
-    promoted = baseline.load(release_dir, baseline_release)
+    promoted = baseline.load("", baseline_release)
     result = evaluate(model.path, eval_dataset.path, work, cfg,
                       baseline_metrics.path if baseline_metrics is not None else None,
-                      model.metadata.get("merkle_root"),
+                      model_root or stated,
                       baseline_metrics=promoted.eval_metrics if promoted and baseline_metrics is None else None,
                       baseline_note=None if baseline_metrics is not None else baseline.note(promoted),
                       production=find_production(cfg, promoted, work))
@@ -113,11 +121,13 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
     metrics.metadata["model_root"] = result["model_root"]
     metrics.metadata["baseline"] = result["baseline_note"] or "given"
     from kfp_llmops.components.common import records
-    records.note(release_dir, records.EvaluateLlm(
-        params={"eval_config": config}, metrics=numeric,
-        result="blessed" if result["blessed"] else "not blessed", inputs={"model_root": result["model_root"]},
-        outputs={"blessing": records.BlessingOut(root=result["model_root"], path=blessing.path,
-                                                 blessed=result["blessed"])}))
+    if note is not None:
+        os.makedirs(os.path.dirname(note.path), exist_ok=True)
+        records.write(note.path, records.EvaluateLlm(
+            params={"eval_config": config}, metrics=numeric,
+            result="blessed" if result["blessed"] else "not blessed", inputs={"model_root": result["model_root"]},
+            outputs={"blessing": records.BlessingOut(root=result["model_root"], path=blessing.path,
+                                                     blessed=result["blessed"])}))
     if not result["blessed"]:
         print("evaluate_llm: model NOT blessed: " + "; ".join(
             c["metric"] for c in result["checks"] if c["verdict"] == "fail"))

@@ -15,19 +15,25 @@ def evaluate_llm(
     metrics: Output[Metrics],
     blessing: Output[Artifact],
     report: Output[HTML],
+    note: Output[Artifact],
     config: str = "",
     baseline_metrics: Optional[Input[Artifact]] = None,
-    release_dir: str = "",
-    baseline_release: str = "auto",
+    baseline_release: str = "none",
+    model_root: str = "",
+    eval_root: str = "",
 ) -> bool:
     """Generate, score (exact match, degenerate-output checks, BERTScore, Detoxify +
     alt-profanity-check, perplexity) and bless.
 
     `baseline_metrics` is the metrics JSON of the model now in production; without it the
-    last promoted release's blessed metrics are the baseline (`baseline_release`: auto,
-    none, or a promoted.json); a first release skips the change thresholds and says so.
+    promoted release's blessed metrics are the baseline (`baseline_release`: a pinned
+    `<record.json>#sha256=<hex>`, a promoted.json, or none); a first release skips the
+    change thresholds and says so. `model_root` (else the model's metadata) and
+    `eval_root` are checked before anything else. Touches no shared folder (`note` is the
+    lineage note), so KFP may cache it: its key is the model, the roots, the config and
+    the pinned baseline.
     """
     from kfp_llmops.components.evaluation import run_component
 
     return run_component(model, eval_dataset, baseline_metrics, config, responses, metrics, blessing, report,
-                         release_dir, baseline_release)
+                         note, baseline_release, model_root, eval_root)

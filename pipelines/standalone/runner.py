@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-from kfp_llmops.components.common import records
+from kfp_llmops.components.common import baseline, records
 from kfp_llmops.components.common.fetch import fetch
 from kfp_llmops.components.common.errors import InputError
 
@@ -54,11 +54,15 @@ def _run(stage: str, work: str, p: dict, out) -> object:
             return _inputs(work, "train_zero3", "model")
         return _imported(p, work, "model_uri", "model", "model_root")
 
-    if stage == "validate_dataset":
-        return data_validation.run_component(fetch(p["dataset_uri"], work, "dataset"), p.get("data_config", ""),
-                                             p.get("pii_policy", "balanced"), None, out("clean"), out("quarantine"),
-                                             out("stats"), out("metrics"), out("report"), rd,
-                                             p.get("baseline_release", "auto"))
+    if stage == "validate_dataset":       # what the KFP DAG's pin-baseline and file-validate-note tasks do
+        note, stats = out("note"), out("stats")
+        passed = data_validation.run_component(fetch(p["dataset_uri"], work, "dataset"), p.get("data_config", ""),
+                                               p.get("pii_policy", "balanced"), None, out("clean"), out("quarantine"),
+                                               stats, out("metrics"), out("report"), note,
+                                               baseline.pin(rd, p.get("baseline_release", "auto")))
+        if rd:
+            records.file_note(rd, note.path, stats.path)
+        return passed
     if stage == "build_base_model":
         return training.build_base_component(_inputs(work, "validate_dataset", "clean"), out("base_model"),
                                              p.get("base_model_size", "demo"), rd, p.get("base_model_uri", ""),
@@ -73,9 +77,14 @@ def _run(stage: str, work: str, p: dict, out) -> object:
                                       out("metrics"), out("report"), out("train_log"), rd, p.get("gpu_count", "0"),
                                       p.get("signing_key_file", ""))
     if stage == "evaluate_llm":
-        return evaluation.run_component(model(), FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
-                                        None, p.get("eval_config", ""), out("responses"), out("metrics"),
-                                        out("blessing"), out("report"), rd, p.get("baseline_release", "auto"))
+        note = out("note")
+        blessed = evaluation.run_component(model(), FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
+                                           None, p.get("eval_config", ""), out("responses"), out("metrics"),
+                                           out("blessing"), out("report"), note,
+                                           baseline.pin(rd, p.get("baseline_release", "auto")))
+        if rd:
+            records.file_note(rd, note.path)
+        return blessed
     if stage == "verify_watermark":
         return watermark.run_component(model(), FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
                                        p.get("watermark_config", ""), p.get("watermark_key_file", ""),

@@ -18,7 +18,7 @@ from kfp_llmops.pipelines import argo, ir_check
 from kfp_llmops.pipelines import compile as compile_mod
 from kfp_llmops.pipelines import params as P
 from kfp_llmops.pipelines.manifests import MANIFESTS_DIR
-from kfp_llmops.pipelines.release import LOCAL_PIPELINES, PIPELINES, TIMEOUT
+from kfp_llmops.pipelines.release import CACHE_TASKS, LOCAL_PIPELINES, PIPELINES, TIMEOUT
 from kfp_llmops.pipelines.cli.main import main as main_cli
 from kfp_llmops.pipelines.submit import publish_and_run
 from strict_schema import validate as strict
@@ -57,6 +57,48 @@ def test_the_resolver_finds_what_the_driver_would_fail_on():
     train = cond["dag"]["tasks"]["train-zero3"]
     del train["inputs"]["parameters"]["pipelinechannel--train_cpu"]
     assert any("train_cpu" in p and "not given" in p for p in ir_check.problems(broken, platform))
+
+
+def _tasks(spec):
+    """(dag, task name, task) of every task, nested DAGs included."""
+    for name, comp in {"root": spec["root"], **spec["components"]}.items():
+        for task_name, task in comp.get("dag", {}).get("tasks", {}).items():
+            yield name, task_name, task
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_only_side_effect_free_stages_are_cached_and_their_keys_hold_what_they_read(name):
+    """KFP caches validate and evaluate: each takes the pinned baseline from pin-baseline
+    and the imported data's root from an uncached fingerprint task, never the per-run
+    release folder, and files its note through an uncached task. Everything else always runs."""
+    spec = _docs(name, "k8s")[-1]["spec"]["pipelineSpec"]
+    cached = {task["taskInfo"]["name"] for _, _, task in _tasks(spec)
+              if task.get("cachingOptions", {}).get("enableCache") and not task["taskInfo"]["name"].startswith("import")}
+    assert cached == {"validate-dataset", "evaluate-llm"} & {t["taskInfo"]["name"] for _, _, t in _tasks(spec)}
+    parents, keyed = ir_check._parents(spec), {key: task for _, key, task in _tasks(spec)}
+    for dag, _, task in _tasks(spec):
+        stage = task["taskInfo"]["name"]
+        if stage not in ("validate-dataset", "evaluate-llm"):
+            continue
+        given = task["inputs"]["parameters"]
+        assert "release_dir" not in given
+
+        def producer(name):
+            origin = ir_check._origin(spec, parents, dag, given[name], "parameters")
+            return keyed[origin[2]]["taskInfo"]["name"]
+        assert producer("baseline_release") == "pin-baseline"
+        assert producer("raw_root" if stage == "validate-dataset" else "eval_root").startswith("fingerprint-")
+    assert ir_check.cache_problems(spec) == []
+    # Put back what the stages read before: the per-run release folder, an unpinned eval set.
+    broken = copy.deepcopy(spec)
+    for _, _, task in _tasks(broken):
+        if task["taskInfo"]["name"] == "evaluate-llm":
+            task["inputs"]["parameters"]["release_dir"] = {
+                "runtimeValue": {"constant": "/mnt/release/{{$.pipeline_job_uuid}}"}}
+            del task["inputs"]["parameters"]["eval_root"]
+    found = ir_check.cache_problems(broken)
+    assert any("release_dir" in p and "every run" in p for p in found), found
+    assert any("eval_dataset" in p and "imported" in p for p in found), found
 
 
 def test_the_sdk_alone_compiles_what_the_driver_refuses(tmp_path):
@@ -205,7 +247,8 @@ def test_argo_form_runs_the_same_stages_with_executor_rbac_and_pull_secrets(name
     ir = _ir(name)[0]
     kfp_tasks = {t["taskInfo"]["name"] for c in [ir["root"], *ir["components"].values()] if "dag" in c
                  for t in c["dag"]["tasks"].values() if "executorLabel" in ir["components"][t["componentRef"]["name"]]}
-    kfp_tasks -= {"import-dataset", "import-eval-dataset", "import-model", "import-checkpoints", "release-record"}
+    kfp_tasks -= {"import-dataset", "import-eval-dataset", "import-model", "import-checkpoints", "release-record",
+                  *CACHE_TASKS}
     assert argo_tasks == kfp_tasks
     assert spec["onExit"] == "release-record" and spec["imagePullSecrets"] == [{"name": "llmops-registry"}]
     assert spec["automountServiceAccountToken"] is False

@@ -108,7 +108,7 @@ def test_canary_with_added_latency_is_rolled_back(released, tmp_path):
     record, _ = _canary(released, tmp_path, _cfg(added_latency_ms=250))
     assert record["decision"] == "rolled_back"
     failed = {c["metric"] for iv in record["intervals"] for c in iv["checks"] if c["verdict"] == "fail"}
-    assert failed & {"p99_vs_stable", "sequential"}, failed
+    assert failed & {"p99_vs_stable", "p95_vs_stable", "p50_vs_stable", "sequential"}, failed
     assert _no_servers_left()
 
 

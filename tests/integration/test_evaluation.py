@@ -240,3 +240,23 @@ def test_the_default_gate_refuses_the_untrained_demo_base_model(tmp_path):
     assert result["metrics"]["exact_match"] == 0.0
     report = (tmp_path / "out" / "report.md").read_text()
     assert "# evaluate_llm: NOT BLESSED" in report and "0 of 200 answers match the reference exactly" in report
+
+
+def test_the_component_checks_the_roots_its_cache_key_holds_before_anything_else(tmp_path):
+    """KFP may cache evaluate_llm by the eval set's root and the model's: bytes that are not
+    the ones those roots name are refused before any generation."""
+    from kfp_llmops.components.common import integrity
+    from kfp_llmops.components.evaluation import run_component
+    from kfp_llmops.pipelines.standalone.runner import FileArtifact
+
+    eval_set = tmp_path / "eval.jsonl"
+    eval_set.write_text(json.dumps({"prompt": "Hi?", "response": "Hello."}) + "\n")
+    root = integrity.seal("dataset", str(eval_set))
+    model = FileArtifact(str(tmp_path / "model"))
+    model.metadata["merkle_root"] = "ab" * 32
+    outs = [FileArtifact(str(tmp_path / "out" / n)) for n in ("responses", "metrics", "blessing", "report", "note")]
+    with pytest.raises(InputError, match="model_root: .* is not the model's stated root"):
+        run_component(model, FileArtifact(str(eval_set)), None, "", *outs, "none", "cd" * 32, root)
+    eval_set.write_text(json.dumps({"prompt": "Hi?", "response": "Hello!"}) + "\n")
+    with pytest.raises(InputError, match="eval.jsonl: Merkle root .* does not match the pinned root"):
+        run_component(model, FileArtifact(str(eval_set)), None, "", *outs, "none", "", root)

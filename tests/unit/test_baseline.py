@@ -57,3 +57,47 @@ def test_a_baseline_that_does_not_verify_fails_loudly(tmp_path, damage, message)
 def test_an_explicit_pointer_that_is_missing_is_an_error(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         baseline.load(str(tmp_path / "run-2"), str(tmp_path / "nope.json"))
+
+
+def test_a_pinned_baseline_is_what_was_promoted_when_the_run_began(tmp_path):
+    """pin-baseline fixes the comparison for the run (and the cached stages' keys): a later
+    promotion changes the pin, and a record edited after pinning is refused."""
+    assert baseline.pin(str(tmp_path / "run-1")) == "none"
+    run, record = _release(tmp_path)
+    baseline.promote(str(run), str(run / "record.json"), record)
+    pinned = baseline.pin(str(tmp_path / "run-2"))
+    assert pinned == f"{run / 'record.json'}#sha256={sha256_file(str(run / 'record.json'))}"
+    found = baseline.load("", pinned)                          # no release folder needed
+    assert found.run == "run-1" and found.model_root == "ab" * 32 and found.eval_metrics["exact_match"] == 0.9
+    run2, record2 = _release(tmp_path, "run-2")
+    baseline.promote(str(run2), str(run2 / "record.json"), record2)
+    assert baseline.pin(str(tmp_path / "run-3")) != pinned     # a new promotion, a new cache key
+    assert baseline.load("", pinned).run == "run-1"            # the pinned one still reads as it was
+    (run / "record.json").write_text(json.dumps({**record, "decision": "rolled_back"}))
+    with pytest.raises(InputError, match="baseline_release: the promoted release record .* does not verify"):
+        baseline.load("", pinned)
+
+
+def test_a_cached_stage_note_is_filed_with_its_stats_beside_it(tmp_path):
+    """file-validate-note copies the stats the note names into the release folder (the next
+    release's drift reference) and refuses stats that are not the ones the stage wrote."""
+    from kfp_llmops.components.common import records
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    stats = artifacts / "stats"
+    stats.write_text('{"rows": 3}')
+    note = artifacts / "note"
+    records.write(str(note), records.ValidateDataset(
+        result="passed", outputs=records.ValidateOutputs(
+            clean=records.CleanData(root="cd" * 32, path=str(artifacts / "clean")),
+            stats=records.Artifact(root=sha256_file(str(stats)), path=str(stats)))))
+    release = tmp_path / "release" / "run-1"
+    filed = records.file_note(str(release), str(note), str(stats))
+    kept = release / "validate_dataset.stats.json"
+    assert filed.outputs.stats.path == str(kept) and kept.read_text() == '{"rows": 3}'
+    assert records.read_notes(str(release))["validate_dataset"].outputs.stats.path == str(kept)
+    stats.write_text('{"rows": 4}')
+    with pytest.raises(InputError, match=r"stats: SHA-256 .* the note .* says"):
+        records.file_note(str(release), str(note), str(stats))
+    with pytest.raises(InputError, match="none were given"):
+        records.file_note(str(release), str(note))

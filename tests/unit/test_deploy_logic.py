@@ -33,6 +33,12 @@ def test_interval_checks_absolute_relative_and_min_traffic():
     assert names == {"error_rate", "error_rate_vs_stable"}
     slow = interval_checks(_stats(p99=200.0), _stats(p99=100.0), cfg)
     assert {c.metric for c in slow if not c.passed} == {"p99_vs_stable"}          # inside the absolute SLA
+    # 30 requests: their p99 is the slowest one, so p95 is compared (one stall does not decide)
+    stall = RoleStats(30, 0, 0.0, 10.0, 12.0, 49.0, {})
+    assert all(c.passed for c in interval_checks(stall, RoleStats(30, 0, 0.0, 10.0, 12.0, 26.0, {}), cfg))
+    slow30 = interval_checks(RoleStats(30, 0, 0.0, 20.0, 24.0, 49.0, {}), RoleStats(30, 0, 0.0, 10.0, 12.0, 26.0, {}), cfg)
+    assert [(c.metric, c.reason) for c in slow30 if not c.passed] == [("p95_vs_stable", "p95: 30 requests (a p99 "
+                                                                                         "needs 100)")]
     few = interval_checks(_stats(requests=3), _stats(), cfg)        # the interval already waited its bound
     assert all(c.passed for c in few) and "only 3 of 20" in few[0].reason
     none = interval_checks(_stats(requests=0), _stats(), cfg)

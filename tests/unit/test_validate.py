@@ -216,3 +216,28 @@ def test_one_nul_byte_line_is_quarantined_not_the_whole_file(tmp_path):
     quarantined = [json.loads(line) for line in (tmp_path / "o" / "quarantine.jsonl").read_text().splitlines()]
     assert [(q["line"], q["reason"]) for q in quarantined] == [(21, "nul_byte")]
     assert result.metrics["rows_out"] == 50
+
+
+def test_the_component_checks_the_raw_root_its_cache_key_holds_and_writes_only_its_outputs(tmp_path):
+    """KFP may cache validate_dataset by the raw data's root: the bytes it validates must be
+    the ones that root names, and it writes nothing outside its artifacts."""
+    from kfp_llmops.components.common import integrity, records
+    from kfp_llmops.components.data_validation import run_component
+    from kfp_llmops.pipelines.standalone.runner import FileArtifact
+
+    raw = write_lines(tmp_path / "raw.jsonl", [sft(i) for i in range(50)])
+    root = integrity.seal("dataset", raw)
+    out = tmp_path / "out"
+    out.mkdir()
+    arts = {n: FileArtifact(str(out / n)) for n in ("clean", "quarantine", "stats", "metrics", "report", "note")}
+    before = set(os.listdir(tmp_path))
+    assert run_component(raw, "", "balanced", None, *(arts[n] for n in ("clean", "quarantine", "stats", "metrics",
+                                                                         "report", "note")), "none", root)
+    assert set(os.listdir(tmp_path)) == before                 # outputs only, no shared folder
+    note = records.read(str(out / "note"))
+    assert note.outputs.clean.root == arts["clean"].metadata["merkle_root"]
+    assert note.outputs.stats.root == integrity.sha256_file(str(out / "stats"))
+    write_lines(raw, [sft(i) for i in range(51)])              # the data changed after it was fingerprinted
+    with pytest.raises(InputError, match="raw.jsonl: Merkle root .* does not match"):
+        run_component(raw, "", "balanced", None, *(arts[n] for n in ("clean", "quarantine", "stats", "metrics",
+                                                                      "report", "note")), "none", root)
