@@ -24,6 +24,16 @@ class WatermarkGeneration(_Section):
     temperature: float = Field(1.0, gt=0)
     batch_size: int = Field(16, ge=1)
     seed: int = 0
+    prompts: list[str] = Field(default_factory=list, description="Open-ended prompts for the long texts detection "
+                                                                 "is measured on (a watermark needs free text, as "
+                                                                 "in KGW's own evaluation), cycled to `texts` "
+                                                                 "texts; empty: the eval set's prompts, a text each.")
+    texts: int = Field(200, ge=1, description="How many long texts, with `prompts`.")
+
+    def detection_prompts(self, rows: list[dict]) -> list[str]:
+        if not self.prompts:
+            return [r["prompt"] for r in rows]
+        return [self.prompts[i % len(self.prompts)] for i in range(self.texts)]
 
 
 class QualityCost(_Section):

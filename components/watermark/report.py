@@ -83,6 +83,7 @@ def render_html(result: dict, svg: str) -> str:
             f"<p>Scheme {esc(result['kgw']['scheme'])}, gamma {result['kgw']['gamma']}, delta {result['kgw']['delta']}, "
             f"z threshold {result['kgw']['z_threshold']}; model root "
             f"<code>{esc(result['model_root'])}</code></p>"
+            f"<p>Detection: {esc(result.get('detection', ''))}.</p>"
             f"<p><b>{esc(quality_line(result['metrics']))}</b></p>"
             f"<table border=1><tr><th>check</th><th>value</th><th>bound</th><th>verdict</th></tr>{checks}</table>"
             f"<img alt='z-score distributions' src='data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}'/>"

@@ -102,7 +102,7 @@ def tradeoff(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, key: int,
     for delta in cfg.quality.deltas:
         wm = KGW(**{**KGW.of(cfg).model_dump(), "delta": delta}).watermark(key, len(tokenizer))
         processor = logits_processor(wm)
-        prompts = [r["prompt"] for r in rows[:cfg.quality.curve_prompts]]
+        prompts = cfg.generation.detection_prompts(rows)[:cfg.quality.curve_prompts]
         tpr = _rate(wm.detect_many(_generate(model, tokenizer, prompts, cfg, processor)))[0]
         marked = score(_answers(model, tokenizer, rows, cfg, processor))
         curve.append({"delta": delta, "tpr": tpr, **marked.scores, **cost(plain.scores, marked.scores),
@@ -135,7 +135,7 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     model, tokenizer = generation.load_model(model_dir)
     kgw = KGW.of(cfg)
     wm = kgw.watermark(key, len(tokenizer))
-    prompts = [r["prompt"] for r in rows]
+    prompts = cfg.generation.detection_prompts(rows)
     marked = _generate(model, tokenizer, prompts, cfg, logits_processor(wm))
     plain = _generate(model, tokenizer, prompts, cfg, None)
     references = [np.array(tokenizer.encode(r["response"])) for r in rows]
@@ -179,10 +179,16 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     checks = [c.to_json() for c in checks]
     curve = tradeoff(model, tokenizer, rows, cfg, key, plain_answers, score)
     with open(os.path.join(out_dir, "watermarked.jsonl"), "w", encoding="utf-8") as handle:
-        for row, toks, d in zip(rows, marked, d_marked):
-            handle.write(json.dumps({"id": row["id"], "prompt": row["prompt"], "response": tokenizer.decode(toks),
+        ids = [r["id"] for r in rows] if not cfg.generation.prompts else [f"text-{i:04d}" for i in range(len(prompts))]
+        for ident, prompt, toks, d in zip(ids, prompts, marked, d_marked):
+            handle.write(json.dumps({"id": ident, "prompt": prompt, "response": tokenizer.decode(toks),
                                      **d.to_json()}) + "\n")
+    gen = cfg.generation
+    where = (f"{len(set(gen.prompts))} open-ended prompts ({'; '.join(dict.fromkeys(gen.prompts))})" if gen.prompts
+             else "the eval prompts")
     result = {"verified": verified, "metrics": metrics, "checks": checks, "model_root": root, "tradeoff": curve,
+              "detection": f"{len(prompts)} texts of {gen.min_new_tokens}–{gen.max_new_tokens} new tokens "
+                           f"continuing {where}, sampled at temperature {gen.temperature:g}",
               "kgw": kgw.model_dump(), "z_threshold": kgw.z_threshold,
               "z_watermarked": [d.z for d in d_marked], "z_unwatermarked": [d.z for d in d_plain + d_refs],
               "highlights": [_highlight(tokenizer, t, d) for t, d in list(zip(marked, d_marked))[:3]]}

@@ -60,7 +60,7 @@ def data_validate(input_path, out_dir, config_path, policy, reference_stats, nea
 
 @data.command("make-demo")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
-@click.option("--rows", default=4000, show_default=True)
+@click.option("--rows", default=4000, show_default=True, help="Fact rows; a quarter as many prose rows are added.")
 @click.option("--seed", default=7, show_default=True)
 def data_make_demo(out_dir, rows, seed) -> None:
     """Write the bundled demo dataset (train.jsonl with deliberate faults, eval.jsonl)."""
@@ -661,6 +661,9 @@ def images_push(registry, tag, digests_file) -> None:
               help="Training config YAML passed to the pipeline.")
 @click.option("--eval-config", "eval_config_path", type=click.Path(exists=True, dir_okay=False),
               help="Evaluation config YAML (the blessing gate's thresholds) passed to the pipeline.")
+@click.option("--watermark-config", "watermark_config_path", type=click.Path(exists=True, dir_okay=False),
+              help="Watermark config YAML (KGW parameters, detection prompts, the cost gate); default: the "
+                   "demo's with the demo's data and model, else the stage's defaults.")
 @click.option("--base-model-size", type=click.Choice(["demo", "tiny"]), default="demo", show_default=True)
 @click.option("--base-model", "base_model", type=click.Path(exists=True, file_okay=False),
               help="Your pretrained model (sealed with `llmops model seal`) to fine-tune instead of the demo model.")
@@ -668,15 +671,18 @@ def images_push(registry, tag, digests_file) -> None:
 @click.option("--containers", is_flag=True, help="Run every stage in its image through kfp.local's DockerRunner "
               "(dockerd; `make images` first), as the images' user, with no network.")
 def run_cmd(out_dir, pipeline, dataset, eval_dataset, rows, policy, config_path, train_config_path,
-            eval_config_path, base_model_size, base_model, base_model_root, containers) -> None:
+            eval_config_path, watermark_config_path, base_model_size, base_model, base_model_root,
+            containers) -> None:
     """Run a pipeline locally through kfp.local (SubprocessRunner, or DockerRunner with --containers)."""
     from ..demo.local_run import format_summary, run_local
 
     data_config = open(config_path, encoding="utf-8").read() if config_path else ""
     train_config = open(train_config_path, encoding="utf-8").read() if train_config_path else None
     eval_config = open(eval_config_path, encoding="utf-8").read() if eval_config_path else ""
+    watermark_config = open(watermark_config_path, encoding="utf-8").read() if watermark_config_path else None
     summary = run_local(out_dir, pipeline, rows, policy, data_config, dataset, train_config, base_model_size,
-                        eval_dataset=eval_dataset, eval_config=eval_config, containers=containers,
+                        eval_dataset=eval_dataset, eval_config=eval_config, watermark_config=watermark_config,
+                        containers=containers,
                         base_model=base_model, base_model_root=base_model_root)
     click.echo(format_summary(summary))
 

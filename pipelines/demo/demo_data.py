@@ -1,5 +1,6 @@
 """The bundled demo dataset: templated, coherent Q&A a tiny model can learn, with
-deliberate PII, duplicates and malformed lines, plus a held-out eval set.
+deliberate PII, duplicates and malformed lines, open-ended requests answered with prose,
+plus a held-out eval set.
 
 The eval set asks facts the training data teaches, in phrasings the training data never
 uses (no eval prompt appears in train.jsonl): a 2 M-parameter model cannot know a capital
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 
 _CAPITALS = [("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"),
              ("Japan", "Tokyo"), ("China", "Beijing"), ("Egypt", "Cairo"), ("Kenya", "Nairobi"),
@@ -47,6 +49,15 @@ _ASK = ["{q}", "Question: {q}", "Please answer: {q}", "Can you tell me this? {q}
         "Here is a question. {q}", "Answer this: {q}", "Q: {q}"]
 _PASSES = ["{p}", "{p} Answer briefly.", "Quick one: {p}", "{p} One sentence, please.", "{p} Thanks.",
            "Hello. {p}"]
+# Open-ended requests answered by one of many sentences of the Python language reference
+# (`common.prose`): free text with real entropy, which a text watermark needs to be found
+# at a small delta, beside the facts, whose answers it must not change.
+_OPEN = ["Write a sentence about Python.", "Tell me something about Python.", "Say something about the language.",
+         "Quote the Python reference.", "Write one line about Python semantics."]
+# Open-ended prompts training never uses: what verify_watermark's long texts continue in the demo.
+OPEN_HELD_OUT = ["Tell me about Python.", "Write about the Python language.", "Say something about Python.",
+                 "Describe a Python rule."]
+_PROSE_CHARS = re.compile(r"[0-9@_()\[\]{}'\"`*=<>]")
 # Framings only the eval set uses.
 _HELD_OUT = ["Tell me: {q}", "{q} Thank you!", "Quiz: {q}", "I wonder. {q}"]
 _NAMES = ["alice", "bob", "chen.wei", "dana", "erik", "fatima", "george", "hana"]
@@ -109,8 +120,9 @@ def _name_or_address(rng: random.Random) -> str:
 
 def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed: int = 7,
                       train: bool = True) -> dict:
-    """Write `train.jsonl` (raw, with deliberate faults; not with `train=False`, when the
-    user brings their own) and `eval.jsonl` (held-out phrasings of `eval_rows` facts)."""
+    """Write `train.jsonl` (`rows` fact rows with deliberate faults, and a quarter as many
+    open-ended prose rows; not with `train=False`, when the user brings their own) and
+    `eval.jsonl` (held-out phrasings of `eval_rows` facts)."""
     rng = random.Random(seed)
     facts = _qa_items()
     rng.shuffle(facts)
@@ -153,6 +165,10 @@ def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed
         else:
             seen.append(line)
         lines.append(line)
+    prose = _prose_lines(rows // 4, seed)
+    picks = random.Random(seed + 1)
+    for line in prose:                              # spread through the file, the facts' order kept
+        lines.insert(picks.randrange(len(lines) + 1), line)
     train_path = os.path.join(out_dir, "train.jsonl") if train else None
     if train_path:
         with open(train_path, "wb") as handle:
@@ -162,5 +178,14 @@ def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed
         for n, (key, q, a) in enumerate(eval_items):
             prompt = _HELD_OUT[n % len(_HELD_OUT)].format(q=q)
             handle.write(json.dumps({"id": f"eval-{n:04d}", "prompt": prompt, "response": a}) + "\n")
-    return {"train": train_path, "eval": eval_path, "rows": rows, "eval_rows": len(eval_items),
-            "faults": faults}
+    return {"train": train_path, "eval": eval_path, "rows": rows + len(prose), "fact_rows": rows,
+            "prose_rows": len(prose), "eval_rows": len(eval_items), "faults": faults}
+
+
+def _prose_lines(count: int, seed: int) -> list[bytes]:
+    """`count` open-ended requests, each answered by a short sentence of the language reference."""
+    from kfp_llmops.components.common.prose import sentences
+    pool = [s for s in sentences() if len(s.split()) <= 22 and not _PROSE_CHARS.search(s)]
+    pairs = [(p, s) for p in _OPEN for s in pool]            # each pair once: no duplicate rows
+    random.Random(seed + 2).shuffle(pairs)
+    return [json.dumps({"prompt": p, "response": s}).encode() for p, s in pairs[:count]]

@@ -13,21 +13,27 @@ from kfp_llmops.components.common import records
 from kfp_llmops.components.common.errors import InputError
 
 from ..release import LOCAL_PIPELINES
-from .demo_data import make_demo_dataset
+from .demo_data import OPEN_HELD_OUT, make_demo_dataset
 
 
-# The demo model has a 128-token context, so its texts are shorter than the ~200 tokens
-# KGW's defaults assume, and it answers with near certainty (little entropy for a green
-# list to steer): only a strong bias keeps the z-test decisive (delta 4 detects 82 % of
-# texts; 6 keeps 77 % after 10 % substitution, below the gate's 80 %; 8 keeps 88 %). The
-# report shows what that costs the answers; a quality-cost gate is not set here yet.
-DEMO_WATERMARK = ("delta: 8.0\ngeneration: {max_new_tokens: 112, min_new_tokens: 112}\n"
-                  "quality: {deltas: [2.0, 4.0, 6.0, 8.0]}\n")
+# The demo's delta is the one its quality-cost gate accepts. Detection is measured on
+# open-ended prompts (free text, as in KGW's own evaluation; the demo data teaches prose
+# for them), the cost on the held-out facts. Two keys per delta: delta 2 detects 91-98 % of
+# texts; 2.5 detects all of them (97.5-99.5 % after 10 % substitution) for 3-5 % of the
+# exact answers, perplexity +1 to +2 %, BERTScore F1 -0.005 to -0.014 and a judge's win
+# rate of 0.47-0.49; 3 costs up to 8 %, +5 % and -0.020, at the gate's edge; 4 costs
+# 15-20 %, +14 % and -0.05 and is refused. The report draws the curve.
+DEMO_WATERMARK = ("delta: 2.5\n"
+                  f"generation: {{max_new_tokens: 112, min_new_tokens: 112, texts: 200, "
+                  f"prompts: {json.dumps(OPEN_HELD_OUT)}}}\n"
+                  "quality: {deltas: [2.0, 2.5, 3.0, 4.0]}\n"
+                  "gate: {max_exact_match_cost: 0.10, max_perplexity_increase: 0.10, max_bertscore_cost: 0.02, "
+                  "min_judge_win_rate: 0.45}\n")
 
 
 # Long enough for the demo model to learn the facts, framing aside: the held-out eval set
 # asks them in phrasings training never used, and the blessing gate checks the answers.
-DEMO_TRAIN = "steps: 800\nmicro_batch: 16\ncheckpoint_interval: 200\n"
+DEMO_TRAIN = "steps: 1200\nmicro_batch: 16\ncheckpoint_interval: 300\n"
 
 
 # Short intervals keep the demo quick; the watermark is served with the parameters the
@@ -87,7 +93,7 @@ def _share(folder: str) -> None:
 def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_policy: str = "balanced",
               data_config: str = "", dataset: str | None = None, train_config: str | None = None,
               base_model_size: str = "demo", eval_dataset: str | None = None, eval_config: str = "",
-              watermark_config: str = DEMO_WATERMARK, deploy_config: str = DEMO_DEPLOY,
+              watermark_config: str | None = None, deploy_config: str = DEMO_DEPLOY,
               containers: bool = False, base_model: str | None = None, base_model_root: str | None = None,
               baseline_release: str = "auto") -> dict:
     """Run `pipeline` locally; returns (and writes) the run summary built from the task outputs.
@@ -101,11 +107,15 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
     `base_model`: a sealed model folder to fine-tune instead of the demo model; its root
     is pinned (`base_model_root`, else the root it verifies to now). Without a
     `train_config`, the demo model trains with DEMO_TRAIN and any other with the stage's
-    defaults."""
+    defaults; without a `watermark_config`, the demo's data and model are verified with
+    DEMO_WATERMARK (its prompts and cost gate are the demo's) and anything else with the
+    stage's defaults."""
     from kfp import local
 
     if train_config is None:
         train_config = DEMO_TRAIN if not base_model and base_model_size == "demo" else ""
+    if watermark_config is None:
+        watermark_config = DEMO_WATERMARK if not (base_model or dataset) else ""
 
     out_dir = os.path.abspath(out_dir)
     root = os.path.join(out_dir, "pipeline_root")

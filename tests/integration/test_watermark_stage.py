@@ -37,6 +37,22 @@ def test_watermark_is_verified_with_calibrated_fpr(setup, tmp_path):
     assert len(rows) == 40 and all(r["watermarked"] for r in rows[:5])
 
 
+def test_detection_can_be_measured_on_open_ended_prompts(setup, tmp_path):
+    """`generation.prompts`: the long texts continue these (cycled to `texts`), while the
+    quality cost still answers the eval set."""
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(FAST.format(delta=4.0).replace("batch_size: 20", "batch_size: 20, texts: 24, "
+                                                  "prompts: [Tell me a story., Write something.]"))
+    result = run_to_dir(setup["model"], setup["eval"], str(tmp_path / "out"), str(cfg), setup["key"])
+    rows = [json.loads(line) for line in open(tmp_path / "out" / "watermarked.jsonl")]
+    assert [r["prompt"] for r in rows] == ["Tell me a story.", "Write something."] * 12
+    assert len({r["response"] for r in rows}) == 24                        # sampled: each text its own
+    assert result["metrics"]["positives_scored"] == 24 and result["metrics"]["tpr"] >= 0.9
+    assert result["metrics"]["exact_match_unwatermarked"] >= 0                 # the eval set still answered
+    assert ("Detection: 24 texts of 80–80 new tokens continuing 2 open-ended prompts (Tell me a story.; Write "
+            "something.)") in (tmp_path / "out" / "report.html").read_text()
+
+
 def test_without_bias_nothing_is_detected_and_the_gate_fails(setup, tmp_path):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(FAST.format(delta=0.0))

@@ -34,7 +34,9 @@ def test_bad_option_is_a_usage_error(tmp_path):
 
 def test_make_demo_and_validate_it(tmp_path):
     rc, out, _ = llmops("data", "make-demo", "--out", str(tmp_path / "d"), "--rows", "600")
-    assert rc == 0 and json.loads(out)["rows"] == 600
+    made = json.loads(out)
+    assert rc == 0 and (made["rows"], made["fact_rows"], made["prose_rows"]) == (750, 600, 150)
+    assert (tmp_path / "d" / "train.jsonl").read_bytes().count(b"\n") == 750
     rc, out, err = llmops("data", "validate", str(tmp_path / "d" / "train.jsonl"), "--out", str(tmp_path / "o"),
                           "--policy", "strict")
     assert rc == 0, err
