@@ -19,7 +19,7 @@ from .demo_data import OPEN_HELD_OUT, make_demo_dataset
 # The demo's delta is the one its quality-cost gate accepts. Detection is measured on
 # open-ended prompts (free text, as in KGW's own evaluation; the demo data teaches prose
 # for them), the cost on the held-out facts. Two keys per delta: delta 2 detects 91-98 % of
-# texts; 2.5 detects all of them (97.5-99.5 % after 10 % substitution) for 3-5 % of the
+# texts; 2.5 (three keys) detects all (97.5-99.5 % after 10 % substitution) for 3-6.5 % of the
 # exact answers, perplexity +1 to +2 %, BERTScore F1 -0.005 to -0.014 and a judge's win
 # rate of 0.47-0.49; 3 costs up to 8 %, +5 % and -0.020, at the gate's edge; 4 costs
 # 15-20 %, +14 % and -0.05 and is refused. The report draws the curve.
