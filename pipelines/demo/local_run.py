@@ -23,12 +23,14 @@ from .demo_data import OPEN_HELD_OUT, make_demo_dataset
 # exact answers, perplexity +1 to +2 %, BERTScore F1 -0.005 to -0.014 and a judge's win
 # rate of 0.47-0.49; 3 costs up to 8 %, +5 % and -0.020, at the gate's edge; 4 costs
 # 15-20 %, +14 % and -0.05 and is refused. The report draws the curve.
-DEMO_WATERMARK = ("delta: 2.5\n"
+DEMO_DETECTION = ("delta: 2.5\n"
                   f"generation: {{max_new_tokens: 112, min_new_tokens: 112, texts: 200, "
                   f"prompts: {json.dumps(OPEN_HELD_OUT)}}}\n"
-                  "quality: {deltas: [2.0, 2.5, 3.0, 4.0]}\n"
-                  "gate: {max_exact_match_cost: 0.10, max_perplexity_increase: 0.10, max_bertscore_cost: 0.02, "
-                  "min_judge_win_rate: 0.45}\n")
+                  "quality: {deltas: [2.0, 2.5, 3.0, 4.0]}\n")
+# The cost gate is the demo model's: a barely trained test model (`tiny`) is verified
+# with DEMO_DETECTION alone, its costs reported.
+DEMO_WATERMARK = DEMO_DETECTION + ("gate: {max_exact_match_cost: 0.10, max_perplexity_increase: 0.10, "
+                                   "max_bertscore_cost: 0.02, min_judge_win_rate: 0.45}\n")
 
 
 # Long enough for the demo model to learn the facts, framing aside: the held-out eval set
@@ -108,14 +110,15 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
     is pinned (`base_model_root`, else the root it verifies to now). Without a
     `train_config`, the demo model trains with DEMO_TRAIN and any other with the stage's
     defaults; without a `watermark_config`, the demo's data and model are verified with
-    DEMO_WATERMARK (its prompts and cost gate are the demo's) and anything else with the
-    stage's defaults."""
+    DEMO_WATERMARK (its prompts and cost gate are the demo's), the `tiny` model with its
+    prompts only, and a user's model or data with the stage's defaults."""
     from kfp import local
 
     if train_config is None:
         train_config = DEMO_TRAIN if not base_model and base_model_size == "demo" else ""
     if watermark_config is None:
-        watermark_config = DEMO_WATERMARK if not (base_model or dataset) else ""
+        own = base_model or dataset
+        watermark_config = "" if own else DEMO_WATERMARK if base_model_size == "demo" else DEMO_DETECTION
 
     out_dir = os.path.abspath(out_dir)
     root = os.path.join(out_dir, "pipeline_root")

@@ -100,14 +100,14 @@ def _the_next_release_compares_with_the_promoted_one(first, tmp_path, capfd):
 
 
 def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
-    from kfp_llmops.pipelines.demo.local_run import DEMO_WATERMARK
+    from kfp_llmops.pipelines.demo.local_run import DEMO_DETECTION
     from kfp_llmops.pipelines.release import LOCAL_PIPELINES
     run = tmp_path / "run"
     LOCAL_PIPELINES["continue-training"](
         dataset_uri=str(run / "data" / "train.jsonl"), eval_dataset_uri=str(run / "data" / "eval.jsonl"),
         model_uri=train["outputs"]["model"], model_root=train["merkle_root"],
         checkpoint_uri=train["outputs"]["checkpoints"], train_config=TRAIN.replace("steps: 6", "steps: 9"),
-        eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n", watermark_config=DEMO_WATERMARK,
+        eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n", watermark_config=DEMO_DETECTION,
         watermark_key_file=str(run / "watermark.key"),
         deploy_config="interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
                       "sla: {min_requests: 10}\nfail_on_rollback: false\n",
@@ -124,13 +124,13 @@ def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
 
 
 def _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_path):
-    from kfp_llmops.pipelines.demo.local_run import DEMO_WATERMARK
+    from kfp_llmops.pipelines.demo.local_run import DEMO_DETECTION
     from kfp_llmops.pipelines.release import LOCAL_PIPELINES
     run = tmp_path / "run"
     LOCAL_PIPELINES["evaluate-deploy"](
         model_uri=train["outputs"]["model"], model_root=train["merkle_root"],
         eval_dataset_uri=str(run / "data" / "eval.jsonl"), eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
-        watermark_config=DEMO_WATERMARK, watermark_key_file=str(run / "watermark.key"),
+        watermark_config=DEMO_DETECTION, watermark_key_file=str(run / "watermark.key"),
         deploy_config="interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
                       "sla: {min_requests: 10}\n",
         serving_state_dir=str(run / "serving"), release_dir=str(tmp_path / "release2"))

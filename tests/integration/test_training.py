@@ -145,7 +145,7 @@ def _rank_pids(spec_path):
 
 
 def test_wrong_dataset_root_is_refused_before_training(inputs, tmp_path):
-    with pytest.raises(InputError, match="does not match the validated dataset"):
+    with pytest.raises(InputError, match="does not match the pinned root"):
         train(inputs["clean"], inputs["base"], str(tmp_path / "x"), TrainConfig(**SMALL), dataset_root="00" * 32)
 
 

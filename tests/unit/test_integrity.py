@@ -14,7 +14,7 @@ def test_a_dataset_validated_at_another_chunk_size_verifies_at_the_recorded_one(
     clean, meta = str(tmp_path / "out" / "clean.jsonl"), result.metrics
     assert meta["chunk_size"] == 4096 and (tmp_path / "out" / "clean.jsonl").stat().st_size > 3 * 4096
     assert integrity.verify("dataset", clean, meta["merkle_root"], integrity.chunk_size_of(meta)) == meta["merkle_root"]
-    with pytest.raises(InputError, match="does not match the validated dataset"):
+    with pytest.raises(InputError, match="does not match the pinned root"):
         integrity.verify("dataset", clean, meta["merkle_root"])            # the default chunk size: another root
 
 
