@@ -25,7 +25,7 @@ from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchChe
 from kfp_llmops.components.common import merkle
 
 
-_READ_BLOCK = 8 << 20       # hash-back read size: a multiple of every chunk size in use
+_READ_BLOCK = 1 << 20       # hash-back read size: it stays in the CPU's cache between the copy and the hash
 
 
 class HashingWriter(io.RawIOBase):
@@ -72,7 +72,7 @@ class HashingWriter(io.RawIOBase):
     def _hash_back(self, fd: int) -> None:
         """Hash the file as written, from the page cache (pread: the fsync thread shares
         the descriptor, not an offset)."""
-        block = memoryview(bytearray(_READ_BLOCK))
+        block = memoryview(bytearray(max(_READ_BLOCK, self._hasher.chunk_size)))
         offset = 0
         while True:
             got = os.preadv(fd, [block], offset)

@@ -5,8 +5,9 @@ ratios (a round pairs the engines under the same conditions):
 (1) compute: the hashing engine vs DeepSpeed's stock save into tmpfs (no disk), wall
     time and CPU seconds; (2) durable: stock save plus an fsync of the same files vs
     our engine with its durable commit, writeback drained and the page cache dropped
-    before every round; (3) verify vs a plain sequential read, cold cache, and vs serial
-    per-file SHA-256 (Megatron's approach) on a warm one; (4) verify's peak memory."""
+    before every round; (3) verify vs a plain sequential read and serial per-file
+    SHA-256 (Megatron's approach), cold cache (each reader after the same history) and
+    warm; (4) verify's peak memory."""
 from __future__ import annotations
 
 import hashlib
@@ -69,17 +70,22 @@ def merkle_verify(tag_dir: str) -> float:
 
 
 def _read_verify_sha(tag_dir: str, drop: bool, rounds: int) -> dict:
-    """Seconds of each reader per round, rotating order, the page cache dropped (cold)
-    or filled by a read (warm) before each."""
+    """Seconds of each reader per round, rotating order. Cold: each reader is preceded by
+    the same history (a plain read of the files, the page cache dropped, a fixed pause),
+    because this VM's disk is served partly from the host's cache, which decays within
+    seconds (the same read took 1.0-1.35 s 0.3 s after the previous one, 2.1-2.4 s after
+    6 s idle); without it a reader's time depends on what ran before it. Warm: the cache
+    filled by a read first."""
     runs = {"read": [], "verify": [], "sha256": []}
     readers = [("read", plain_read), ("verify", merkle_verify), ("sha256", serial_sha256)]
     for r in range(rounds):
         for name, fn in readers[r % 3:] + readers[:r % 3]:
             if drop:
                 drop_page_cache()
+            plain_read(tag_dir)
+            if drop:
+                drop_page_cache()
                 time.sleep(0.3)               # let reclaim settle before the clock starts
-            else:
-                plain_read(tag_dir)
             runs[name].append(fn(tag_dir))
     return runs
 
@@ -111,12 +117,12 @@ def _phase(folder: str, phase: str, width: int, layers: int, rounds: int, log) -
 
 
 def main(work: str = "build/bench/ckpt", width: int = 4096, layers: int = 12, rounds: int = 10,
-         cold_rounds: int = 15) -> dict:
+         compute_rounds: int = 20, cold_rounds: int = 15) -> dict:
     os.makedirs(work, exist_ok=True)
     shm = os.path.join(SHM, "llmops-bench-ckpt") if os.path.isdir(SHM) else os.path.join(work, "mem")
     with open(os.path.join(work, "ranks.log"), "wb") as log:
         try:
-            compute = _phase(shm, "compute", width, layers, rounds, log)
+            compute = _phase(shm, "compute", width, layers, compute_rounds, log)
         finally:
             shutil.rmtree(shm, ignore_errors=True)
         durable = _phase(work, "durable", width, layers, rounds, log)
@@ -131,14 +137,16 @@ def main(work: str = "build/bench/ckpt", width: int = 4096, layers: int = 12, ro
     largest = max(os.path.getsize(p) for p in _files(tag_dir))
     cw, dw = compute["wall_s"], durable["wall_s"]
     return {
-        "checkpoint_bytes": size, "params": durable["params"], "rounds": rounds, "cold_rounds": cold_rounds,
+        "checkpoint_bytes": size, "params": durable["params"], "rounds": rounds, "compute_rounds": compute_rounds,
+        "cold_rounds": cold_rounds,
         "cpus": os.cpu_count(),
         "tmpfs": shm.startswith(SHM), "cache_dropped": durable["cache_dropped"],
         "compute": {"plain_s": spread(cw["plain"]), "hashed_s": spread(cw["hashed"]),
                     "ratio": paired(cw["hashed"], cw["plain"]), "crc_ratio": paired(cw["hashed_crc"], cw["plain"]),
                     "plain_cpu_s": spread([sum(c) for c in compute["cpu_s"]["plain"]]),
                     "hashed_cpu_s": spread([sum(c) for c in compute["cpu_s"]["hashed"]]),
-                    "hashed_crc_cpu_s": spread([sum(c) for c in compute["cpu_s"]["hashed_crc"]]), "rounds_s": cw},
+                    "hashed_crc_cpu_s": spread([sum(c) for c in compute["cpu_s"]["hashed_crc"]]), "rounds_s": cw,
+                    "rounds_cpu_s": {m: [sum(c) for c in v] for m, v in compute["cpu_s"].items()}},
         "durable": {"plain_s": spread(dw["plain"]), "hashed_s": spread(dw["hashed"]),
                     "ratio": paired(dw["hashed"], dw["plain"]), "rounds_s": dw,
                     "plain_cpu_s": spread([sum(c) for c in durable["cpu_s"]["plain"]]),
@@ -168,7 +176,8 @@ def report(r: dict) -> str:
     c, d, cold, warm = r["compute"], r["durable"], r["cold"], r["warm"]
     return "\n".join([
         f"## train_zero3 checkpoints ({gb:.2f} GB ZeRO-3 checkpoint, {r['params'] / 1e6:.0f} M params, 2 ranks, "
-        f"{r['cpus']} CPUs, {r['rounds']} interleaved rounds, {r['cold_rounds']} for cold reads; per-round ratios, "
+        f"{r['cpus']} CPUs, {r['compute_rounds']} interleaved rounds for compute, {r['rounds']} durable, "
+        f"{r['cold_rounds']} cold; per-round ratios, "
         "median and IQR)",
         f"compute, {'tmpfs' if r['tmpfs'] else 'disk (no tmpfs here)'}, no fsync: hashing engine "
         f"{c['hashed_s']['median']:.2f} s vs stock {c['plain_s']['median']:.2f} s: ratio {_r(c['ratio'])} "
