@@ -1,6 +1,7 @@
-"""The verifier reads each file in blocks of whole chunks on one thread and hashes them
-on others; damage must still be localized to the exact chunk wherever it falls relative
-to blocks and files, with any number of hashing threads and any chunk size."""
+"""The verifier cuts files into one piece per thread, and each thread reads its piece in
+blocks of whole chunks; damage must still be localized to the exact chunk wherever it
+falls relative to blocks, pieces and files, with any number of threads and any chunk
+size."""
 import os
 import random
 
@@ -25,16 +26,18 @@ def _folder(tmp_path, chunk_size: int, chunks: float):
 def small_blocks(monkeypatch):
     def use(chunk_size: int, per: float = PER) -> None:
         monkeypatch.setattr(integrity, "_READ_BLOCK", int(per * chunk_size))
+        monkeypatch.setattr(integrity, "_MIN_PIECE_CHUNKS", 3)
     return use
 
 
 @pytest.mark.parametrize("chunk_size", [4096, 1000])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_bad_chunks_are_localized_across_block_edges(tmp_path, small_blocks, chunk_size, threads):
+def test_bad_chunks_are_localized_across_block_and_piece_edges(tmp_path, small_blocks, chunk_size, threads):
     small_blocks(chunk_size)
     folder, manifest = _folder(tmp_path, chunk_size, 3 * PER + 2.5)
     assert integrity.verify_directory(str(folder), manifest, threads=threads).ok
-    bad = [0, PER - 1, PER, 2 * PER - 1, 2 * PER, 3 * PER + 2]      # the last is partial
+    # 29 chunks in all: with 3 threads the shard is cut at chunks 10 and 20
+    bad = [0, PER - 1, PER, 9, 10, 2 * PER - 1, 2 * PER, 19, 20, 3 * PER + 2]      # the last is partial
     path = folder / "shard.bin"
     data = bytearray(path.read_bytes())
     for index in bad:
