@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-from kfp_llmops.components.common import baseline, records
+from kfp_llmops.components.common import atomic, baseline, records
 from kfp_llmops.components.common.fetch import fetch
 from kfp_llmops.components.common.errors import InputError
 
@@ -43,6 +43,17 @@ def _imported(p: dict, work: str, key: str, name: str, root_key: str | None = No
     return art
 
 
+def pinned_baseline(work: str, release_dir: str, setting: str) -> str:
+    """The promoted release this run compares with, pinned once per work folder (one per
+    workflow) as the KFP DAG's pin-baseline task does: validate and evaluate compare with
+    the same release even when another run promotes between them."""
+    path = os.path.join(work, "baseline.pin")
+    if not os.path.exists(path):
+        atomic.write_text(path, baseline.pin(release_dir, setting))
+    with open(path, encoding="utf-8") as handle:
+        return handle.read().strip()
+
+
 def _run(stage: str, work: str, p: dict, out) -> object:
     from kfp_llmops.components import data_validation, deploy, evaluation, release, training, watermark
 
@@ -59,7 +70,7 @@ def _run(stage: str, work: str, p: dict, out) -> object:
         passed = data_validation.run_component(fetch(p["dataset_uri"], work, "dataset"), p.get("data_config", ""),
                                                p.get("pii_policy", "balanced"), None, out("clean"), out("quarantine"),
                                                stats, out("metrics"), out("report"), note,
-                                               baseline.pin(rd, p.get("baseline_release", "auto")))
+                                               pinned_baseline(work, rd, p.get("baseline_release", "auto")))
         if rd:
             records.file_note(rd, note.path, stats.path)
         return passed
@@ -81,7 +92,7 @@ def _run(stage: str, work: str, p: dict, out) -> object:
         blessed = evaluation.run_component(model(), FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
                                            None, p.get("eval_config", ""), out("responses"), out("metrics"),
                                            out("blessing"), out("report"), note,
-                                           baseline.pin(rd, p.get("baseline_release", "auto")))
+                                           pinned_baseline(work, rd, p.get("baseline_release", "auto")))
         if rd:
             records.file_note(rd, note.path)
         return blessed

@@ -101,3 +101,21 @@ def test_a_cached_stage_note_is_filed_with_its_stats_beside_it(tmp_path):
         records.file_note(str(release), str(note), str(stats))
     with pytest.raises(InputError, match="none were given"):
         records.file_note(str(release), str(note))
+
+
+def test_the_argo_runner_pins_once_per_run(tmp_path):
+    """Validate and evaluate of one Argo run compare with the same release, even when
+    another run promotes between them."""
+    from kfp_llmops.pipelines.standalone.runner import pinned_baseline
+    run, record = _release(tmp_path)
+    baseline.promote(str(run), str(run / "record.json"), record)
+    work = tmp_path / "run-3" / "work"
+    work.mkdir(parents=True)
+    first = pinned_baseline(str(work), str(tmp_path / "run-3"), "auto")
+    run2, record2 = _release(tmp_path, "run-2")
+    baseline.promote(str(run2), str(run2 / "record.json"), record2)
+    assert pinned_baseline(str(work), str(tmp_path / "run-3"), "auto") == first
+    assert baseline.load("", first).run == "run-1"
+    other = tmp_path / "run-4" / "work"
+    other.mkdir(parents=True)
+    assert baseline.load("", pinned_baseline(str(other), str(tmp_path / "run-4"), "auto")).run == "run-2"
