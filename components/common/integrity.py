@@ -26,10 +26,11 @@ MANIFEST_NAME = "manifest.json"
 # Files of a sealed folder its manifest does not cover: the manifest itself, and the
 # model-signing signature written over the sealed folder (manifest included).
 UNSEALED = (MANIFEST_NAME, SIGNATURE_NAME)
-# Bytes per read of the verifier (rounded up to whole chunks): a block is hashed while
-# it is still in the CPU's cache (4 MiB blocks cost a third more CPU); the kernel's
-# readahead, not the block size, keeps the disk busy.
-_READ_BLOCK = 1 << 20
+# Bytes per read when hashing a file back (verify; the checkpoint engine's durable save),
+# rounded up to whole chunks: a block is hashed while it is still in the CPU's cache
+# (4 MiB blocks cost a third more CPU); the kernel's readahead, not the block size,
+# keeps the disk busy.
+READ_BLOCK = 1 << 20
 # Smallest piece of a file one verifier thread reads on its own, in chunks.
 _MIN_PIECE_CHUNKS = 64
 # Verifier threads, whatever the core count: each is a sequential stream the disk reads
@@ -120,9 +121,9 @@ def _read_at(fd: int, buf: memoryview, offset: int) -> int:
 
 def _check_piece(path: str, chunk_size: int, first: int, leaves: list[bytes], present: int) -> list[int]:
     """Indexes of the bad chunks among [first, first + len(leaves)) of one file, read front
-    to back in buffered reads of about `_READ_BLOCK` and hashed as they arrive. Chunks
+    to back in buffered reads of about `READ_BLOCK` and hashed as they arrive. Chunks
     past the end of a truncated file hash as empty and so fail."""
-    per = max(1, _READ_BLOCK // chunk_size)
+    per = max(1, READ_BLOCK // chunk_size)
     buf = memoryview(bytearray(per * chunk_size))
     end = min(present, (first + len(leaves)) * chunk_size)
     bad = []

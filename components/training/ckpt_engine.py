@@ -3,7 +3,7 @@
 DeepSpeed calls `save(state_dict, path)` on every rank for the files that rank owns;
 each rank hashes exactly what it wrote, chunk by chunk, into a Merkle tree. When saves
 are durable (the default: a checkpoint that is not on disk is no checkpoint), `torch.save`
-writes at full speed and the file is then hashed back from the page cache, in large
+writes at full speed and the file is then hashed back from the page cache, in 1 MiB
 reads, while `fsync` drains it to the disk: the hashing hides behind the flush that a
 durable save waits for anyway. Without fsync (nothing to hide behind), a helper thread
 hashes each buffer while it is being written, so nothing is read twice.
@@ -22,10 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
-from kfp_llmops.components.common import merkle
+from kfp_llmops.components.common import integrity, merkle
 
-
-_READ_BLOCK = 1 << 20       # hash-back read size: it stays in the CPU's cache between the copy and the hash
 
 
 class HashingWriter(io.RawIOBase):
@@ -72,7 +70,7 @@ class HashingWriter(io.RawIOBase):
     def _hash_back(self, fd: int) -> None:
         """Hash the file as written, from the page cache (pread: the fsync thread shares
         the descriptor, not an offset)."""
-        block = memoryview(bytearray(max(_READ_BLOCK, self._hasher.chunk_size)))
+        block = memoryview(bytearray(max(integrity.READ_BLOCK, self._hasher.chunk_size)))
         offset = 0
         while True:
             got = os.preadv(fd, [block], offset)

@@ -178,14 +178,14 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     verified = gates.passed(checks)
     checks = [c.to_json() for c in checks]
     curve = tradeoff(model, tokenizer, rows, cfg, key, plain_answers, score)
+    gen = cfg.generation
     with open(os.path.join(out_dir, "watermarked.jsonl"), "w", encoding="utf-8") as handle:
-        ids = [r["id"] for r in rows] if not cfg.generation.prompts else [f"text-{i:04d}" for i in range(len(prompts))]
+        ids = [r["id"] for r in rows] if not gen.prompts else [f"text-{i:04d}" for i in range(len(prompts))]
         for ident, prompt, toks, d in zip(ids, prompts, marked, d_marked):
             handle.write(json.dumps({"id": ident, "prompt": prompt, "response": tokenizer.decode(toks),
                                      **d.to_json()}) + "\n")
-    gen = cfg.generation
-    where = (f"{len(set(gen.prompts))} open-ended prompts ({'; '.join(dict.fromkeys(gen.prompts))})" if gen.prompts
-             else "the eval prompts")
+    distinct = list(dict.fromkeys(gen.prompts))
+    where = f"{len(distinct)} open-ended prompts ({'; '.join(distinct)})" if distinct else "the eval prompts"
     result = {"verified": verified, "metrics": metrics, "checks": checks, "model_root": root, "tradeoff": curve,
               "detection": f"{len(prompts)} texts of {gen.min_new_tokens}–{gen.max_new_tokens} new tokens "
                            f"continuing {where}, sampled at temperature {gen.temperature:g}",

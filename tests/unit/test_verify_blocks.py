@@ -25,7 +25,7 @@ def _folder(tmp_path, chunk_size: int, chunks: float):
 @pytest.fixture
 def small_blocks(monkeypatch):
     def use(chunk_size: int, per: float = PER) -> None:
-        monkeypatch.setattr(integrity, "_READ_BLOCK", int(per * chunk_size))
+        monkeypatch.setattr(integrity, "READ_BLOCK", int(per * chunk_size))
         monkeypatch.setattr(integrity, "_MIN_PIECE_CHUNKS", 3)
     return use
 
