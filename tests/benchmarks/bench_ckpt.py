@@ -141,7 +141,7 @@ def _phase(folder: str, phase: str, width: int, layers: int, rounds: int, log) -
         return json.load(handle)
 
 
-def main(work: str = "build/bench/ckpt", width: int = 4096, layers: int = 12, rounds: int = 10,
+def main(work: str = "build/bench/ckpt", width: int = 4096, layers: int = 12, rounds: int = 20,
          compute_rounds: int = 20, cold_rounds: int = 15) -> dict:
     os.makedirs(work, exist_ok=True)
     shm = os.path.join(SHM, "llmops-bench-ckpt") if os.path.isdir(SHM) else os.path.join(work, "mem")
