@@ -17,6 +17,7 @@ it compared with: a new promotion is a new key, never a stale comparison.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ class Baseline:
     eval_metrics: dict | None           # evaluate_llm's metrics of the promoted model
     stats_path: str | None              # validate_dataset's stats of the data it was trained on
     model_places: list[str]             # where the record says the model is: trained, deployed, serving, served
+    record_sha256: str = ""             # of the very bytes parsed above (what a pin names)
 
     def describe(self) -> str:
         return (f"promoted release {os.path.basename(os.path.dirname(self.record))} (model "
@@ -93,7 +95,7 @@ def pin(release_dir: str, setting: str = "auto") -> str:
     """`setting` resolved now to the record it names, `<record.json>#sha256=<hex>`, after
     verifying it; "none" when there is no promoted release yet (or none is wanted)."""
     found = load(release_dir, setting)
-    return f"{found.record}{PIN}{sha256_file(found.record)}" if found else "none"
+    return f"{found.record}{PIN}{found.record_sha256}" if found else "none"
 
 
 def load(release_dir: str, setting: str = "auto") -> Baseline | None:
@@ -121,12 +123,18 @@ def _from_record(origin: str, record_path: str, expected: str) -> Baseline:
     """The baseline a promoted release record names, every file verified (`origin`: what named it)."""
     if not os.path.isfile(record_path):
         raise InputError(f"{origin}: the promoted release record {record_path} is missing")
-    got = sha256_file(record_path)
-    if got != expected:
+    with open(record_path, "rb") as handle:     # hashed and parsed from the same bytes
+        data = handle.read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != expected:
         raise InputError(f"{origin}: the promoted release record {record_path} does not verify "
-                         f"(SHA-256 {got}, {origin} says {expected})")
-    with open(record_path, encoding="utf-8") as handle:
-        record = json.load(handle)
+                         f"(SHA-256 {digest}, {origin} says {expected})")
+    try:
+        record = json.loads(data)
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        raise InputError(f"{record_path}: not a release record: {exc}") from None
     stages = record.get("stages", {})
     stats = stages.get("validate_dataset", {}).get("outputs", {}).get("stats") or {}
     stats_path = stats.get("path")
@@ -140,7 +148,7 @@ def _from_record(origin: str, record_path: str, expected: str) -> Baseline:
     evaluated = stages.get("evaluate_llm", {})
     model_root = (stages.get("triton_canary_deploy") or {}).get("inputs", {}).get("model_root")
     return Baseline(origin, record_path, record.get("run"), model_root, evaluated.get("metrics") or None,
-                    stats_path, _model_places(stages))
+                    stats_path, _model_places(stages), digest)
 
 
 def _model_places(stages: dict) -> list[str]:

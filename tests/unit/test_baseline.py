@@ -54,6 +54,15 @@ def test_a_baseline_that_does_not_verify_fails_loudly(tmp_path, damage, message)
         baseline.load(str(tmp_path / "run-2"))
 
 
+def test_a_pinned_record_that_is_not_a_record_is_refused(tmp_path):
+    """The digest and the parse come from one read: a pin that matches bytes which are
+    not a record object is a one-line error naming the file."""
+    bad = tmp_path / "record.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(InputError, match=r"record.json: not a release record: not a JSON object"):
+        baseline.load("", f"{bad}{baseline.PIN}{sha256_file(str(bad))}")
+
+
 def test_an_explicit_pointer_that_is_missing_is_an_error(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         baseline.load(str(tmp_path / "run-2"), str(tmp_path / "nope.json"))
