@@ -41,7 +41,7 @@ class Baseline:
     eval_metrics: dict | None           # evaluate_llm's metrics of the promoted model
     stats_path: str | None              # validate_dataset's stats of the data it was trained on
     model_places: list[str]             # where the record says the model is: trained, deployed, serving, served
-    record_sha256: str = ""             # of the very bytes parsed above (what a pin names)
+    record_sha256: str                  # of the very bytes parsed above (what a pin names)
 
     def describe(self) -> str:
         return (f"promoted release {os.path.basename(os.path.dirname(self.record))} (model "

@@ -9,7 +9,7 @@ import pytest
 
 from kfp_llmops.components.common import integrity
 
-PER = 8          # chunks per read block in these tests (the real block is 4 MiB)
+PER = 8          # chunks per read block in these tests (the real block is integrity.READ_BLOCK, 1 MiB)
 
 
 def _folder(tmp_path, chunk_size: int, chunks: float):
