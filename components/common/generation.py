@@ -1,12 +1,14 @@
 """The one prompt format and the one generation routine: training encodes its examples
-with `encode_example`, and evaluation, watermark verification and the served Triton model
+with `encode_turns`, and evaluation, watermark verification and the served Triton model
 all generate through `generate`, so a model is judged and served on the format it was
 trained on.
 
-The format is the tokenizer's chat template when it has one (the prompt as the user's
-turn, the response as the assistant's; what precedes the assistant's turn is the head,
-which training masks), else the plain format: the prompt on its own line, then the
-response. The answer always ends with EOS, where generation stops.
+A prompt is a user's text or a conversation so far (`common.conversation`). The format is
+the tokenizer's chat template when it has one: each assistant turn is what the template
+adds to the conversation before it, and everything else (system and user turns, the
+template's markup) is context, which training masks. Without a template the plain format
+puts each non-assistant turn on its own line and ends each assistant turn with EOS. An
+answer always ends with EOS, where generation stops.
 
 Prompts longer than the context allows are cut from the left (the end of the prompt is
 what the answer follows) and counted as truncated.
@@ -15,52 +17,89 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .conversation import Prompt, as_turns
 from .errors import InputError
-
-
-def format_example(prompt: str, response: str) -> tuple[str, str]:
-    """(head, tail) in the plain format: the prompt on its own line, then the response."""
-    return (f"{prompt}\n" if prompt else ""), response
 
 
 def has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def _chat_head(tokenizer, prompt: str) -> str:
-    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                         add_generation_prompt=True)
+def _render(tokenizer, turns: list[dict], generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=generation_prompt)
 
 
-def prompt_ids(tokenizer, prompt: str) -> list[int]:
-    """What the model is given before it answers `prompt`."""
-    if prompt and has_chat_template(tokenizer):
-        return tokenizer.encode(_chat_head(tokenizer, prompt), add_special_tokens=False)
-    head = format_example(prompt, "")[0]
-    return tokenizer.encode(head) if head else []
+def _template_pieces(tokenizer, turns: list[dict]) -> list[tuple[str, bool]]:
+    """(text, is an answer) pieces through the chat template; turns after the last
+    assistant turn end the pieces with the generation prompt."""
+    pieces, done = [], ""
+    for i, turn in enumerate(turns):
+        if turn["role"] != "assistant":
+            continue
+        head = _render(tokenizer, turns[:i], True)
+        full = _render(tokenizer, turns[:i + 1], False)
+        if not (head.startswith(done) and full.startswith(head)):
+            raise InputError("tokenizer chat_template: a conversation's rendering does not begin with the rendering "
+                             "of its earlier turns, so the assistant's answers cannot be told apart")
+        answer = full[len(head):].rstrip()
+        pieces += [(head[len(done):], False), (answer, True)]
+        done = head + answer
+    if turns and turns[-1]["role"] != "assistant":
+        head = _render(tokenizer, turns, True)
+        if not head.startswith(done):
+            raise InputError("tokenizer chat_template: the prompt's rendering does not begin with its earlier turns'")
+        pieces.append((head[len(done):], False))
+    return pieces
 
 
-def encode_example(tokenizer, prompt: str, response: str) -> tuple[list[int], list[int]]:
-    """(head, answer) token ids of one example; the answer ends with EOS. Loss is taken on
-    the answer (and on the head too unless prompts are masked). A bare text (no prompt)
-    is a plain continuation."""
+def _plain_pieces(turns: list[dict]) -> list[tuple[str, bool]]:
+    return [(t["content"], True) if t["role"] == "assistant" else (f"{t['content']}\n", False) for t in turns]
+
+
+def encode_turns(tokenizer, turns: list[dict]) -> tuple[list[int], list[bool]]:
+    """Token ids of a conversation and, for each, whether it belongs to an assistant's
+    answer (what training takes the loss on when prompts are masked). Each answer ends
+    with EOS; a conversation that ends with a user turn ends with the generation prompt."""
+    template = has_chat_template(tokenizer)
+    pieces = _template_pieces(tokenizer, turns) if template else _plain_pieces(turns)
     eos = tokenizer.eos_token_id
-    if prompt and has_chat_template(tokenizer):
-        head = _chat_head(tokenizer, prompt)
-        full = tokenizer.apply_chat_template([{"role": "user", "content": prompt},
-                                              {"role": "assistant", "content": response}], tokenize=False)
-        if not full.startswith(head):
-            raise InputError("tokenizer chat_template: the conversation does not begin with the prompt's turn, "
-                             "so the answer cannot be told apart")
-        head_ids = tokenizer.encode(head, add_special_tokens=False)
-        answer = tokenizer.encode(full[len(head):].rstrip(), add_special_tokens=False)
-    else:
-        text, tail = format_example(prompt, response)
-        head_ids = tokenizer.encode(text) if text else []
-        answer = tokenizer.encode(tail)
-    if not answer or answer[-1] != eos:
-        answer = answer + [eos]
-    return head_ids, answer
+    ids: list[int] = []
+    answer: list[bool] = []
+    for text, is_answer in pieces:
+        piece = tokenizer.encode(text, add_special_tokens=not template and not ids) if text else []
+        if is_answer and (not piece or piece[-1] != eos):
+            piece = piece + [eos]
+        ids += piece
+        answer += [is_answer] * len(piece)
+    return ids, answer
+
+
+def plain_text(turns: list[dict]) -> str:
+    """A conversation in the plain format, as text (what the demo tokenizer is trained on)."""
+    return "".join(text for text, _ in _plain_pieces(turns))
+
+
+def encode_text(tokenizer, text: str) -> list[int]:
+    """A plain-text record: a continuation trained on whole, ending with EOS."""
+    ids = tokenizer.encode(text)
+    return ids if ids and ids[-1] == tokenizer.eos_token_id else ids + [tokenizer.eos_token_id]
+
+
+def prompt_ids(tokenizer, prompt: Prompt) -> list[int]:
+    """What the model is given before it answers `prompt`."""
+    if not prompt:
+        return []
+    return encode_turns(tokenizer, as_turns(prompt))[0]
+
+
+def encode_example(tokenizer, prompt: Prompt, response: str) -> tuple[list[int], list[int]]:
+    """(head, answer) token ids of a response to a prompt: the answer is the last
+    assistant turn, ending with EOS."""
+    ids, answer = encode_turns(tokenizer, as_turns(prompt) + [{"role": "assistant", "content": response}])
+    start = len(answer)
+    while start and answer[start - 1]:
+        start -= 1
+    return ids[:start], ids[start:]
 
 
 def load_model(model_dir: str):
@@ -77,6 +116,17 @@ def load_model(model_dir: str):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+# A model build_base_model made from random weights says so in its config.json; any other
+# base model is pretrained (training's recipe, evaluation's forgetting check read it).
+FROM_SCRATCH_KEY = "llmops_from_scratch"
+
+
+def from_scratch(config) -> bool:
+    """Whether a transformers config (or its config.json as a dict) is of a model built
+    from random weights here."""
+    return bool(config.get(FROM_SCRATCH_KEY) if isinstance(config, dict) else getattr(config, FROM_SCRATCH_KEY, False))
 
 
 def context_of(config) -> int | None:
@@ -105,7 +155,7 @@ class Completion:
     ended: bool = True         # stopped at EOS (False: cut at max_new_tokens)
 
 
-def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int, seed: int,
+def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, batch_size: int, seed: int,
              do_sample: bool = True, temperature: float = 1.0, top_k: int | None = None, min_new_tokens: int = 0,
              max_prompt_tokens: int | None = None, processors: list | None = None, progress=None) -> list[Completion]:
     """Seeded batched generation; batch `i` (starting at prompt `start`) uses seed

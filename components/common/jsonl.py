@@ -7,6 +7,7 @@ import json
 import os
 from typing import Iterator
 
+from .conversation import TurnError, check_turns, split_last
 from .errors import InputError
 
 
@@ -32,14 +33,24 @@ def iter_objects(path: str, what: str = "file") -> Iterator[tuple[int, dict]]:
 
 
 def read_eval_set(path: str) -> list[dict]:
-    """`{"id", "prompt", "response"}` rows: a prompt and its reference answer each."""
+    """`{"id", "prompt", "response"}` rows: a prompt and its reference answer each. A
+    `messages` record is prompted with its conversation up to the last assistant turn,
+    which is the reference; `prompt`/`completion` reads as `prompt`/`response`."""
     rows = []
     for n, row in iter_objects(path, "eval dataset"):
-        for field in ("prompt", "response"):
-            if not isinstance(row.get(field), str) or not row[field].strip():
-                raise InputError(f"{path}:{n}: field {field!r} is missing or empty "
-                                 "(eval rows need a prompt and a reference response)")
-        rows.append({"id": str(row.get("id", f"row-{n}")), "prompt": row["prompt"], "response": row["response"]})
+        if "messages" in row:
+            try:
+                prompt, reference = split_last(check_turns(row["messages"]))
+            except TurnError as exc:
+                raise InputError(f"{path}:{n}: {exc}") from None
+        else:
+            answer = "completion" if "completion" in row and "response" not in row else "response"
+            for field in ("prompt", answer):
+                if not isinstance(row.get(field), str) or not row[field].strip():
+                    raise InputError(f"{path}:{n}: field {field!r} is missing or empty (eval rows need a prompt and "
+                                     "a reference response, or messages ending with the assistant's)")
+            prompt, reference = row["prompt"], row[answer]
+        rows.append({"id": str(row.get("id", f"row-{n}")), "prompt": prompt, "response": reference})
     if not rows:
         raise InputError(f"{path}: empty eval set")
     return rows

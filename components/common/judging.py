@@ -27,6 +27,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from . import answers, integrity
+from .conversation import Prompt, prompt_text
 from .errors import InputError
 from .similarity import BertScoreConfig
 
@@ -60,10 +61,12 @@ class Judged:
     consistent: bool | None       # pairwise only: both orders preferred the same answer
 
 
-def judge(prompts: list[str], candidate: list[str], production: list[str], references: list[str],
+def judge(prompts: list[Prompt], candidate: list[str], production: list[str], references: list[str],
           cfg: JudgeConfig, bertscore_cfg: BertScoreConfig, candidate_f1: list[float] | None = None,
           production_f1: list[float] | None = None) -> list[Judged]:
-    """One verdict per prompt. The BERTScore judge reuses per-answer F1 already computed."""
+    """One verdict per prompt. The BERTScore judge reuses per-answer F1 already computed.
+    A model judge reads a conversation's turns as `role: content` lines."""
+    prompts = [prompt_text(p) for p in prompts]
     differ = [i for i, (a, b) in enumerate(zip(candidate, production)) if answers.normalize(a) != answers.normalize(b)]
     margins = {i: 0.0 for i in range(len(prompts))}
     consistent: dict[int, bool | None] = {}

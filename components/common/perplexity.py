@@ -39,3 +39,25 @@ def perplexity(model, tokenizer, rows: list[dict], batch_size: int, limit: int) 
             total_tokens += n
     mean = total_nll / max(1, total_tokens)
     return math.exp(mean), per_sample
+
+
+def text_perplexity(model, tokenizer, texts: list[str], batch_size: int, limit: int) -> float:
+    """exp(mean token NLL) of plain texts, every token after each text's first scored:
+    how well a model still reads ordinary prose (evaluation's forgetting check)."""
+    import torch
+
+    total_nll, total_tokens = 0.0, 0
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    for start in range(0, len(texts), batch_size):
+        seqs = [tokenizer.encode(t)[:limit] for t in texts[start:start + batch_size]]
+        width = max(len(s) for s in seqs)
+        input_ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])
+        attention = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
+        with torch.no_grad():
+            logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]
+        target = input_ids[:, 1:].masked_fill(attention[:, 1:] == 0, -100)
+        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), target.reshape(-1),
+                                                ignore_index=-100, reduction="sum")
+        total_nll += float(nll)
+        total_tokens += int((target != -100).sum())
+    return math.exp(total_nll / max(1, total_tokens))

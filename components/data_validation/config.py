@@ -14,10 +14,12 @@ class _Section(BaseModel):
 
 
 class FieldSpec(_Section):
-    type: Literal["string"] = "string"
+    type: Literal["string", "messages"] = Field("string", description="'messages': a conversation, a list of "
+                                                                      "{role, content} turns (system, user, "
+                                                                      "assistant) ending with the assistant's.")
     required: bool = True
-    min_chars: int = Field(1, ge=0)
-    max_chars: int = Field(16_000, ge=1)
+    min_chars: int = Field(1, ge=0, description="Least characters (of each turn, for messages).")
+    max_chars: int = Field(16_000, ge=1, description="Most characters (of all turns together, for messages).")
 
 
 class RecordFormat(_Section):
@@ -32,6 +34,9 @@ def _default_formats() -> list[RecordFormat]:
         RecordFormat(name="sft", fields={"prompt": FieldSpec(max_chars=8_000),
                                          "response": FieldSpec(max_chars=16_000)}),
         RecordFormat(name="text", fields={"text": FieldSpec(max_chars=32_000)}),
+        RecordFormat(name="chat", fields={"messages": FieldSpec(type="messages", max_chars=32_000)}),
+        RecordFormat(name="completion", fields={"prompt": FieldSpec(max_chars=8_000),
+                                                "completion": FieldSpec(max_chars=16_000)}),
     ]
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from kfp_llmops.components.common import atomic, gates, integrity, merkle
+from kfp_llmops.components.common.conversation import ROLES, TurnError, check_turns
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.progress import progress
 
@@ -40,6 +41,10 @@ REASONS = {
     "unexpected_field": "a field not in the schema (schema.allow_extra_fields is false)",
     "too_short": "a field is shorter than its min_chars",
     "too_long": "a field is longer than its max_chars",
+    "unknown_role": "a conversation turn's role is not system, user or assistant",
+    "empty_turn": "a conversation turn has no text",
+    "bad_turn": "a conversation turn is not a {role, content} object, a system turn is not first, or no user turn",
+    "no_assistant_turn": "the conversation does not end with an assistant turn (SFT trains on the assistant's)",
     "duplicate": "same normalized text as an earlier row",
     "near_duplicate": "MinHash-similar to an earlier row",
     "secret": "contains a secret and the policy quarantines secrets",
@@ -153,6 +158,9 @@ class Validator:
                 if spec.required:
                     raise _Rejected("missing_field", name, f"format {fmt.name} requires {name!r}")
                 continue
+            if spec.type == "messages":
+                _check_conversation(value, name, spec)
+                continue
             if not isinstance(value, str):
                 raise _Rejected("wrong_type", name, f"expected string, got {type(value).__name__}")
             n = len(value.strip())
@@ -167,7 +175,7 @@ class Validator:
         return fmt
 
     def _dedup(self, obj: dict, fmt: RecordFormat, line_no: int) -> None:
-        text = "\x1f".join(normalize(obj[name]) for name in fmt.fields if isinstance(obj.get(name), str))
+        text = "\x1f".join(_field_text(obj[name]) for name in fmt.fields if obj.get(name) is not None)
         if self.exact is not None:
             first = self.exact.add(fingerprint(text), line_no)
             if first is not None:
@@ -197,8 +205,9 @@ class Validator:
                     if f.type in pii.SECRET_TYPES and scan.secret_field is None:
                         scan.secret_field = path
                 return _Redaction(value, findings)
-            if isinstance(value, dict):
-                return {k: visit(v, f"{path}.{k}" if path else k) for k, v in value.items()}
+            if isinstance(value, dict):       # a turn's role is markup, never PII
+                return {k: v if k == "role" and v in ROLES else visit(v, f"{path}.{k}" if path else k)
+                        for k, v in value.items()}
             if isinstance(value, list):
                 return [visit(v, f"{path}[{i}]") for i, v in enumerate(value)]
             return value
@@ -232,7 +241,7 @@ class Validator:
             raise _Rejected("pii_density", None,
                             f"PII density {density:.2f} > max_density {self.max_density:.2f} ({kinds})")
         obj = scan.obj
-        text_chars = sum(len(obj[n]) for n in scan.fmt.fields if isinstance(obj.get(n), str))
+        text_chars = sum(_field_chars(obj.get(n)) for n in scan.fmt.fields)
         return (self._apply(scanned) if n_findings else obj), density, text_chars
 
     def _merge_names(self, strings: list[str], name_spans: list, scanned: Any) -> tuple[Any, int]:
@@ -309,6 +318,32 @@ class Validator:
         fmt = self._check_schema(obj)
         self._dedup(obj, fmt, line_no)
         return self._scan_patterns(obj, fmt)
+
+
+def _check_conversation(value: Any, name: str, spec) -> None:
+    try:
+        turns = check_turns(value, name, spec.min_chars)
+    except TurnError as exc:
+        raise _Rejected(exc.reason, exc.field, exc.detail) from None
+    total = sum(len(t["content"]) for t in turns)
+    if total > spec.max_chars:
+        raise _Rejected("too_long", name, f"{total} characters in {len(turns)} turns > max_chars {spec.max_chars}")
+
+
+def _field_text(value: Any) -> str:
+    """A field as dedup compares it: a string normalized, a conversation as its rendered
+    turns (role and normalized content), so the same words in other turns differ."""
+    if isinstance(value, str):
+        return normalize(value)
+    return "\x1e".join(f"{t['role']}:{normalize(t['content'])}" for t in value)
+
+
+def _field_chars(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(len(t["content"]) for t in value)
+    return 0
 
 
 def _name_finder(config: DataValidationConfig):

@@ -60,17 +60,22 @@ def _reports(result: dict, out_dir: str) -> str:
 
 def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str | None = None,
                baseline_path: str | None = None, model_root: str | None = None, show_progress: bool = True,
-               production_model: str | None = None, production_root: str | None = None) -> dict:
+               production_model: str | None = None, production_root: str | None = None,
+               base_model: str | None = None, base_model_root: str | None = None) -> dict:
     """`production_model` (its root pinned by `production_root`): the model the
-    candidate is judged against for the win rate (else the config's, if any)."""
+    candidate is judged against for the win rate (else the config's, if any);
+    `base_model` (pinned by `base_model_root`): the one its training started from, for
+    the forgetting check."""
     from .evaluate import evaluate
+    from .forgetting import find_base
 
     cfg = EvalConfig.load(config_source)
     if production_model:
         cfg.win_rate.baseline_model, cfg.win_rate.baseline_model_root = production_model, production_root
     production = find_production(cfg, None, os.path.join(out_dir, "work"))
+    base = find_base(cfg.forgetting, base_model, base_model_root)
     result = evaluate(model_dir, eval_path, out_dir, cfg, baseline_path, model_root, show_progress,
-                      production=production)
+                      production=production, base=base)
     html = _reports(result, out_dir)
     with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as handle:
         handle.write(html)
@@ -85,7 +90,8 @@ def raise_unless_blessed(result: dict) -> None:
 
 
 def run_component(model, eval_dataset, baseline_metrics, config: str, responses, metrics, blessing, report,
-                  note=None, baseline_release: str = "auto", model_root: str = "", eval_root: str = "") -> bool:
+                  note=None, baseline_release: str = "auto", model_root: str = "", eval_root: str = "",
+                  base_model=None, base_model_root: str = "") -> bool:
     """KFP entry: verifies the model against its root (`model_root`, else its metadata's)
     and the eval set against `eval_root`, evaluates against the production baseline
     (given, else the pinned promoted release's, verified), writes the artifacts and the
@@ -93,6 +99,7 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
     from kfp_llmops.components.common import baseline, integrity
 
     from .evaluate import evaluate
+    from .forgetting import find_base
 
     cfg = EvalConfig.load(config)
     if eval_root:
@@ -108,7 +115,10 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
                       model_root or stated,
                       baseline_metrics=promoted.eval_metrics if promoted and baseline_metrics is None else None,
                       baseline_note=None if baseline_metrics is not None else baseline.note(promoted),
-                      production=find_production(cfg, promoted, work))
+                      production=find_production(cfg, promoted, work),
+                      base=find_base(cfg.forgetting, base_model.path if base_model is not None else None,
+                                     base_model_root or model.metadata.get("base_model_root") or (
+                                         base_model.metadata.get("merkle_root") if base_model is not None else None)))
     with open(report.path, "w", encoding="utf-8") as handle:
         handle.write(_reports(result, work))
     shutil.copyfile(os.path.join(work, "responses.jsonl"), responses.path)

@@ -21,6 +21,8 @@ def evaluate_llm(
     baseline_release: str = "none",
     model_root: str = "",
     eval_root: str = "",
+    base_model: Optional[Input[Model]] = None,
+    base_model_root: str = "",
 ) -> bool:
     """Generate, score (exact match, degenerate-output checks, BERTScore, Detoxify +
     alt-profanity-check, perplexity) and bless.
@@ -31,9 +33,11 @@ def evaluate_llm(
     change thresholds and says so. `model_root` (else the model's metadata) and
     `eval_root` are checked before anything else. Touches no shared folder (`note` is the
     lineage note), so KFP may cache it: its key is the model, the roots, the config and
-    the pinned baseline.
+    the pinned baseline. `base_model`, the model training started from (its root pinned
+    by `base_model_root`, else its metadata), is what the forgetting check compares the
+    candidate's perplexity on held-out prose with.
     """
     from kfp_llmops.components.evaluation import run_component
 
     return run_component(model, eval_dataset, baseline_metrics, config, responses, metrics, blessing, report,
-                         note, baseline_release, model_root, eval_root)
+                         note, baseline_release, model_root, eval_root, base_model, base_model_root)

@@ -88,6 +88,24 @@ class WinRateConfig(_Section):
     min_lower_bound: float | None = Field(0.35, ge=0, le=1, description="Gate: the interval's lower end >= this.")
 
 
+class ForgettingConfig(_Section):
+    """Did fine-tuning make the model forget? The perplexity of held-out general prose
+    under the candidate and under the model its training started from."""
+    enabled: bool = True
+    texts: str | None = Field(None, description="A UTF-8 text file of general text, passages separated by blank "
+                                                "lines; default: passages of the Python language reference that "
+                                                "ships with CPython (its long sentences, which no demo data "
+                                                "trains on).")
+    passages: int = Field(32, ge=1, description="Passages measured (about 120 words each by default).")
+    max_increase: float | None = Field(0.10, ge=0, description="Gate: candidate perplexity / base perplexity - 1 "
+                                                               "<= this (0.10: +10 %); null: reported only.")
+    base_model: str | None = Field(None, description="The base model's folder; default: the one the pipeline "
+                                                     "trained from (or `llmops eval --base-model`).")
+    base_model_root: str | None = Field(None, description="Its pinned Merkle root; default: the candidate's "
+                                                          "recorded base_model_root, else the folder's manifest.")
+    batch_size: int = Field(8, ge=1)
+
+
 class GateConfig(_Section):
     value: dict[str, Bound] = Field(default_factory=_default_value)
     change: dict[str, Change] = Field(default_factory=_default_change)
@@ -101,3 +119,4 @@ class EvalConfig(StageConfig):
     perplexity_batch_size: int = Field(16, ge=1)
     gate: GateConfig = Field(default_factory=GateConfig)
     win_rate: WinRateConfig = Field(default_factory=WinRateConfig)
+    forgetting: ForgettingConfig = Field(default_factory=ForgettingConfig)

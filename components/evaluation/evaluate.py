@@ -14,6 +14,7 @@ from kfp_llmops.components.common.jsonl import read_eval_set
 from kfp_llmops.components.common.progress import progress
 from kfp_llmops.components.common import answers, integrity
 
+from . import forgetting
 from .config import EvalConfig
 from .gate import evaluate_gate
 
@@ -35,12 +36,14 @@ def read_baseline(path: str | None) -> dict | None:
 
 def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, baseline_path: str | None = None,
              model_root: str | None = None, show_progress: bool = True, baseline_metrics: dict | None = None,
-             baseline_note: str | None = None, production: "Production | None" = None) -> dict:
+             baseline_note: str | None = None, production: "Production | None" = None,
+             base: "forgetting.Base | None" = None) -> dict:
     """Writes responses.jsonl, samples.jsonl, metrics.json, blessing.json; returns the result.
 
     The baseline is `baseline_path` (a metrics JSON) or `baseline_metrics`, described by
     `baseline_note` (e.g. which promoted release it came from). `production` is the model
-    in production the candidate is judged against (the win rate)."""
+    in production the candidate is judged against (the win rate); `base` the model its
+    training started from (forgetting)."""
     from kfp_llmops.components.common import judging
     from kfp_llmops.components.common.generation import context_size, load_model
     from kfp_llmops.components.common.perplexity import perplexity
@@ -114,10 +117,20 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
                                cfg.bertscore, bs["f1"])
         win = judging.win_rate(judged, cfg.win_rate.confidence, cfg.win_rate.bootstrap)
         metrics.update(win)
+        metrics["production_exact_match"] = mean([float(answers.exact_match(t, ref))
+                                                  for t, ref in zip(theirs, references)])
         timings["win_rate_s"] = time.perf_counter() - t0
+    base = base or forgetting.Base(None, None, "no base model given")
+    forgot = None
+    if base.folder and cfg.forgetting.enabled:
+        t0 = time.perf_counter()
+        forgot = forgetting.measure(model, tokenizer, base, cfg.forgetting, root)
+        metrics.update(forgot)
+        timings["forgetting_s"] = time.perf_counter() - t0
     blessed, checks = evaluate_gate(metrics, cfg.gate, baseline)
     checks += winrate.checks(win, cfg.win_rate, production.why_not if production is not None else
                              "no model in production to compare with")
+    checks += forgetting.checks(forgot, cfg.forgetting, base)
     blessed = all(c.passed for c in checks)
     samples = []
     for i, (g, row) in enumerate(zip(generated, rows)):
@@ -139,6 +152,8 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
         "win_rate": None if win is None else {
             **win, "judge": cfg.win_rate.judge.kind, "confidence": cfg.win_rate.confidence,
             "production": production.describe, "production_root": production.root, "same_model": same},
+        "forgetting": None if forgot is None else {**forgot, "base_root": base.root},
+        "forgetting_note": base.why_not,
         "model_root": root, "detoxify": {"checkpoint": detector.path, "sha256": detector.sha256,
                                          "classes": detector.classes},
         "bertscore": {"model": cfg.bertscore.model, "num_layers": cfg.bertscore.num_layers, "idf": cfg.bertscore.idf,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import html
 
+from kfp_llmops.components.common.conversation import prompt_text
+
 
 def _histogram_svg(values: list[float], title: str, color: str, lo: float, hi: float, bins: int = 20,
                    x: int = 0, width: int = 420, height: int = 220) -> str:
@@ -56,7 +58,7 @@ _COLUMNS = ("id", "prompt", "response", "reference", "exact", "F1", "flagged")
 
 
 def _row(s: dict) -> tuple[str, ...]:
-    return (s["id"], s["prompt"], s["response"], s["reference"], "yes" if s.get("exact_match") else "no",
+    return (s["id"], prompt_text(s["prompt"]), s["response"], s["reference"], "yes" if s.get("exact_match") else "no",
             f"{s['bertscore_f1']:.3f}", str(s["flagged"]))
 
 
@@ -69,6 +71,17 @@ def headline(result: dict) -> str:
             f"BERTScore F1 {m['bertscore_f1']:.3f} ({scale}); repetition {m.get('repetition_rate', 0.0):.3f}, "
             f"distinct-2 {m.get('distinct_2_ratio', 0.0):.2f} of the references', "
             f"{m.get('unfinished_rate', 0.0):.1%} unfinished, {m.get('empty_rate', 0.0):.1%} empty.")
+
+
+def forgetting_line(result: dict) -> str:
+    """Forgetting in words: the held-out prose's perplexity under candidate and base."""
+    f = result.get("forgetting")
+    if not f:
+        note = result.get("forgetting_note")
+        return f"Forgetting not measured: {note}." if note else ""
+    return (f"Forgetting: held-out prose ({f['forgetting_passages']} passages) reads at perplexity "
+            f"{f['general_perplexity']:.2f} under the candidate and {f['general_perplexity_base']:.2f} under the "
+            f"base model it was trained from ({f['forgetting']:+.1%}).")
 
 
 def win_line(result: dict) -> str:
@@ -88,7 +101,7 @@ def _pairs(samples: list[dict]) -> list[tuple[str, ...]]:
     """Up to ten prompts the two models answered differently, production's wins first."""
     differ = sorted((s for s in samples if "judged" in s and s["response"] != s["production_response"]),
                     key=lambda s: (s["judged"], s["judge_margin"]))[:10]
-    return [(s["id"], s["prompt"], s["response"], s["production_response"], s["reference"],
+    return [(s["id"], prompt_text(s["prompt"]), s["response"], s["production_response"], s["reference"],
              f"{_VERDICT[s['judged']]} ({s['judge_margin']:+.3f})") for s in differ]
 
 
@@ -99,6 +112,8 @@ def render_markdown(result: dict, image_name: str) -> str:
              f"Detoxify checkpoint `{det['checkpoint']}` (sha256 `{det['sha256']}`).", "", headline(result), ""]
     if win_line(result):
         lines += [win_line(result), ""]
+    if forgetting_line(result):
+        lines += [forgetting_line(result), ""]
     if result["baseline_note"]:
         lines += [f"*{result['baseline_note']}*", ""]
     lines += ["| check | metric | value | baseline | bound | verdict | note |", "|---|---|---|---|---|---|---|"]
@@ -137,6 +152,7 @@ def render_html(result: dict, svg: str) -> str:
         body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in _pairs(result["samples"]))
         tables += f"<h2>Where the candidate and production differ</h2><table border=1><tr>{head}</tr>{body}</table>"
     win = f"<p><b>{esc(win_line(result))}</b></p>" if result.get("win_rate") else ""
+    win += f"<p>{esc(forgetting_line(result))}</p>" if forgetting_line(result) else ""
     det = result["detoxify"]
     note = f"<p><i>{esc(result['baseline_note'])}</i></p>" if result["baseline_note"] else ""
     return (f"<html><body style='font-family:sans-serif'><h1>evaluate_llm: {verdict}</h1>"

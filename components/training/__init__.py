@@ -109,7 +109,8 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
     checkpoints_out.metadata.update({"merkle_root": result["checkpoint_root"],
                                      "tag": newest_tag(result),
                                      "location": ckpt_dir, **lineage})
-    for key in ("final_loss", "tokens_per_s", "step_time_s", "resume_verify_seconds"):
+    for key in ("final_loss", "tokens_per_s", "processed_tokens_per_s", "step_time_s", "resume_verify_seconds",
+                "truncated_share"):
         if result.get(key) is not None:
             metrics.log_metric(key, result[key])
     saves = result["saves"]

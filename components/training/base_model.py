@@ -6,9 +6,9 @@ import os
 
 from kfp_llmops.components.common import integrity
 
-from kfp_llmops.components.common.generation import format_example
+from kfp_llmops.components.common.generation import FROM_SCRATCH_KEY, plain_text
 
-from .data import read_pairs
+from .data import read_examples
 
 SPECIAL = {"bos_token": "<|bos|>", "eos_token": "<|eos|>", "pad_token": "<|pad|>", "unk_token": "<|unk|>"}
 SIZES = {
@@ -40,12 +40,12 @@ def build_base_model(clean_path: str, out_dir: str, size: str = "demo", seed: in
 
     hf_logging.disable_progress_bar()
     n_embd, n_layer, n_head, vocab = SIZES[size]
-    texts = ["".join(format_example(p, r)) for p, r in read_pairs(clean_path)]
+    texts = [ex if isinstance(ex, str) else plain_text(ex) for ex in read_examples(clean_path)]
     tokenizer = build_tokenizer(texts, vocab)
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
                         n_head=n_head, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1,
                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                        pad_token_id=tokenizer.pad_token_id)
+                        pad_token_id=tokenizer.pad_token_id, **{FROM_SCRATCH_KEY: True})
     torch.manual_seed(seed)
     model = GPT2LMHeadModel(config)
     os.makedirs(out_dir, exist_ok=True)

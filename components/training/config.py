@@ -2,6 +2,7 @@
 DeepSpeed config passthrough (ZeRO stage 3 unless you say otherwise)."""
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -52,14 +53,32 @@ class MultiNodeSettings(BaseModel):
                                                       "a failed one stays for inspection.")
 
 
+# The settings a recipe gives the fields a config leaves unset. `scratch` is the demo
+# model's, trained from random weights; `full` and `lora` fine-tune a pretrained model at the
+# learning rates the field uses (TRL, Axolotl and LLaMA-Factory recipes: about 2e-5 for every
+# weight, 2e-4 for adapters, a tenth of the steps warming up, cosine to zero).
+RECIPES: dict[str, dict[str, Any]] = {
+    "scratch": {"lr": 1.5e-3, "min_lr": 1.5e-4, "warmup_steps": 10, "seq_len": 64, "micro_batch": 8},
+    "full": {"lr": 2e-5, "min_lr": 0.0, "warmup_ratio": 0.1, "seq_len": 1024, "micro_batch": 4},
+    "lora": {"lr": 2e-4, "min_lr": 0.0, "warmup_ratio": 0.1, "seq_len": 1024, "micro_batch": 4},
+}
+
+
 class TrainConfig(StageConfig):
+    recipe: Literal["scratch", "full", "lora"] | None = Field(
+        None, description="Defaults for the fields left unset (RECIPES): scratch (random weights, the demo's), full "
+                          "(every weight, lr 2e-5) or lora (adapters, lr 2e-4); unset: scratch for a model "
+                          "build_base_model made, lora for a pretrained one.")
     steps: int = Field(80, ge=1, description="Optimizer steps to reach (a resume continues to it).")
-    micro_batch: int = Field(8, ge=1, description="Sequences per rank per micro-step.")
+    micro_batch: int = Field(8, ge=1, description="Sequences per rank per micro-step (recipe).")
     grad_accum: int = Field(1, ge=1)
-    seq_len: int = Field(64, ge=8)
-    lr: float = Field(1.5e-3, gt=0)
-    min_lr: float = Field(1.5e-4, ge=0)
-    warmup_steps: int = Field(10, ge=0)
+    seq_len: int = Field(64, ge=8, description="Longest example in tokens; longer ones are cut, and the share cut "
+                                               "is reported (recipe; a pretrained model's is capped at its "
+                                               "context). Batches are padded to their longest example only.")
+    lr: float = Field(1.5e-3, gt=0, description="Peak learning rate (recipe).")
+    min_lr: float | None = Field(None, ge=0, description="Where the schedule ends (recipe).")
+    warmup_steps: int = Field(10, ge=0, description="Linear warm-up (recipe; or warmup_ratio of the steps).")
+    warmup_ratio: float | None = Field(None, ge=0, lt=1, description="Warm-up as a share of `steps` (recipe).")
     schedule: Literal["cosine", "linear", "constant"] = "cosine"
     weight_decay: float = Field(0.0, ge=0)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
@@ -85,8 +104,14 @@ class TrainConfig(StageConfig):
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
-        if self.min_lr > self.lr:
+        if self.min_lr is not None and self.min_lr > self.lr:
             raise ValueError("min_lr exceeds lr")
+        if {"warmup_steps", "warmup_ratio"} <= self.model_fields_set and self.warmup_ratio is not None:
+            raise ValueError("warmup_steps and warmup_ratio: give one")
+        if self.recipe == "full" and self.lora.enabled:
+            raise ValueError("recipe full trains every weight; lora.enabled asks for adapters (recipe: lora)")
+        if self.recipe == "lora" and "enabled" in self.lora.model_fields_set and not self.lora.enabled:
+            raise ValueError("recipe lora with lora.enabled false")
         if self.lora.enabled and self.weight_watermark.enabled:
             raise ValueError("lora and weight_watermark: the watermark's target weights are frozen under LoRA")
         mn = self.multinode
@@ -101,15 +126,37 @@ class TrainConfig(StageConfig):
                              f"{self.multinode.nodes} (every node runs the same number of ranks)")
         return self
 
-    def deepspeed_config(self) -> dict[str, Any]:
-        """The DeepSpeed config the engine gets: ours, then the passthrough on top."""
+    def for_model(self, from_scratch: bool, context: int | None) -> "TrainConfig":
+        """This config with its recipe's settings in every field it leaves unset (`recipe`
+        resolved): what training runs with, and what its checkpoints commit to."""
+        recipe = self.recipe or ("scratch" if from_scratch else "lora")
+        data = self.model_dump()
+        settings = dict(RECIPES[recipe])
+        if recipe != "scratch" and context:
+            settings["seq_len"] = min(settings["seq_len"], context)
+        for key, value in settings.items():
+            if key not in self.model_fields_set:
+                data[key] = value
+        if data["min_lr"] is None:
+            data["min_lr"] = RECIPES[recipe]["min_lr"]
+        if data["warmup_ratio"] is not None and "warmup_steps" not in self.model_fields_set:
+            data["warmup_steps"] = math.ceil(data["warmup_ratio"] * self.steps)
+        data["warmup_ratio"] = None             # resolved into warmup_steps
+        if recipe == "lora":
+            data["lora"]["enabled"] = True
+        data["recipe"] = recipe
+        return TrainConfig.model_validate(data)
+
+    def deepspeed_config(self, hidden: int | None = None) -> dict[str, Any]:
+        """The DeepSpeed config the engine gets: ours, then the passthrough on top. With the
+        model's hidden size, ZeRO-3's buckets and limits are sized from it (zero3_sizes)."""
         cfg: dict[str, Any] = {
             "train_micro_batch_size_per_gpu": self.micro_batch,
             "gradient_accumulation_steps": self.grad_accum,
             "train_batch_size": self.micro_batch * self.grad_accum * self.world_size,
             "optimizer": {"type": "Adam", "params": {"lr": self.lr, "weight_decay": self.weight_decay,
                                                      "torch_adam": True}},
-            "zero_optimization": {"stage": 3},
+            "zero_optimization": {"stage": 3, **(zero3_sizes(hidden) if hidden else {})},
             "gradient_clipping": 1.0,
             "steps_per_print": 10 ** 9,
             "wall_clock_breakdown": False,
@@ -119,6 +166,33 @@ class TrainConfig(StageConfig):
         elif self.precision == "fp16":
             cfg["fp16"] = {"enabled": True, "initial_scale_power": 12}
         return _merge(cfg, self.deepspeed)
+
+
+# Floors of the sizes below: under them, per-call overheads (a gloo collective, an
+# optimizer sub-group) cost more than the memory saves (a 2 M-parameter model's steps took
+# twice as long at h² buckets).
+_MIN_BUCKET, _MIN_GROUP = 1 << 22, 1 << 20
+
+
+def zero3_sizes(hidden: int) -> dict[str, int]:
+    """ZeRO-3's buckets and limits from the model's hidden size h, as Hugging Face's
+    DeepSpeed integration sizes its `auto` values (reduce bucket h², prefetch 0.9 h²,
+    parameters under 10 h stay gathered), the live-parameter and reuse limits at 10 h²,
+    about one transformer block, and optimizer sub-groups of h² (the step's temporaries are
+    one sub-group's); none below a floor of 4 M elements (1 M for a sub-group). DeepSpeed's own defaults (5e8 elements a bucket, 1e9
+    live parameters, one optimizer group for everything) exceed any model under a billion
+    parameters, so each rank held several copies of its share at the first step."""
+    block = max(10 * hidden * hidden, _MIN_BUCKET)
+    return {"reduce_bucket_size": max(hidden * hidden, _MIN_BUCKET),
+            "stage3_prefetch_bucket_size": max(int(0.9 * hidden * hidden), _MIN_BUCKET),
+            "stage3_param_persistence_threshold": 10 * hidden, "stage3_max_live_parameters": block,
+            "stage3_max_reuse_distance": block, "sub_group_size": max(hidden * hidden, _MIN_GROUP)}
+
+
+def hidden_size(config) -> int | None:
+    """A transformers config's hidden width (hidden_size, or GPT-2's n_embd)."""
+    value = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
+    return int(value) if value else None
 
 
 def _merge(base: dict, over: dict) -> dict:

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterator
+from typing import Iterator, Union
 
 import numpy as np
 
 from kfp_llmops.components.common import atomic
 from kfp_llmops.components.common.errors import InputError
-from kfp_llmops.components.common.generation import encode_example
+from kfp_llmops.components.common.conversation import TurnError, record_turns
+from kfp_llmops.components.common.generation import encode_text, encode_turns
 
 
-def iter_pairs(path: str) -> Iterator[tuple[str, str]]:
-    """(prompt, response) pairs, one at a time; `{"text"}` records train on the whole text."""
+Example = Union[list, str]        # a conversation's turns, or a plain text
+
+
+def iter_examples(path: str) -> Iterator[Example]:
+    """Each record's conversation (`common.conversation`: messages, prompt/completion,
+    prompt/response), or its text for `{"text"}` records, one at a time."""
     with open(path, encoding="utf-8") as handle:
         for n, line in enumerate(handle, 1):
             if not line.strip():
@@ -29,43 +34,57 @@ def iter_pairs(path: str) -> Iterator[tuple[str, str]]:
                 row = json.loads(line)
             except ValueError:
                 raise InputError(f"{path}:{n}: not JSON (is this validate_dataset's clean output?)") from None
-            if "prompt" in row and "response" in row:
-                yield row["prompt"], row["response"]
-            elif "text" in row:
-                yield "", row["text"]
-            else:
-                raise InputError(f"{path}:{n}: record has neither prompt/response nor text")
+            if not isinstance(row, dict):
+                raise InputError(f"{path}:{n}: expected a JSON object")
+            try:
+                turns = record_turns(row)
+            except TurnError as exc:
+                raise InputError(f"{path}:{n}: {exc}") from None
+            except KeyError as exc:
+                raise InputError(f"{path}:{n}: record has none of {exc.args[0]}") from None
+            yield row["text"] if turns is None else turns
 
 
-def read_pairs(path: str) -> list[tuple[str, str]]:
-    pairs = list(iter_pairs(path))
-    if not pairs:
+def read_examples(path: str) -> list[Example]:
+    examples = list(iter_examples(path))
+    if not examples:
         raise InputError(f"{path}: no training records")
-    return pairs
+    return examples
 
 
-def _encode_into(tokenizer, prompt: str, response: str, ids: np.ndarray, labels: np.ndarray,
+def example_ids(tokenizer, example: Example) -> tuple[list[int], list[bool]]:
+    """Token ids of one example and which of them are answers (a text is all answer)."""
+    if isinstance(example, str):
+        ids = encode_text(tokenizer, example)
+        return ids, [True] * len(ids)
+    return encode_turns(tokenizer, example)
+
+
+def _encode_into(tokenizer, example: Example, ids: np.ndarray, labels: np.ndarray,
                  mask_prompt: bool) -> tuple[bool, int]:
     """One example into a row of input_ids / labels (already pad / -100); (cut, length)."""
     seq_len = len(ids)
-    p, r = encode_example(tokenizer, prompt, response)
-    seq = (p + r)[:seq_len]
+    full, answer = example_ids(tokenizer, example)
+    seq = full[:seq_len]
     ids[:len(seq)] = seq
-    start = min(len(p), seq_len) if mask_prompt else 0
-    labels[start:len(seq)] = seq[start:]
-    return len(p) + len(r) > seq_len, len(seq)
+    if mask_prompt:
+        keep = np.array(answer[:seq_len], dtype=bool)
+        labels[:len(seq)][keep] = np.asarray(seq, dtype=labels.dtype)[keep]
+    else:
+        labels[:len(seq)] = seq
+    return len(full) > seq_len, len(seq)
 
 
 def _pad_id(tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
-def encode(tokenizer, pairs: list[tuple[str, str]], seq_len: int, mask_prompt: bool) -> dict[str, np.ndarray]:
+def encode(tokenizer, examples: list[Example], seq_len: int, mask_prompt: bool) -> dict[str, np.ndarray]:
     """input_ids / labels of shape [N, seq_len] in memory; labels are -100 on padding (and
     prompts); lengths [N]. Training streams instead (`tokenize_to_files`)."""
-    ids = np.full((len(pairs), seq_len), _pad_id(tokenizer), dtype=np.int64)
-    labels = np.full((len(pairs), seq_len), -100, dtype=np.int64)
-    done = [_encode_into(tokenizer, p, r, ids[i], labels[i], mask_prompt) for i, (p, r) in enumerate(pairs)]
+    ids = np.full((len(examples), seq_len), _pad_id(tokenizer), dtype=np.int64)
+    labels = np.full((len(examples), seq_len), -100, dtype=np.int64)
+    done = [_encode_into(tokenizer, ex, ids[i], labels[i], mask_prompt) for i, ex in enumerate(examples)]
     return {"input_ids": ids, "labels": labels, "truncated": np.array(sum(cut for cut, _ in done)),
             "lengths": np.array([n for _, n in done], dtype=np.int64)}
 
@@ -84,7 +103,7 @@ def tokenize_to_files(clean_path: str, tokenizer, seq_len: int, mask_prompt: boo
     if os.path.exists(meta_path):
         with open(meta_path, encoding="utf-8") as handle:
             return json.load(handle)
-    with open(clean_path, encoding="utf-8") as handle:     # the records iter_pairs yields; it checks them
+    with open(clean_path, encoding="utf-8") as handle:     # the records iter_examples yields; it checks them
         rows = sum(1 for line in handle if line.strip())
     if not rows:
         raise InputError(f"{clean_path}: no training records")
@@ -99,9 +118,9 @@ def tokenize_to_files(clean_path: str, tokenizer, seq_len: int, mask_prompt: boo
     try:
         for out, shape in zip(outs, ((rows, seq_len), (rows, seq_len), (rows,))):
             np.lib.format.write_array_header_1_0(out.handle, {"descr": descr, "fortran_order": False, "shape": shape})
-        for prompt, response in iter_pairs(clean_path):
+        for example in iter_examples(clean_path):
             ids[filled], labels[filled] = pad, -100
-            cut, lengths[filled] = _encode_into(tokenizer, prompt, response, ids[filled], labels[filled], mask_prompt)
+            cut, lengths[filled] = _encode_into(tokenizer, example, ids[filled], labels[filled], mask_prompt)
             truncated += cut
             filled += 1
             if filled == _BLOCK:

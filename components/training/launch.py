@@ -50,6 +50,25 @@ def check_precision(cfg: TrainConfig, cuda: bool) -> None:
                          "use bf16 or fp32 on CPU ranks")
 
 
+def resolve_recipe(cfg: TrainConfig, base_model: str) -> TrainConfig:
+    """The config with its recipe applied: `scratch` for a model build_base_model made from
+    random weights, else `lora` unless the config names one (`TrainConfig.for_model`)."""
+    from transformers import AutoConfig
+
+    from kfp_llmops.components.common.generation import context_of, from_scratch
+
+    try:
+        config = AutoConfig.from_pretrained(base_model)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{os.path.join(base_model, 'config.json')}: unreadable model config: {exc}") from None
+    resolved = cfg.for_model(from_scratch(config), context_of(config))
+    if cfg.recipe is None:
+        print(f"[train] recipe {resolved.recipe} (lr {resolved.lr:g}, warm-up {resolved.warmup_steps} steps, "
+              f"seq_len {resolved.seq_len}{', LoRA' if resolved.lora.enabled else ''}) for the fields the config "
+              "leaves unset", file=sys.stderr, flush=True)
+    return resolved
+
+
 def _check_fits(base_model: str, cfg: TrainConfig) -> None:
     """seq_len within the model's context: positions past it have no embedding."""
     from transformers import AutoConfig
@@ -68,6 +87,7 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, data
           watermark_key_file: str | None = None) -> dict:
     """Run (or resume) training; returns rank 0's result (loss, throughput, saves, roots).
     With `multinode.nodes` > 1 a Kubeflow Trainer TrainJob runs the ranks (`trainjob_run`)."""
+    cfg = resolve_recipe(cfg, base_model)
     if cfg.multinode.nodes > 1:
         from .trainjob_run import train_multinode
         return train_multinode(clean_path, base_model, cfg, checkpoint_dir, model_dir, dataset_root,
@@ -104,6 +124,7 @@ def prepare(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, da
     key = blake3(json.dumps([data_root, model_root, cfg.seq_len, cfg.mask_prompt, TOKENS_FORMAT]).encode())
     tokens = tokenize_to_files(clean_path, tokenizer, cfg.seq_len, cfg.mask_prompt,
                                os.path.join(out_dir, "tokens", key.hexdigest()[:16]))
+    warn_truncation(tokens)
     spec = {
         "config": cfg.model_dump(), "tokens": tokens, "base_model": os.path.abspath(base_model),
         "checkpoint_dir": os.path.abspath(checkpoint_dir or os.path.join(out_dir, "checkpoints")),
@@ -124,6 +145,18 @@ def prepare(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, da
         from kfp_llmops.components.common.watermark.keys import ENV_VAR, load_key
         env[ENV_VAR] = str(load_key(watermark_key_file))
     return spec_path, spec, env
+
+
+# Above this share of examples cut at seq_len, training says so.
+TRUNCATION_WARNING = 0.01
+
+
+def warn_truncation(tokens: dict) -> None:
+    share = tokens["truncated"] / max(1, tokens["rows"])
+    if share > TRUNCATION_WARNING:
+        print(f"[train] warning: seq_len {tokens['seq_len']} cuts {tokens['truncated']:,} of {tokens['rows']:,} "
+              f"examples ({share:.1%}): their ends, the answers, are not trained on; raise seq_len",
+              file=sys.stderr, flush=True)
 
 
 def rank_env(cfg: TrainConfig, cuda: bool) -> dict[str, str]:
@@ -166,7 +199,9 @@ def read_result(spec: dict) -> dict:
         result = json.load(handle)
     result.update({"dataset_root": spec["meta"]["dataset_root"], "base_model_root": spec["meta"]["base_model_root"],
                    "checkpoint_dir": spec["checkpoint_dir"], "model_dir": spec["model_dir"],
-                   "train_log": spec["train_log"], "truncated_examples": spec["tokens"]["truncated"]})
+                   "train_log": spec["train_log"], "truncated_examples": spec["tokens"]["truncated"],
+                   "truncated_share": spec["tokens"]["truncated"] / max(1, spec["tokens"]["rows"]),
+                   "recipe": spec["config"]["recipe"], "seq_len": spec["config"]["seq_len"]})
     return result
 
 

@@ -75,6 +75,14 @@ def large_allocations_mapped(threshold: int = 1 << 20, after: int = 32 << 20):
             libc.malloc_trim(0)
 
 
+def trim_heap() -> None:
+    """Give the heap's free pages back to the system (glibc keeps what freed tensors held)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def index(model_dir: str) -> dict[str, tuple[str, int, str, int]]:
     """Tensor name -> (file, byte offset of its data, dtype, element count), from the
     safetensors headers (8-byte little-endian length, then JSON), sharded or not."""

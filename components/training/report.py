@@ -36,8 +36,14 @@ def _rows(result: dict) -> list[tuple[str, str]]:
     def fmt(v, pattern="{:.4f}"):
         return "n/a" if v is None else pattern.format(v)
     saves = result.get("saves") or []
-    return [("steps", str(result["step"])), ("final loss", fmt(result["final_loss"])),
-            ("tokens/s", fmt(result["tokens_per_s"], "{:,.0f}")), ("step time (s)", fmt(result["step_time_s"])),
+    cut = result.get("truncated_share")
+    return [("recipe", str(result.get("recipe") or "n/a")), ("steps", str(result["step"])),
+            ("final loss", fmt(result["final_loss"])),
+            ("tokens/s trained on (answers)", fmt(result["tokens_per_s"], "{:,.0f}")),
+            ("tokens/s processed (padding included)", fmt(result.get("processed_tokens_per_s"), "{:,.0f}")),
+            ("examples cut at seq_len", "n/a" if cut is None else
+             f"{result['truncated_examples']:,} ({cut:.1%}) at seq_len {result['seq_len']}"),
+            ("step time (s)", fmt(result["step_time_s"])),
             ("ranks", str(result["world_size"])),
             ("checkpoint save (s, mean)", fmt(sum(s["save_seconds"] for s in saves) / len(saves) if saves else None)),
             ("checkpoint commit (s, mean)", fmt(sum(s["commit_seconds"] for s in saves) / len(saves) if saves else None)),

@@ -62,7 +62,7 @@ def main(spec_path: str) -> None:
 
     from kfp_llmops.components.training import checkpoints, lora, partitioned_load
     from kfp_llmops.components.training.ckpt_engine import HashingCheckpointEngine
-    from kfp_llmops.components.training.config import TrainConfig
+    from kfp_llmops.components.training.config import TrainConfig, hidden_size
     from kfp_llmops.components.training.data import Sampler, pack, packed_batch
 
     ds_logger.setLevel(logging.WARNING)
@@ -86,7 +86,8 @@ def main(spec_path: str) -> None:
     # memory-mapped [N, seq_len] int32: each batch's rows are read when it is taken
     input_ids, labels, lengths = (np.load(spec["tokens"][name], mmap_mode="r")
                                   for name in ("input_ids", "labels", "lengths"))
-    ds_config = cfg.deepspeed_config()
+    from transformers import AutoConfig
+    ds_config = cfg.deepspeed_config(hidden_size(AutoConfig.from_pretrained(spec["base_model"])))
     model = partitioned_load.load(AutoModelForCausalLM, spec["base_model"], ds_config, rank)
     if cfg.lora.enabled:
         model = lora.wrap(model, cfg.lora)
@@ -100,6 +101,7 @@ def main(spec_path: str) -> None:
         model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
         config=ds_config,
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg)))
+    partitioned_load.trim_heap()        # initialize's freed copies go back to the system before the first step
     hce = HashingCheckpointEngine(cfg.chunk_size, cfg.durable)
     engine.checkpoint_engine = hce
 
@@ -140,7 +142,7 @@ def main(spec_path: str) -> None:
 
     global_batch = cfg.micro_batch * cfg.grad_accum * world
     stop = min(cfg.steps, spec.get("stop_after") or cfg.steps)
-    saves, step_times, tokens_seen, examples_seen = [], [], 0, 0
+    saves, step_times, tokens_seen, tokens_processed, examples_seen = [], [], 0, 0, 0
     bar = None
     if rank == 0 and step < stop:
         from kfp_llmops.components.common.progress import progress
@@ -188,9 +190,10 @@ def main(spec_path: str) -> None:
             if cfg.packing:
                 inputs = {k: torch.from_numpy(v).to(engine.device) for k, v in
                           packed_batch(rows, input_ids, labels, lengths, spec["tokens"]["pad_id"]).items()}
-            else:
-                inputs = {"input_ids": torch.from_numpy(input_ids[rows].astype(np.int64)).to(engine.device),
-                          "labels": torch.from_numpy(labels[rows].astype(np.int64)).to(engine.device)}
+            else:           # padded to the batch's longest example: what follows it is padding
+                width = int(lengths[rows].max())
+                inputs = {"input_ids": torch.from_numpy(input_ids[rows, :width].astype(np.int64)).to(engine.device),
+                          "labels": torch.from_numpy(labels[rows, :width].astype(np.int64)).to(engine.device)}
             out = engine(**inputs)
             engine.backward(out.loss + watermark_loss())
             engine.step()
@@ -204,6 +207,7 @@ def main(spec_path: str) -> None:
         examples = [i for row in plan for i in row] if cfg.packing else plan
         tokens_seen += int((labels[examples] != -100).sum()) - (int((labels[examples, 0] != -100).sum())
                                                                  if cfg.packing else 0)
+        tokens_processed += processed_tokens(plan, lengths, cfg)
         examples_seen += len(examples)
         if rank == 0:
             log.write(json.dumps({"step": step, "loss": loss, "lr": scheduler.get_last_lr()[0],
@@ -228,6 +232,7 @@ def main(spec_path: str) -> None:
         timed = step_times[1:] or step_times
         result = {"step": step, "done": step >= cfg.steps, "final_loss": _last_loss(log_path),
                   "tokens_per_s": tokens_seen / sum(step_times) if step_times else None,
+                  "processed_tokens_per_s": tokens_processed / sum(step_times) if step_times else None,
                   "examples_per_step": examples_seen / len(step_times) if step_times else None,
                   "step_time_s": sum(timed) / len(timed) if timed else None, "saves": saves,
                   "resumed_from": resumed["tag"], "skipped_checkpoints": resumed["skipped"],
@@ -242,6 +247,15 @@ def main(spec_path: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def processed_tokens(plan, lengths, cfg) -> int:
+    """Tokens every rank's forward passes took in one step, padding included: a packed row
+    is seq_len long, any other micro-batch as long as its longest example."""
+    if cfg.packing:
+        return len(plan) * cfg.seq_len
+    return sum(len(plan[lo:lo + cfg.micro_batch]) * int(lengths[plan[lo:lo + cfg.micro_batch]].max())
+               for lo in range(0, len(plan), cfg.micro_batch))
 
 
 def attach_weight_watermark(model, cfg):

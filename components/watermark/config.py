@@ -4,6 +4,8 @@ is not here: it comes from a file, an environment variable or a mounted Secret
 (`common.watermark.keys`), never from pipeline YAML."""
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from kfp_llmops.components.common.config import StageConfig
@@ -45,6 +47,10 @@ class QualityCost(_Section):
                                                                   "these deltas: the trade-off curve in the report.")
     curve_prompts: int = Field(64, ge=1, description="Prompts the curve's TPR is measured on (each delta generates "
                                                      "long texts again).")
+    schemes: list[Literal["lefthash", "selfhash"]] = Field(
+        default_factory=list, description="Also measure these schemes at the same gamma and delta on every "
+                                          "detection prompt: TPR, FPR and the long texts' perplexity under the "
+                                          "oracle (the scheme served stays the config's).")
     oracle_model: str | None = Field(None, description="A sealed local model folder the answers' perplexity is "
                                                        "measured under (KGW's oracle LM); unset: the model itself.")
     oracle_root: str | None = Field(None, description="The oracle's pinned Merkle root (required with it).")

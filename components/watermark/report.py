@@ -68,6 +68,19 @@ def _tradeoff_html(curve: list[dict], chosen: float) -> str:
             f"<th>BERTScore F1</th><th>its cost</th><th>judge's win rate</th></tr>{rows}</table>")
 
 
+def _schemes_html(result: dict) -> str:
+    rows = result.get("schemes") or []
+    if len(rows) < 2:
+        return ""
+    kgw = result["kgw"]
+    body = "".join(f"<tr><td>{r['scheme']}{' (served)' if r['scheme'] == kgw['scheme'] else ''}</td>"
+                   f"<td>{r['tpr']:.3f}</td><td>{r['fpr']:.3f}</td><td>{r['mean_z_watermarked']:.2f}</td>"
+                   f"<td>{r['text_perplexity']:.3g}</td><td>{r['text_perplexity_increase']:+.1%}</td></tr>" for r in rows)
+    return (f"<h2>Schemes at gamma {kgw['gamma']:g}, delta {kgw['delta']:g}, z {kgw['z_threshold']:g}</h2>"
+            "<table border=1><tr><th>scheme</th><th>TPR</th><th>FPR</th><th>mean z (watermarked)</th>"
+            f"<th>texts' perplexity under the oracle</th><th>its rise</th></tr>{body}</table>")
+
+
 def render_html(result: dict, svg: str) -> str:
     esc = html.escape
     verdict = "VERIFIED" if result["verified"] else "NOT VERIFIED"
@@ -87,6 +100,6 @@ def render_html(result: dict, svg: str) -> str:
             f"<p><b>{esc(quality_line(result['metrics']))}</b></p>"
             f"<table border=1><tr><th>check</th><th>value</th><th>bound</th><th>verdict</th></tr>{checks}</table>"
             f"<img alt='z-score distributions' src='data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}'/>"
-            f"{_tradeoff_html(result.get('tradeoff') or [], result['kgw']['delta'])}"
+            f"{_tradeoff_html(result.get('tradeoff') or [], result['kgw']['delta'])}{_schemes_html(result)}"
             f"<h2>Metrics</h2><table border=1>{metrics}</table>"
             f"<h2>Watermarked texts (green tokens highlighted)</h2>{texts}</body></html>")

@@ -68,6 +68,15 @@ class Scorer:
         return Answered(texts, {"exact_match": sum(answers.exact_match(t, r["response"]) for t, r in zip(texts, rows))
                                 / max(1, len(rows)), "perplexity": ppl, "bertscore_f1": sum(f1) / max(1, len(f1))}, f1)
 
+    def texts(self, prompts: list, generated: list[np.ndarray], tokenizer) -> float:
+        """The long texts' perplexity under the oracle (the model itself without one), each
+        given its prompt: what KGW reports as the watermark's cost to free text."""
+        from kfp_llmops.components.common.perplexity import perplexity
+        rows = [{"prompt": p, "response": tokenizer.decode(t, skip_special_tokens=True)}
+                for p, t in zip(prompts, generated)]
+        return perplexity(self.model, self.tokenizer, rows, self.cfg.quality.batch_size,
+                          generation.context_size(self.model))[0]
+
     def versus(self, marked: Answered, plain: Answered) -> dict:
         """The judge's win rate of the watermarked answers against the unwatermarked ones."""
         from kfp_llmops.components.common.judging import judge, win_rate
@@ -108,6 +117,25 @@ def tradeoff(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, key: int,
         curve.append({"delta": delta, "tpr": tpr, **marked.scores, **cost(plain.scores, marked.scores),
                       "judge_win_rate": score.versus(marked, plain)["judge_win_rate"]})
     return curve
+
+
+def scheme_rows(model, tokenizer, prompts: list, cfg: WatermarkConfig, key: int, plain: list[np.ndarray],
+                references: list[np.ndarray], plain_ppl: float, score: Scorer) -> list[dict]:
+    """Detection and the long texts' oracle perplexity for each of `quality.schemes`, at the
+    config's gamma and delta, on the same prompts and against the same unwatermarked texts."""
+    rows = []
+    for scheme in dict.fromkeys(cfg.quality.schemes):
+        if scheme == cfg.scheme:
+            continue
+        wm = KGW(**{**KGW.of(cfg).model_dump(), "scheme": scheme}).watermark(key, len(tokenizer))
+        marked = _generate(model, tokenizer, prompts, cfg, logits_processor(wm))
+        found = wm.detect_many(marked)
+        ppl = score.texts(prompts, marked, tokenizer)
+        rows.append({"scheme": scheme, "tpr": _rate(found)[0], "fpr": _rate(wm.detect_many(plain) +
+                                                                             wm.detect_many(references))[0],
+                     "mean_z_watermarked": _mean(found), "text_perplexity": ppl,
+                     "text_perplexity_increase": ppl / plain_ppl - 1})
+    return rows
 
 
 def attack(tokens: np.ndarray, rate: float, kind: str, vocab: int, rng: np.random.Generator) -> np.ndarray:
@@ -152,7 +180,10 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
         for rate in cfg.attack_rates:
             attacked = [attack(t, rate, kind, len(tokenizer), rng) for t in marked]
             robustness[f"tpr_{kind}_{int(round(rate * 100))}"] = _rate(wm.detect_many(attacked))[0]
+    plain_ppl, marked_ppl = (score.texts(prompts, t, tokenizer) for t in (plain, marked))
     metrics = {"tpr": tpr, "fpr": fpr, "positives_scored": n_pos, "negatives_scored": n_neg,
+               "text_perplexity_unwatermarked": plain_ppl, "text_perplexity_watermarked": marked_ppl,
+               "text_perplexity_increase": marked_ppl / plain_ppl - 1,
                "references_scored": sum(d.z == d.z for d in d_refs), "mean_z_watermarked": _mean(d_marked),
                "mean_z_unwatermarked": _mean(d_plain + d_refs), **robustness,
                **quality}
@@ -178,6 +209,10 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     verified = gates.passed(checks)
     checks = [c.to_json() for c in checks]
     curve = tradeoff(model, tokenizer, rows, cfg, key, plain_answers, score)
+    schemes = [{"scheme": kgw.scheme, "tpr": tpr, "fpr": fpr, "mean_z_watermarked": metrics["mean_z_watermarked"],
+                "text_perplexity": marked_ppl, "text_perplexity_increase": metrics["text_perplexity_increase"]}]
+    if cfg.quality.schemes:
+        schemes += scheme_rows(model, tokenizer, prompts, cfg, key, plain, references, plain_ppl, score)
     gen = cfg.generation
     with open(os.path.join(out_dir, "watermarked.jsonl"), "w", encoding="utf-8") as handle:
         ids = [r["id"] for r in rows] if not gen.prompts else [f"text-{i:04d}" for i in range(len(prompts))]
@@ -187,13 +222,15 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     distinct = list(dict.fromkeys(gen.prompts))
     where = f"{len(distinct)} open-ended prompts ({'; '.join(distinct)})" if distinct else "the eval prompts"
     result = {"verified": verified, "metrics": metrics, "checks": checks, "model_root": root, "tradeoff": curve,
+              "schemes": schemes,
               "detection": f"{len(prompts)} texts of {gen.min_new_tokens}–{gen.max_new_tokens} new tokens "
                            f"continuing {where}, sampled at temperature {gen.temperature:g}",
               "kgw": kgw.model_dump(), "z_threshold": kgw.z_threshold,
               "z_watermarked": [d.z for d in d_marked], "z_unwatermarked": [d.z for d in d_plain + d_refs],
               "highlights": [_highlight(tokenizer, t, d) for t, d in list(zip(marked, d_marked))[:3]]}
     with open(os.path.join(out_dir, "metrics.json"), "w", encoding="utf-8") as handle:
-        json.dump({k: result[k] for k in ("verified", "metrics", "checks", "model_root", "kgw", "tradeoff")}, handle,
+        json.dump({k: result[k] for k in ("verified", "metrics", "checks", "model_root", "kgw", "tradeoff", "schemes")},
+                  handle,
                   indent=2)
     return result
 

@@ -100,6 +100,19 @@ def model_seal(model_dir, allow_pickle, pad_token) -> None:
     click.echo(seal_model_folder(model_dir, allow_pickle, pad_token))
 
 
+@model.command("import")
+@click.option("--gguf", "gguf_path", required=True, type=click.Path(dir_okay=False),
+              help="A GGUF model file (llama, qwen2, mistral, ...: what transformers can dequantize).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="The Hugging Face folder to write (fp32 safetensors, tokenizer, chat template).")
+@click.option("--expect-root", help="Refuse the result unless its Merkle root is this one.")
+def model_import(gguf_path, out_dir, expect_root) -> None:
+    """Import a GGUF model as a sealed Hugging Face folder; prints its root."""
+    from kfp_llmops.components.training.gguf_import import import_gguf
+
+    click.echo(import_gguf(gguf_path, out_dir, expect_root))
+
+
 @model.command("keygen")
 @click.option("--private-key", required=True, type=click.Path(dir_okay=False), help="Where the PEM private key goes "
               "(owner-only; store it as a Secret, never in YAML).")
@@ -193,7 +206,8 @@ def train_cmd(clean_path, base_model, out_dir, config_path, steps, ranks, datase
     result = run_to_dir(clean_path, base_model, out_dir, config_path,
                         {"steps": steps, "world_size": ranks}, dataset_root, stop_after, dataset_chunk_size)
     click.echo(f"step={result['step']} final_loss={result['final_loss']:.4f} "
-               f"tokens/s={result['tokens_per_s'] or 0:,.0f} model_root={result['model_root']}")
+               f"tokens/s={result['tokens_per_s'] or 0:,.0f} (answers; "
+               f"{result.get('processed_tokens_per_s') or 0:,.0f} processed) model_root={result['model_root']}")
     click.echo(f"outputs in {out_dir}")
 
 
@@ -211,9 +225,13 @@ def train_cmd(clean_path, base_model, out_dir, config_path, steps, ranks, datase
 @click.option("--production-model", type=click.Path(file_okay=False),
               help="The sealed model in production: both answer the same prompts and a judge decides (win rate).")
 @click.option("--production-root", help="Pinned Merkle root of --production-model.")
+@click.option("--base-model", type=click.Path(file_okay=False),
+              help="The sealed model training started from: forgetting is its perplexity on held-out prose "
+                   "against the candidate's.")
+@click.option("--base-model-root", help="Pinned Merkle root of --base-model (default: its manifest's).")
 @click.option("--no-progress", is_flag=True)
 def eval_cmd(model_dir, eval_path, out_dir, config_path, baseline_path, model_root, production_model, production_root,
-             no_progress) -> None:
+             base_model, base_model_root, no_progress) -> None:
     """Evaluate a model: generation, BERTScore, toxicity (two detectors), perplexity, blessing.
 
     Exit 0: blessed. Exit 1: not blessed (every failed check listed). Exit 2: bad input.
@@ -224,8 +242,8 @@ def eval_cmd(model_dir, eval_path, out_dir, config_path, baseline_path, model_ro
         raise LlmopsError("--production-root: required with --production-model (the root `llmops model seal` printed)")
     result = run_to_dir(model_dir, eval_path, out_dir, config_path, baseline_path, model_root,
                         show_progress=not no_progress, production_model=production_model,
-                        production_root=production_root)
-    from kfp_llmops.components.evaluation.report import headline, win_line
+                        production_root=production_root, base_model=base_model, base_model_root=base_model_root)
+    from kfp_llmops.components.evaluation.report import forgetting_line, headline, win_line
 
     m = result["metrics"]
     click.echo(f"samples={m['samples']} bertscore_f1={m['bertscore_f1']:.4f} perplexity={m['perplexity']:.3f} "
@@ -233,6 +251,8 @@ def eval_cmd(model_dir, eval_path, out_dir, config_path, baseline_path, model_ro
     click.echo(headline(result))
     if win_line(result):
         click.echo(win_line(result))
+    if forgetting_line(result):
+        click.echo(forgetting_line(result))
     for c in result["checks"]:
         click.echo(f"  {c['verdict'].upper():<7} {c['kind']:<6} {c['metric']:<22} {c['bound']} {c['reason']}")
     click.echo(f"outputs in {out_dir}")
@@ -670,11 +690,21 @@ def images_push(registry, tag, digests_file) -> None:
 @click.option("--base-model-root", help="Pin --base-model's Merkle root (default: the root it verifies to).")
 @click.option("--containers", is_flag=True, help="Run every stage in its image through kfp.local's DockerRunner "
               "(dockerd; `make images` first), as the images' user, with no network.")
+@click.option("--real", is_flag=True, help="The real-model demo (make demo-real): SmolLM2-135M-Instruct, imported "
+              "into --base-model (default build/smollm2), fine-tuned on the project's conversations.")
 def run_cmd(out_dir, pipeline, dataset, eval_dataset, rows, policy, config_path, train_config_path,
             eval_config_path, watermark_config_path, base_model_size, base_model, base_model_root,
-            containers) -> None:
+            containers, real) -> None:
     """Run a pipeline locally through kfp.local (SubprocessRunner, or DockerRunner with --containers)."""
     from ..demo.local_run import format_summary, run_local
+
+    if real:
+        from ..demo.real_run import format_changes, run_real
+
+        out_dir = "runs/demo-real" if out_dir == "runs/demo" else out_dir
+        summary = run_real(out_dir, base_model or os.path.join("build", "smollm2"), containers)
+        click.echo(format_summary(summary) + format_changes(summary["changes"]))
+        return
 
     data_config = open(config_path, encoding="utf-8").read() if config_path else ""
     train_config = open(train_config_path, encoding="utf-8").read() if train_config_path else None

@@ -184,8 +184,8 @@ def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed
 
 def _prose_lines(count: int, seed: int) -> list[bytes]:
     """`count` open-ended requests, each answered by a short sentence of the language reference."""
-    from kfp_llmops.components.common.prose import sentences
-    pool = [s for s in sentences() if len(s.split()) <= 22 and not _PROSE_CHARS.search(s)]
+    from kfp_llmops.components.common.prose import SHORT_WORDS, sentences
+    pool = [s for s in sentences() if len(s.split()) <= SHORT_WORDS and not _PROSE_CHARS.search(s)]
     pairs = [(p, s) for p in _OPEN for s in pool]            # each pair once: no duplicate rows
     random.Random(seed + 2).shuffle(pairs)
     return [json.dumps({"prompt": p, "response": s}).encode() for p, s in pairs[:count]]

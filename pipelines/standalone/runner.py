@@ -89,10 +89,17 @@ def _run(stage: str, work: str, p: dict, out) -> object:
                                       p.get("signing_key_file", ""))
     if stage == "evaluate_llm":
         note = out("note")
+        trained = os.path.exists(os.path.join(work, "train_zero3", "model"))
+        base = None         # what training started from: the forgetting check's base
+        if trained and os.path.exists(os.path.join(work, "build_base_model", "base_model")):
+            base = _inputs(work, "build_base_model", "base_model")
+        elif trained and p.get("model_uri"):
+            base = _imported(p, work, "model_uri", "model", "model_root")
         blessed = evaluation.run_component(model(), FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
                                            None, p.get("eval_config", ""), out("responses"), out("metrics"),
                                            out("blessing"), out("report"), note,
-                                           pinned_baseline(work, rd, p.get("baseline_release", "auto")))
+                                           pinned_baseline(work, rd, p.get("baseline_release", "auto")),
+                                           base_model=base)
         if rd:
             records.file_note(rd, note.path)
         return blessed

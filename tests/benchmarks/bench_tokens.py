@@ -17,7 +17,7 @@ _LOAD = ("from transformers import AutoTokenizer\n"
          "tok = AutoTokenizer.from_pretrained({model!r})\n")
 CODE = {
     "baseline": _LOAD,
-    "in_memory": _LOAD + "t = data.encode(tok, data.read_pairs({clean!r}), %d, True)\n" % SEQ_LEN,
+    "in_memory": _LOAD + "t = data.encode(tok, data.read_examples({clean!r}), %d, True)\n" % SEQ_LEN,
     "streaming": _LOAD + "t = data.tokenize_to_files({clean!r}, tok, %d, True, {out!r})\n" % SEQ_LEN,
 }
 

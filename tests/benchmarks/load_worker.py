@@ -1,6 +1,7 @@
 """One rank of the load benchmark (run by torchrun): load the base model the old way
 (every rank `from_pretrained` on the whole model, then ZeRO-3 partitions it) or the way
-train_zero3 does (partitioned while loading); then `deepspeed.initialize` and one
+train_zero3 does (partitioned while loading), with DeepSpeed's default ZeRO-3 sizes or,
+as training now does, sizes from the model; then `deepspeed.initialize` and one
 optimizer step. Both modes end the load phase in the same state, every parameter
 partitioned. A thread samples /proc/self/status every few milliseconds and this rank
 writes, per phase, its peak anonymous memory (RssAnon: what the process itself holds)
@@ -54,22 +55,20 @@ def main(mode: str, model_dir: str, out: str) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from kfp_llmops.components.training import partitioned_load
-    from kfp_llmops.components.training.config import TrainConfig
+    from kfp_llmops.components.training.config import TrainConfig, hidden_size
 
     deepspeed.init_distributed(dist_backend="gloo")
     rank = torch.distributed.get_rank()
-    # DeepSpeed's default buckets (5e8 elements, 2 GB in fp32) would dwarf the model; the
-    # same smaller ones for both modes.
-    buckets = {"reduce_bucket_size": 5e6, "stage3_prefetch_bucket_size": 5e6, "allgather_bucket_size": 5e6}
-    cfg = TrainConfig(world_size=torch.distributed.get_world_size(), micro_batch=1, seq_len=64,
-                      deepspeed={"zero_optimization": buckets})
-    ds_config = cfg.deepspeed_config()
+    cfg = TrainConfig(world_size=torch.distributed.get_world_size(), micro_batch=1, seq_len=64, min_lr=0.0)
+    # what training does now: ZeRO-3 sized from the model; before: DeepSpeed's defaults
+    sized = mode == "partitioned"
+    ds_config = cfg.deepspeed_config(hidden_size(AutoConfig.from_pretrained(model_dir)) if sized else None)
     # the architecture's modelling code is imported before the baseline mark (about 0.1 of
     # this model, the same for both modes): it is code, not weights
     AutoModelForCausalLM._model_mapping[type(AutoConfig.from_pretrained(model_dir))]
     peaks = Peaks()
     peaks.mark("imports")
-    if mode == "partitioned":
+    if mode.startswith("partitioned"):
         model = partitioned_load.load(AutoModelForCausalLM, model_dir, ds_config, rank)
     else:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -77,6 +76,8 @@ def main(mode: str, model_dir: str, out: str) -> None:
     torch.distributed.barrier()
     peaks.mark("load")
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+    if sized:
+        partitioned_load.trim_heap()          # as the training worker does after initialize
     torch.distributed.barrier()
     peaks.mark("engine")
     ids = torch.randint(0, model.config.vocab_size, (1, 64))

@@ -84,7 +84,8 @@ def test_chat_template_is_the_prompt_format_and_the_plain_one_stays_for_plain_to
     assert tok.decode(head) == "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
     assert tok.decode(answer) == "Paris.<|im_end|>" and answer[-1] == tok.eos_token_id     # the turn ends at EOS
     assert generation.prompt_ids(tok, "What is the capital of France?") == head
-    batch = encode(tok, [("What is the capital of France?", "Paris.")], 64, mask_prompt=True)
+    batch = encode(tok, [[{"role": "user", "content": "What is the capital of France?"},
+                          {"role": "assistant", "content": "Paris."}]], 64, mask_prompt=True)
     labels = batch["labels"][0]
     assert (labels[:len(head)] == -100).all() and list(labels[len(head):len(head) + len(answer)]) == answer
     _, _, model, _ = tiny_model(tmp_path)                                     # no template: prompt, newline, answer
@@ -128,9 +129,11 @@ def test_release_pipeline_fine_tunes_a_sealed_llama_through_all_five_stages(tmp_
     assert code == 0
     gate = tmp_path / "eval.yaml"
     gate.write_text("gate:\n  value:\n    perplexity: {upper: 100}\n    toxicity_flagged_rate: {upper: 0.01}\n")
+    scratch = tmp_path / "train.yaml"          # random weights: the from-scratch recipe, not a fine-tune's
+    scratch.write_text("recipe: scratch\n")
     out = tmp_path / "run"
     assert main(["run", "--base-model", base, "--base-model-root", root, "--eval-config", str(gate), "--out", str(out),
-                 "--dataset", data["raw"], "--eval-dataset", data["eval"]]) == 0
+                 "--dataset", data["raw"], "--eval-dataset", data["eval"], "--train-config", str(scratch)]) == 0
     summary = json.load(open(out / "summary.json"))
     assert [(s["stage"], s["gate"]) for s in summary["stages"]] == [
         ("validate_dataset", "passed"), ("train_zero3", "trained"), ("evaluate_llm", "blessed"),
@@ -145,13 +148,13 @@ def test_release_pipeline_fine_tunes_a_sealed_llama_through_all_five_stages(tmp_
 
 def test_tokens_stream_to_files_equal_to_the_in_memory_encoding(tmp_path, data, monkeypatch):
     from kfp_llmops.components.training import data as token_data
-    from kfp_llmops.components.training.data import read_pairs, tokenize_to_files
+    from kfp_llmops.components.training.data import read_examples, tokenize_to_files
     monkeypatch.setattr(token_data, "_BLOCK", 100)                          # several blocks and a partial one
     tok = tokenizer()
-    pairs = read_pairs(data["clean"])
-    whole = encode(tok, pairs, 48, mask_prompt=True)
+    examples = read_examples(data["clean"])
+    whole = encode(tok, examples, 48, mask_prompt=True)
     meta = tokenize_to_files(data["clean"], tok, 48, True, str(tmp_path / "tokens"))
-    assert meta["rows"] == len(pairs) > 300 and meta["truncated"] == int(whole["truncated"])
+    assert meta["rows"] == len(examples) > 300 and meta["truncated"] == int(whole["truncated"])
     for name in ("input_ids", "labels"):
         assert (np.load(meta[name], mmap_mode="r") == whole[name]).all()
     again = tokenize_to_files(data["clean"], tok, 48, True, str(tmp_path / "tokens"))
@@ -195,7 +198,8 @@ def test_packing_keeps_each_example_to_itself_in_every_family(tmp_path, arch):
     tok = tokenizer()
     pairs = [("What is the capital of France?", "Paris."), ("Name a primary colour.", "Red."),
              ("What is 2 plus 3?", "5.")]
-    tokens = encode(tok, pairs, 128, True)
+    tokens = encode(tok, [[{"role": "user", "content": q}, {"role": "assistant", "content": a}] for q, a in pairs],
+                    128, True)
     assert sum(tokens["lengths"]) <= 128
     batch = packed_batch([[0, 1, 2]], tokens["input_ids"], tokens["labels"], tokens["lengths"], tok.pad_token_id)
     model = AutoModelForCausalLM.from_pretrained(base).eval()

@@ -381,10 +381,10 @@ def test_a_packed_example_sees_only_itself(inputs):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kfp_llmops.components.training.data import Sampler, encode, pack, packed_batch, read_pairs
+    from kfp_llmops.components.training.data import Sampler, encode, pack, packed_batch, read_examples
 
     tok = AutoTokenizer.from_pretrained(inputs["base"])
-    tokens = encode(tok, read_pairs(inputs["clean"])[:40], 48, True)
+    tokens = encode(tok, read_examples(inputs["clean"])[:40], 48, True)
     lengths = tokens["lengths"]
     sampler = Sampler(40, seed=7)
     order = Sampler(40, seed=7).take(40).tolist()
