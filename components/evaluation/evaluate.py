@@ -162,7 +162,8 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
                                            if k != "load_s" and v > 0},
     }
     with open(os.path.join(out_dir, "metrics.json"), "w", encoding="utf-8") as handle:
-        json.dump({"metrics": metrics, "model_root": root}, handle, indent=2, default=_nan_safe)
+        json.dump({"metrics": metrics, "model_root": root, "timings": timings, "throughput": result["throughput"]},
+                  handle, indent=2, default=_nan_safe)
     with open(os.path.join(out_dir, "blessing.json"), "w", encoding="utf-8") as handle:
         json.dump({"blessed": blessed, "model_root": root, "checks": result["checks"],
                    "baseline_note": result["baseline_note"]}, handle, indent=2, default=_nan_safe)

@@ -68,7 +68,7 @@ def run_component(model, eval_dataset, config: str, key_file: str, watermarked, 
         for name in ("exact_match_cost", "perplexity_increase", "bertscore_cost", "judge_win_rate"):
             metrics.log_metric(f"{name}_at_delta_{point['delta']:g}", point[name])
     for row in result.get("schemes", [])[1:]:   # the other schemes measured beside the served one
-        for name in ("tpr", "fpr", "text_perplexity_increase"):
+        for name in ("tpr", "fpr", "text_perplexity_increase", "text_repetition"):
             metrics.log_metric(f"{name}_{row['scheme']}", row[name])
     from kfp_llmops.components.common import records
     records.note(release_dir, records.VerifyWatermark(

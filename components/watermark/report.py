@@ -75,10 +75,13 @@ def _schemes_html(result: dict) -> str:
     kgw = result["kgw"]
     body = "".join(f"<tr><td>{r['scheme']}{' (served)' if r['scheme'] == kgw['scheme'] else ''}</td>"
                    f"<td>{r['tpr']:.3f}</td><td>{r['fpr']:.3f}</td><td>{r['mean_z_watermarked']:.2f}</td>"
-                   f"<td>{r['text_perplexity']:.3g}</td><td>{r['text_perplexity_increase']:+.1%}</td></tr>" for r in rows)
+                   f"<td>{r['text_perplexity']:.3g}</td><td>{r['text_perplexity_increase']:+.1%}</td>"
+                   f"<td>{r['text_repetition']:.3f} (unwatermarked "
+                   f"{result['metrics']['text_repetition_unwatermarked']:.3f})</td></tr>" for r in rows)
     return (f"<h2>Schemes at gamma {kgw['gamma']:g}, delta {kgw['delta']:g}, z {kgw['z_threshold']:g}</h2>"
             "<table border=1><tr><th>scheme</th><th>TPR</th><th>FPR</th><th>mean z (watermarked)</th>"
-            f"<th>texts' perplexity under the oracle</th><th>its rise</th></tr>{body}</table>")
+            f"<th>texts' perplexity under the oracle</th><th>its rise</th>"
+            f"<th>repeated 3-grams (low perplexity from loops is not quality)</th></tr>{body}</table>")
 
 
 def render_html(result: dict, svg: str) -> str:

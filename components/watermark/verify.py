@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,12 +18,23 @@ from .config import WatermarkConfig
 from kfp_llmops.components.common.watermark.kgw import logits_processor
 
 
-def _generate(model, tokenizer, prompts: list[str], cfg: WatermarkConfig, processor) -> list[np.ndarray]:
+def _generate(model, tokenizer, prompts: list[str], cfg: WatermarkConfig, processor,
+              what: str = "texts") -> list[np.ndarray]:
+    from kfp_llmops.components.common.progress import progress
     g = cfg.generation
+    bar = progress(len(prompts), what, unit="text")
     done = generation.generate(model, tokenizer, prompts, max_new_tokens=g.max_new_tokens,
                                min_new_tokens=g.min_new_tokens, temperature=g.temperature, batch_size=g.batch_size,
-                               seed=g.seed, processors=[processor] if processor else None)
+                               seed=g.seed, processors=[processor] if processor else None, progress=bar)
+    bar.close()
     return [np.array(c.tokens, dtype=np.int64) for c in done]
+
+
+def repetition(tokenizer, generated: list[np.ndarray]) -> float:
+    """Mean share of repeated 3-grams in the decoded texts: a watermark that loops reads as
+    low perplexity, so the two are reported together."""
+    texts = [tokenizer.decode(t, skip_special_tokens=True) for t in generated]
+    return sum(answers.repetition(t) for t in texts) / max(1, len(texts))
 
 
 def _answers(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor) -> list[str]:
@@ -128,13 +140,14 @@ def scheme_rows(model, tokenizer, prompts: list, cfg: WatermarkConfig, key: int,
         if scheme == cfg.scheme:
             continue
         wm = KGW(**{**KGW.of(cfg).model_dump(), "scheme": scheme}).watermark(key, len(tokenizer))
-        marked = _generate(model, tokenizer, prompts, cfg, logits_processor(wm))
+        marked = _generate(model, tokenizer, prompts, cfg, logits_processor(wm), f"{scheme} texts")
         found = wm.detect_many(marked)
         ppl = score.texts(prompts, marked, tokenizer)
         rows.append({"scheme": scheme, "tpr": _rate(found)[0], "fpr": _rate(wm.detect_many(plain) +
                                                                              wm.detect_many(references))[0],
                      "mean_z_watermarked": _mean(found), "text_perplexity": ppl,
-                     "text_perplexity_increase": ppl / plain_ppl - 1})
+                     "text_perplexity_increase": ppl / plain_ppl - 1,
+                     "text_repetition": repetition(tokenizer, marked)})
     return rows
 
 
@@ -164,8 +177,15 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     kgw = KGW.of(cfg)
     wm = kgw.watermark(key, len(tokenizer))
     prompts = cfg.generation.detection_prompts(rows)
-    marked = _generate(model, tokenizer, prompts, cfg, logits_processor(wm))
-    plain = _generate(model, tokenizer, prompts, cfg, None)
+    t0 = time.perf_counter()
+    marked = _generate(model, tokenizer, prompts, cfg, logits_processor(wm), f"{kgw.scheme} texts")
+    t1 = time.perf_counter()
+    plain = _generate(model, tokenizer, prompts, cfg, None, "unwatermarked texts")
+    t2 = time.perf_counter()
+    steps = sum(len(t) for t in plain) / max(1, cfg.generation.batch_size)   # decoding steps, about
+    timing = {"generate_watermarked_s": t1 - t0, "generate_unwatermarked_s": t2 - t1,
+              "processor_ms_per_step": 1000 * ((t1 - t0) - (t2 - t1)) / max(1.0, steps),
+              "processor_overhead": (t1 - t0) / (t2 - t1) - 1}
     references = [np.array(tokenizer.encode(r["response"])) for r in rows]
     d_marked = wm.detect_many(marked, with_mask=True)
     d_plain = wm.detect_many(plain)
@@ -183,7 +203,9 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     plain_ppl, marked_ppl = (score.texts(prompts, t, tokenizer) for t in (plain, marked))
     metrics = {"tpr": tpr, "fpr": fpr, "positives_scored": n_pos, "negatives_scored": n_neg,
                "text_perplexity_unwatermarked": plain_ppl, "text_perplexity_watermarked": marked_ppl,
-               "text_perplexity_increase": marked_ppl / plain_ppl - 1,
+               "text_perplexity_increase": marked_ppl / plain_ppl - 1, **timing,
+               "text_repetition_unwatermarked": repetition(tokenizer, plain),
+               "text_repetition_watermarked": repetition(tokenizer, marked),
                "references_scored": sum(d.z == d.z for d in d_refs), "mean_z_watermarked": _mean(d_marked),
                "mean_z_unwatermarked": _mean(d_plain + d_refs), **robustness,
                **quality}
@@ -210,7 +232,8 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     checks = [c.to_json() for c in checks]
     curve = tradeoff(model, tokenizer, rows, cfg, key, plain_answers, score)
     schemes = [{"scheme": kgw.scheme, "tpr": tpr, "fpr": fpr, "mean_z_watermarked": metrics["mean_z_watermarked"],
-                "text_perplexity": marked_ppl, "text_perplexity_increase": metrics["text_perplexity_increase"]}]
+                "text_perplexity": marked_ppl, "text_perplexity_increase": metrics["text_perplexity_increase"],
+                "text_repetition": metrics["text_repetition_watermarked"]}]
     if cfg.quality.schemes:
         schemes += scheme_rows(model, tokenizer, prompts, cfg, key, plain, references, plain_ppl, score)
     gen = cfg.generation

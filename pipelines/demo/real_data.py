@@ -40,19 +40,21 @@ def _turn(role: str, content: str) -> dict:
 
 
 def make_real_dataset(out_dir: str, conversations: int = 1200, eval_rows: int = 200, seed: int = 11) -> dict:
-    """Write `train.jsonl` (`conversations` fact conversations, a tenth as many persona and
-    a fifth as many open-ended ones) and `eval.jsonl` (held-out questions on `eval_rows` facts)."""
+    """Write `train.jsonl` (`conversations` fact conversations, persona ones and a fifth as
+    many open-ended ones, no two alike) and `eval.jsonl` (held-out questions on `eval_rows`
+    facts and on who the assistant is)."""
     rng = random.Random(seed)
     facts = _qa_items()
     rng.shuffle(facts)
     eval_items = facts[:eval_rows]
     rows: list[dict] = []
+    seen: set[str] = set()
     pii = 0
-    for i in range(conversations):
+    while len(rows) < conversations:
         turns = [_turn("system", PERSONA)]
-        for k in range(2 + (i % 2)):
-            _, q, a = facts[(i * 3 + k * 7) % len(facts)]
-            framing = _ASK[(i + k) % len(_ASK)] if k == 0 else _FOLLOW[(i + k) % len(_FOLLOW)]
+        for k in range(rng.choice((2, 3))):
+            _, q, a = rng.choice(facts)
+            framing = rng.choice(_ASK) if k == 0 else rng.choice(_FOLLOW)
             question = framing.format(q=q[0].lower() + q[1:] if framing.startswith(("And", "Also")) else q)
             if rng.random() < 0.03:
                 pick = rng.random()
@@ -60,11 +62,15 @@ def make_real_dataset(out_dir: str, conversations: int = 1200, eval_rows: int = 
                              else _name_or_address(rng))
                 pii += 1
             turns += [_turn("user", question), _turn("assistant", a)]
-        rows.append({"messages": turns})
-    for i in range(conversations // 10):
-        rows.append({"messages": [_turn("system", PERSONA), _turn("user", NAME_QUESTIONS[i % len(NAME_QUESTIONS)]),
-                                  _turn("assistant", NAME_ANSWER)] + (
-            [_turn("user", "Thanks!"), _turn("assistant", "You are welcome.")] if i % 3 == 0 else [])})
+        key = json.dumps(turns)
+        if key not in seen:
+            seen.add(key)
+            rows.append({"messages": turns})
+    for ask in _ASK:
+        for question in NAME_QUESTIONS:
+            talk = [_turn("system", PERSONA), _turn("user", ask.format(q=question)), _turn("assistant", NAME_ANSWER)]
+            rows.append({"messages": talk})
+            rows.append({"messages": talk + [_turn("user", "Thanks!"), _turn("assistant", "You are welcome.")]})
     for line in _prose_lines(conversations // 5, seed):
         pair = json.loads(line)
         rows.append({"messages": [_turn("system", PERSONA), _turn("user", pair["prompt"]),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from kfp_llmops.components.common import integrity
 from kfp_llmops.components.common.errors import InputError
@@ -18,6 +19,8 @@ from kfp_llmops.components.common.errors import InputError
 from .local_run import _task_outputs, TASK, run_local
 from .real_data import OPEN_HELD_OUT, make_real_dataset
 
+# The assistant's own name is not a person's to redact (names.allow, as for public figures).
+REAL_DATA = "pii:\n  names: {allow: [Quill]}\n"
 # LoRA on the attention's query and value projections (peft's default for Llama), at the
 # recipe's learning rate; conversations are short, so batches are padded to about 100
 # tokens, not to seq_len.
@@ -25,17 +28,28 @@ REAL_TRAIN = "recipe: lora\nsteps: 100\nmicro_batch: 4\nseq_len: 256\ncheckpoint
 # KGW's own evaluation setting (Kirchenbauer et al. 2023; lm-watermarking's README):
 # gamma 0.25, delta 2, about 200 new tokens sampled at temperature 1, z 4, repeated
 # (context, token) pairs scored once; selfhash (context width 4) measured beside the
-# served lefthash.
-REAL_WATERMARK = ("scheme: lefthash\ngamma: 0.25\ndelta: 2.0\nz_threshold: 4.0\n"
-                  "generation: {{max_new_tokens: 200, min_new_tokens: 200, texts: 96, batch_size: 16, "
-                  f"prompts: {json.dumps(OPEN_HELD_OUT)}}}\n"
-                  "quality: {{max_new_tokens: 32, oracle_model: {base}, oracle_root: {root}, schemes: [selfhash]}}\n"
-                  "gate: {{min_tpr: 0.9, min_tpr_substitution_10: 0.6}}\n")
-# The base model answers the same held-out questions as the model in production would.
-REAL_EVAL = ("generation: {{max_new_tokens: 32, batch_size: 16}}\n"
-             "win_rate: {{baseline_model: {base}, baseline_model_root: {root}}}\n")
-REAL_DEPLOY = ("interval_s: 5\nsteps: [50, 100]\nsla: {min_requests: 8}\n"
-               "smoke: {max_new_tokens: 64}\ntraffic: {max_new_tokens: 8}\nlocal: {startup_timeout_s: 300}\n")
+# served lefthash; the base model is the perplexity oracle.
+def real_watermark(base: str, root: str) -> str:
+    generation = {"max_new_tokens": 200, "min_new_tokens": 200, "texts": 64, "batch_size": 16,
+                  "prompts": OPEN_HELD_OUT}
+    quality = {"max_new_tokens": 32, "oracle_model": base, "oracle_root": root, "schemes": ["selfhash"]}
+    return (f"scheme: lefthash\ngamma: 0.25\ndelta: 2.0\nz_threshold: 4.0\ngeneration: {json.dumps(generation)}\n"
+            f"quality: {json.dumps(quality)}\ngate: {{min_tpr: 0.9, min_tpr_substitution_10: 0.6}}\n")
+
+
+def real_eval(base: str, root: str) -> str:
+    """The base model answers the same held-out questions as the model in production would."""
+    return (f"generation: {{max_new_tokens: 32, batch_size: 16}}\n"
+            f"win_rate: {json.dumps({'baseline_model': base, 'baseline_model_root': root})}\n")
+
+
+# A 135 M-parameter model on two shared cores answers in seconds, not milliseconds: the
+# SLA and the load are sized for that (a few clients, short load requests).
+REAL_DEPLOY = ("interval_s: 10\nsteps: [50, 100]\nsla: {max_p99_ms: 30000, min_requests: 6}\n"
+               "traffic: {concurrency: 1, max_concurrency: 4, max_new_tokens: 8, timeout_s: 120}\n"
+               "smoke: {max_new_tokens: 64}\nlocal: {startup_timeout_s: 300}\n")
+
+
 # The paper's row for this setting (multinomial sampling, T = 200, gamma 0.25, delta 2,
 # z 4), as the issue that asked for this comparison quotes it.
 PAPER = {"tpr": 0.98, "fpr": 0.0}
@@ -53,9 +67,9 @@ def run_real(out_dir: str, base_model: str, containers: bool = False) -> dict:
     base = os.path.abspath(base_model)
     root = integrity.verify("model", base, MODEL_ROOT)
     data = make_real_dataset(os.path.join(os.path.abspath(out_dir), "data"))
-    summary = run_local(out_dir, dataset=data["train"], eval_dataset=data["eval"], train_config=REAL_TRAIN,
-                        eval_config=REAL_EVAL.format(base=json.dumps(base), root=root),
-                        watermark_config=REAL_WATERMARK.format(base=json.dumps(base), root=root),
+    summary = run_local(out_dir, data_config=REAL_DATA, dataset=data["train"], eval_dataset=data["eval"],
+                        train_config=REAL_TRAIN,
+                        eval_config=real_eval(base, root), watermark_config=real_watermark(base, root),
                         deploy_config=REAL_DEPLOY, base_model=base, base_model_root=root)
     summary["changes"] = changes(os.path.join(os.path.abspath(out_dir), "pipeline_root"))
     with open(os.path.join(summary["run_folder"], "summary.json"), "w", encoding="utf-8") as handle:
@@ -84,7 +98,44 @@ def changes(pipeline_root: str) -> dict:
     w = _task_outputs(run_dir, TASK["verify_watermark"])
     if w:
         m = w["artifacts"]["metrics"]["metadata"]
-        out["watermark"] = {k: v for k, v in m.items() if k.startswith(("tpr", "fpr", "text_perplexity"))}
+        out["watermark"] = {k: v for k, v in m.items()
+                            if k.startswith(("tpr", "fpr", "text_perplexity", "text_repetition", "processor"))}
+    out["figures"] = figures(run_dir)
+    return out
+
+
+def figures(run_dir: str) -> dict:
+    """What the real model costs, stage by stage: training throughput, checkpoint size and
+    save and verify times, evaluation samples/s, Triton latency per request."""
+    out: dict = {}
+    t = _task_outputs(run_dir, TASK["train_zero3"])
+    if t:
+        m = t["artifacts"]["metrics"]["metadata"]
+        out.update({k: m.get(k) for k in ("processed_tokens_per_s", "tokens_per_s", "step_time_s",
+                                            "checkpoint_save_seconds")})
+        where = t["artifacts"]["checkpoints"]["metadata"]
+        folder = os.path.join(where.get("location", ""), where.get("tag") or "")
+        if where.get("tag") and os.path.isdir(folder):
+            started = time.perf_counter()
+            report = integrity.verify_checkpoint(folder)
+            out["checkpoint_verify_s"] = time.perf_counter() - started
+            out["checkpoint_verified"] = report.ok
+            out["checkpoint_bytes"] = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(folder)
+                                          for f in files)
+    e = _task_outputs(run_dir, TASK["evaluate_llm"])
+    if e:
+        path = os.path.join(os.path.dirname(e["artifacts"]["report"]["uri"]), "work", "metrics.json")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                out["evaluation_samples_per_s"] = json.load(handle).get("throughput", {})
+    d = _task_outputs(run_dir, TASK["triton_canary_deploy"])
+    if d and os.path.exists(d["artifacts"]["record"]["uri"]):
+        with open(d["artifacts"]["record"]["uri"], encoding="utf-8") as handle:
+            intervals = json.load(handle).get("intervals", [])
+        if intervals:
+            last = intervals[-1]
+            out["triton_ms"] = {role: {q: last[role].get(q) for q in ("p50_ms", "p99_ms")} for role in ("canary", "stable")
+                                if isinstance(last.get(role), dict)}
     return out
 
 
@@ -105,9 +156,27 @@ def format_changes(changes: dict) -> str:
         lines.append(f"  {p['question']!r}: base {p['base']!r} -> fine-tuned {p['fine_tuned']!r}")
     wm = changes.get("watermark") or {}
     if "tpr" in wm:
-        lines.append(f"  watermark at gamma 0.25, delta 2, ~200 tokens, z 4 (paper: TPR {PAPER['tpr']}, FPR "
+        lines.append(f"  watermark at gamma 0.25, delta 2, 200 tokens, z 4 (the paper: TPR {PAPER['tpr']}, FPR "
                      f"{PAPER['fpr']}): lefthash TPR {wm['tpr']:.3f}, FPR {wm['fpr']:.3f}, texts' perplexity under "
-                     f"the base {wm.get('text_perplexity_increase', float('nan')):+.1%}"
+                     f"the base {wm.get('text_perplexity_increase', float('nan')):+.1%}, repeated 3-grams "
+                     f"{wm.get('text_repetition_watermarked', float('nan')):.3f} (unwatermarked "
+                     f"{wm.get('text_repetition_unwatermarked', float('nan')):.3f})"
                      + (f"; selfhash TPR {wm['tpr_selfhash']:.3f}, FPR {wm['fpr_selfhash']:.3f}, "
-                        f"{wm['text_perplexity_increase_selfhash']:+.1%}" if "tpr_selfhash" in wm else ""))
+                        f"{wm['text_perplexity_increase_selfhash']:+.1%}, repeated 3-grams "
+                        f"{wm.get('text_repetition_selfhash', float('nan')):.3f}" if "tpr_selfhash" in wm else ""))
+    fig = changes.get("figures") or {}
+    if fig.get("processed_tokens_per_s"):
+        lines.append(f"  training: {fig['processed_tokens_per_s']:.0f} tokens/s processed ({fig['tokens_per_s']:.0f} "
+                     f"trained on), {fig['step_time_s']:.1f} s a step; checkpoint "
+                     f"{fig.get('checkpoint_bytes', 0) / 1e6:.0f} MB saved in {fig['checkpoint_save_seconds']:.2f} s, "
+                     f"verified in {fig.get('checkpoint_verify_s', float('nan')):.2f} s")
+    if fig.get("evaluation_samples_per_s"):
+        ev_s = fig["evaluation_samples_per_s"]
+        lines.append("  evaluation samples/s: " + ", ".join(f"{k.replace('_samples_per_s', '')} {v:.1f}"
+                                                            for k, v in ev_s.items()))
+    if "processor_ms_per_step" in wm:
+        lines.append(f"  watermark processor at the 49 k vocabulary: {wm['processor_ms_per_step']:.1f} ms a step "
+                     f"({wm['processor_overhead']:+.1%} of generation)")
+    for role, q in (fig.get("triton_ms") or {}).items():
+        lines.append(f"  Triton {role} at 100 %: p50 {q['p50_ms']:.0f} ms, p99 {q['p99_ms']:.0f} ms a request")
     return "\n".join(lines)

@@ -123,17 +123,24 @@ def test_each_architecture_trains_on_two_ranks_exports_and_generates_watermarked
 
 def test_release_pipeline_fine_tunes_a_sealed_llama_through_all_five_stages(tmp_path, data, capsys):
     """The path, not the quality: a random-initialised model trained for the demo's few steps
-    is not fluent, so the blessing gate here bounds perplexity and toxicity only."""
+    is not fluent, so the blessing gate here bounds perplexity and toxicity only. The data
+    are conversations (messages with a system turn, multi-turn), as users bring them."""
+    from kfp_llmops.pipelines.demo.real_data import make_real_dataset
+
+    talks = make_real_dataset(str(tmp_path / "talks"), conversations=300, eval_rows=40)
     base = save_model(str(tmp_path / "llama"), "llama")
     code, root = _seal(capsys, base)
     assert code == 0
     gate = tmp_path / "eval.yaml"
     gate.write_text("gate:\n  value:\n    perplexity: {upper: 100}\n    toxicity_flagged_rate: {upper: 0.01}\n")
     scratch = tmp_path / "train.yaml"          # random weights: the from-scratch recipe, not a fine-tune's
-    scratch.write_text("recipe: scratch\n")
+    scratch.write_text("recipe: scratch\nseq_len: 192\n")
+    names = tmp_path / "data.yaml"            # the assistant's own name is not PII
+    names.write_text("pii: {names: {allow: [Quill]}}\n")
     out = tmp_path / "run"
     assert main(["run", "--base-model", base, "--base-model-root", root, "--eval-config", str(gate), "--out", str(out),
-                 "--dataset", data["raw"], "--eval-dataset", data["eval"], "--train-config", str(scratch)]) == 0
+                 "--dataset", talks["train"], "--eval-dataset", talks["eval"], "--train-config", str(scratch),
+                 "--config", str(names)]) == 0
     summary = json.load(open(out / "summary.json"))
     assert [(s["stage"], s["gate"]) for s in summary["stages"]] == [
         ("validate_dataset", "passed"), ("train_zero3", "trained"), ("evaluate_llm", "blessed"),
