@@ -69,7 +69,7 @@ demo-containers: images
 test: $(STAMP) images
 	$(BIN)/ruff check --select F,E9 components pipelines tests
 	$(BIN)/llmops compile --check
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 bench: $(VENV)/.bench
 	$(PY) -m tests.benchmarks.run_all

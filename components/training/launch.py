@@ -109,9 +109,11 @@ def prepare(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, da
             checkpoint_dir: str | None = None, model_dir: str | None = None,
             watermark_key_file: str | None = None) -> tuple[str, dict, dict]:
     """Verify the inputs, tokenize, and write the run spec every rank reads: (its path, it,
-    the ranks' environment). Any launcher then starts `worker.py SPEC` once per rank."""
+    the ranks' environment). Any launcher then starts `worker.py SPEC` once per rank.
+    The recipe is resolved here too (idempotent), so every launcher's ranks get one."""
     from transformers import AutoTokenizer
 
+    cfg = resolve_recipe(cfg, base_model)
     os.makedirs(out_dir, exist_ok=True)
     data_root = integrity.verify("dataset", clean_path, dataset_root, dataset_chunk_size)
     model_root = integrity.verify("model", base_model, base_model_root)

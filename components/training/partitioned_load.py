@@ -75,10 +75,16 @@ def large_allocations_mapped(threshold: int = 1 << 20, after: int = 32 << 20):
             libc.malloc_trim(0)
 
 
-def trim_heap() -> None:
-    """Give the heap's free pages back to the system (glibc keeps what freed tensors held)."""
+def map_large_allocations(threshold: int = 1 << 20) -> None:
+    """For the rest of the process, allocations of `threshold` bytes or more are mapped and
+    given back when freed, and the heap's free pages are returned now. Training gathers
+    each layer's whole weights, uses them and frees them, over and over: from glibc's heap
+    (its ceiling is 32 MiB) those pages stayed with the rank, and its first optimizer step
+    peaked above 3 times the model instead of 2.9 (tests/benchmarks/bench_load.py)."""
     try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, threshold)      # M_MMAP_THRESHOLD
+        libc.malloc_trim(0)
     except (OSError, AttributeError):
         pass
 

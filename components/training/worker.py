@@ -89,6 +89,8 @@ def main(spec_path: str) -> None:
     from transformers import AutoConfig
     ds_config = cfg.deepspeed_config(hidden_size(AutoConfig.from_pretrained(spec["base_model"])))
     model = partitioned_load.load(AutoModelForCausalLM, spec["base_model"], ds_config, rank)
+    if cfg.return_freed_memory:     # initialize's copies and the gathered layers come and go without growing the heap
+        partitioned_load.map_large_allocations()
     if cfg.lora.enabled:
         model = lora.wrap(model, cfg.lora)
         if rank == 0:
@@ -101,7 +103,6 @@ def main(spec_path: str) -> None:
         model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
         config=ds_config,
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg)))
-    partitioned_load.trim_heap()        # initialize's freed copies go back to the system before the first step
     hce = HashingCheckpointEngine(cfg.chunk_size, cfg.durable)
     engine.checkpoint_engine = hce
 

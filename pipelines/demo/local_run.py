@@ -222,7 +222,8 @@ def collect_stages(pipeline_root: str) -> list[dict]:
         m = t["artifacts"]["metrics"]["metadata"]
         stages.append({"stage": "train_zero3", "gate": "trained",
                        "detail": f"final loss {m.get('final_loss', float('nan')):.3f}, "
-                                 f"{m.get('tokens_per_s', 0):,.0f} tokens/s",
+                                 f"{m.get('processed_tokens_per_s', 0):,.0f} tokens/s "
+                                 f"({m.get('tokens_per_s', 0):,.0f} trained on)",
                        "merkle_root": t["artifacts"]["model"]["metadata"].get("merkle_root"),
                        "checkpoint_root": t["artifacts"]["checkpoints"]["metadata"].get("merkle_root"),
                        "outputs": {"model": t["artifacts"]["model"]["uri"], "report": t["artifacts"]["report"]["uri"],
@@ -273,7 +274,7 @@ def _drift(m: dict) -> str:
 
 
 def _changes(blessing_path: str) -> str:
-    """'change 4/4, win rate 0.50 (12-180-8) vs promoted; ' when the blessing compared with one."""
+    """'change 4/4, win rate 0.50 (12-180-8) vs production; ' when the blessing compared with one."""
     try:
         with open(blessing_path, encoding="utf-8") as handle:
             checks = [c for c in json.load(handle)["checks"] if c["verdict"] != "skipped"]
@@ -282,7 +283,7 @@ def _changes(blessing_path: str) -> str:
     changes = [c for c in checks if c["kind"] == "change"]
     parts = [f"change {sum(c['verdict'] == 'pass' for c in changes)}/{len(changes)}"] if changes else []
     parts += [f"win rate {c['value']:.2f} ({c['reason']})" for c in checks if c["metric"] == "win_rate"]
-    return f"{', '.join(parts)} vs promoted; " if parts else ""
+    return f"{', '.join(parts)} vs production; " if parts else ""
 
 
 def format_summary(summary: dict) -> str:

@@ -135,7 +135,7 @@ def figures(run_dir: str) -> dict:
         if intervals:
             last = intervals[-1]
             out["triton_ms"] = {role: {q: last[role].get(q) for q in ("p50_ms", "p99_ms")} for role in ("canary", "stable")
-                                if isinstance(last.get(role), dict)}
+                                if isinstance(last.get(role), dict) and last[role].get("requests")}
     return out
 
 

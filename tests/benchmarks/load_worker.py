@@ -70,14 +70,14 @@ def main(mode: str, model_dir: str, out: str) -> None:
     peaks.mark("imports")
     if mode.startswith("partitioned"):
         model = partitioned_load.load(AutoModelForCausalLM, model_dir, ds_config, rank)
+        if sized:
+            partitioned_load.map_large_allocations()     # as the training worker does after the load
     else:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         deepspeed.zero.Init(module=model, config_dict_or_path=ds_config)   # what initialize would do
     torch.distributed.barrier()
     peaks.mark("load")
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
-    if sized:
-        partitioned_load.trim_heap()          # as the training worker does after initialize
     torch.distributed.barrier()
     peaks.mark("engine")
     ids = torch.randint(0, model.config.vocab_size, (1, 64))
