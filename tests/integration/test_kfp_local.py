@@ -131,8 +131,10 @@ def _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_p
         model_uri=train["outputs"]["model"], model_root=train["merkle_root"],
         eval_dataset_uri=str(run / "data" / "eval.jsonl"), eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
         watermark_config=DEMO_DETECTION, watermark_key_file=str(run / "watermark.key"),
+        # Latency is not what this test judges (test_deploy's drills do): two servers of the
+        # same model on two busy cores differ by 2x in a 3 s interval, so the tolerance is wide.
         deploy_config="interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
-                      "sla: {min_requests: 10}\n",
+                      "sla: {min_requests: 10, latency_tolerance: 3.0}\n",
         serving_state_dir=str(run / "serving"), release_dir=str(tmp_path / "release2"))
     record = json.load(open(tmp_path / "release2" / "record.json"))
     assert list(record["stages"]) == ["evaluate_llm", "verify_watermark", "triton_canary_deploy"]
