@@ -156,7 +156,8 @@ class Completion:
 
 
 def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, batch_size: int, seed: int,
-             do_sample: bool = True, temperature: float = 1.0, top_k: int | None = None, min_new_tokens: int = 0,
+             do_sample: bool = True, temperature: float = 1.0, top_k: int | None = None,
+             top_p: float | None = None, min_new_tokens: int = 0,
              max_prompt_tokens: int | None = None, processors: list | None = None, progress=None) -> list[Completion]:
     """Seeded batched generation; batch `i` (starting at prompt `start`) uses seed
     `seed + start`, so results do not depend on how many batches came before."""
@@ -175,6 +176,7 @@ def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, ba
             result = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
                                     min_new_tokens=min_new_tokens or None, do_sample=do_sample,
                                     temperature=temperature if do_sample else None, top_k=top_k or None,
+                                    top_p=top_p if do_sample else None,
                                     pad_token_id=pad, eos_token_id=eos,
                                     logits_processor=LogitsProcessorList(processors) if processors else None)
         for ids, full in zip(result[:, width:].tolist(), encoded):

@@ -27,19 +27,21 @@ def next_version(cfg: DeployConfig, state_dir: str) -> int:
 
 
 def build_repository(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig,
-                     state_dir: str, kgw=None, signing_key: str | None = None) -> dict:
+                     state_dir: str, kgw=None, signing_key: str | None = None, decoding=None) -> dict:
     """`kgw`: the watermark parameters verify_watermark verified (`watermark_params`);
-    `signing_key`: the repository is signed with model-signing."""
+    `signing_key`: the repository is signed with model-signing; `decoding`: the blessing's
+    (`Decoding.from_record`), served by default."""
     from . import repository
     return repository.build(model_dir, blessed_root, out_dir, cfg, next_version(cfg, state_dir),
-                            kgw if kgw is not None else watermark_params(None), signing_key)
+                            kgw, signing_key, decoding)
 
 
 def watermark_params(source, origin: str = "verify_watermark's output"):
     """The KGW parameters to serve with: the ones verify_watermark recorded (artifact
-    metadata, or its metrics.json), else the defaults verification uses without a config."""
+    metadata, or its metrics.json); None without a record (the repository refuses to
+    serve a watermark nobody verified)."""
     from kfp_llmops.components.common.watermark.params import KGW
-    return KGW() if source is None else KGW.from_record(source, source if isinstance(source, str) else origin)
+    return None if source is None else KGW.from_record(source, source if isinstance(source, str) else origin)
 
 
 def make_target(cfg: DeployConfig, state_dir: str, work: str, key_file: str | None):
@@ -131,7 +133,9 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
     private, public = signing.key_file(signing_key_file), signing.key_file(public_key_file, public=True)
     if public:
         signing.verify_folder(model.path, public)
-    built = build_repository(model.path, blessed_root, repository_out.path, cfg, state, kgw, private)
+    from kfp_llmops.components.common.decoding import Decoding
+    decoding = Decoding.from_record(blessing.metadata, "blessing")
+    built = build_repository(model.path, blessed_root, repository_out.path, cfg, state, kgw, private, decoding)
     repository_out.metadata.update({"merkle_root": built["repository_root"], "model_root": built["model_root"],
                                     "model_name": built["model_name"], "version": built["version"],
                                     "signed_sha256": built["signed_sha256"]})

@@ -19,8 +19,9 @@ class Serving(_Section):
     instance_count: int = Field(1, ge=1)
     max_batch_size: int = Field(8, ge=1)
     max_queue_delay_us: int = Field(2000, ge=0, description="Dynamic batching window.")
-    max_new_tokens: int = Field(32, ge=1, description="Default when a request does not say.")
-    temperature: float = Field(1.0, gt=0)
+    max_new_tokens: int = Field(256, ge=1, description="The most new tokens a request may ask for. A request "
+                                "that does not say gets the blessed decoding's bound (serving.json); every "
+                                "answer ends at the model's EOS or a stop string.")
     key_file: str = Field("/var/run/secrets/kfp-llmops/watermark/key",
                           description="Where model.py reads the watermark key (a mounted Secret).")
 
@@ -74,8 +75,12 @@ class Traffic(_Section):
 
 
 class Smoke(_Section):
+    """Real requests to the canary; the watermark is looked for in their answers, which
+    are asked for as verify_watermark's detection texts are: an open-ended prompt, sampled,
+    at least `max_new_tokens` long (the request's `min_new_tokens`)."""
     prompt: str = "Explain why checkpoints are hashed."
     max_new_tokens: int = Field(48, ge=1, description="Long enough for the watermark z-test.")
+    temperature: float = Field(1.0, gt=0)
     requests: int = Field(3, ge=1, description="Watermark is judged on their concatenated tokens.")
 
 

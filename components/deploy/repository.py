@@ -4,7 +4,7 @@ Layout (the artifact's folder):
     manifest.json                  Merkle manifest of everything below (the repository root)
     <name>/config.pbtxt            python backend, BYTES in/out, dynamic batching
     <name>/<version>/model.py      triton_model.py
-    <name>/<version>/serving.json  generation defaults, the verified watermark parameters, drill, model root
+    <name>/<version>/serving.json  the blessed decoding, the verified watermark parameters, drill, model root
     <name>/<version>/weights/      the model folder, with its own manifest (the model root)
 """
 from __future__ import annotations
@@ -14,14 +14,18 @@ import os
 import shutil
 
 from kfp_llmops.components.common import integrity, merkle, signing
+from kfp_llmops.components.common.decoding import Decoding
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.watermark.params import KGW
 
 from .config import DeployConfig
 
-# name -> (datatype, optional); dims are [1] per batch row for each.
+# name -> (datatype, optional); dims are [1] per batch row for each. Unset sampling inputs
+# take the blessed decoding; `temperature` alone turns sampling on; `stop` ends the answer
+# at its first occurrence; `min_new_tokens` asks for a long answer (the watermark smoke test).
 INPUTS = {"text_input": ("TYPE_STRING", False), "max_new_tokens": ("TYPE_INT32", True),
-          "temperature": ("TYPE_FP32", True), "seed": ("TYPE_INT64", True)}
+          "temperature": ("TYPE_FP32", True), "seed": ("TYPE_INT64", True), "top_k": ("TYPE_INT32", True),
+          "top_p": ("TYPE_FP32", True), "min_new_tokens": ("TYPE_INT32", True), "stop": ("TYPE_STRING", True)}
 OUTPUTS = {"text_output": "TYPE_STRING"}
 
 
@@ -53,20 +57,29 @@ def declared_interface(cfg: DeployConfig) -> tuple[dict, dict]:
     return meta, config
 
 
-def serving_settings(cfg: DeployConfig, model_root: str, version: int, kgw: KGW) -> dict:
-    return {"version": version, "model_root": model_root, "max_new_tokens": cfg.serving.max_new_tokens,
-            "temperature": cfg.serving.temperature, "key_file": cfg.serving.key_file,
-            "watermark": {"enabled": cfg.watermark.enabled, "kgw": kgw.model_dump()},
+def serving_settings(cfg: DeployConfig, model_root: str, version: int, kgw: KGW | None,
+                     decoding: Decoding) -> dict:
+    return {"version": version, "model_root": model_root, "decoding": decoding.model_dump(),
+            "max_new_tokens_limit": cfg.serving.max_new_tokens, "key_file": cfg.serving.key_file,
+            "watermark": {"enabled": cfg.watermark.enabled, "kgw": kgw.model_dump() if kgw else None},
             "drill": cfg.drill.model_dump(), "threads": 1}
 
 
 def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig, version: int,
-          kgw: KGW, signing_key: str | None = None) -> dict:
+          kgw: KGW | None, signing_key: str | None = None, decoding: Decoding | None = None) -> dict:
     """Verify the model against the blessed root, then write and seal the repository, and
     sign it with `signing_key` when given; `kgw`: the watermark parameters verify_watermark
-    verified."""
+    verified (required with the watermark on: nobody else's are served); `decoding`: the
+    one the blessing recorded (evaluation's defaults for a blessing without one)."""
     if not blessed_root:
         raise InputError(f"{model_dir}: no blessed model root given; deploy only what evaluate_llm blessed")
+    if cfg.watermark.enabled and kgw is None:
+        raise InputError("watermark: no verified parameters to serve; pass verify_watermark's metrics.json "
+                         "(`--watermark`) or set watermark.enabled: false")
+    decoding = decoding or Decoding()
+    if decoding.max_new_tokens > cfg.serving.max_new_tokens:
+        raise InputError(f"serving.max_new_tokens: {cfg.serving.max_new_tokens} is below the blessed decoding's "
+                         f"max_new_tokens {decoding.max_new_tokens}")
     model_root = integrity.verify("model", model_dir, blessed_root)
     model_manifest, _ = integrity.load_manifest(os.path.join(model_dir, integrity.MANIFEST_NAME))
     name = cfg.serving.model_name
@@ -76,7 +89,7 @@ def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
     shutil.copytree(model_dir, os.path.join(version_dir, "weights"))
     shutil.copyfile(os.path.join(os.path.dirname(__file__), "triton_model.py"), os.path.join(version_dir, "model.py"))
     with open(os.path.join(version_dir, "serving.json"), "w", encoding="utf-8") as handle:
-        json.dump(serving_settings(cfg, model_root, version, kgw), handle, indent=2, sort_keys=True)
+        json.dump(serving_settings(cfg, model_root, version, kgw, decoding), handle, indent=2, sort_keys=True)
     with open(os.path.join(out_dir, name, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render_config(cfg, version))
     # The weights were verified a moment ago: their digests seal the copy without a

@@ -1,6 +1,7 @@
 """Smoke tests of the canary through the traffic split with `X-Canary: always`, using
 tritonclient: server and model ready, metadata, real inferences, and the KGW watermark
-detected on what the canary generated."""
+detected on what the canary generated (long answers to an open-ended prompt, sampled:
+what the watermark stage measured detection on; served answers stop at EOS)."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,15 +19,22 @@ def client(url: str):
                                             connection_timeout=10.0)
 
 
-def generate(cli, model: str, prompt: str, max_new_tokens: int, seed: int, headers: dict) -> str:
+def generate(cli, model: str, prompt: str, max_new_tokens: int, seed: int, headers: dict,
+             min_new_tokens: int = 0, temperature: float | None = None) -> str:
+    """One request; unset sampling inputs leave the served (blessed) decoding in charge."""
     import tritonclient.http as httpclient
 
-    inputs = [httpclient.InferInput("text_input", [1, 1], "BYTES"),
-              httpclient.InferInput("max_new_tokens", [1, 1], "INT32"),
-              httpclient.InferInput("seed", [1, 1], "INT64")]
-    inputs[0].set_data_from_numpy(np.array([[prompt.encode()]], dtype=object))
-    inputs[1].set_data_from_numpy(np.array([[max_new_tokens]], dtype=np.int32))
-    inputs[2].set_data_from_numpy(np.array([[seed]], dtype=np.int64))
+    values = {"text_input": ("BYTES", np.array([[prompt.encode()]], dtype=object)),
+              "max_new_tokens": ("INT32", np.array([[max_new_tokens]], dtype=np.int32)),
+              "seed": ("INT64", np.array([[seed]], dtype=np.int64))}
+    if min_new_tokens:
+        values["min_new_tokens"] = ("INT32", np.array([[min_new_tokens]], dtype=np.int32))
+    if temperature is not None:
+        values["temperature"] = ("FP32", np.array([[temperature]], dtype=np.float32))
+    inputs = []
+    for name, (datatype, array) in values.items():
+        inputs.append(httpclient.InferInput(name, [1, 1], datatype))
+        inputs[-1].set_data_from_numpy(array)
     result = cli.infer(model, inputs, headers=headers)
     return result.as_numpy("text_output").reshape(-1)[0].decode("utf-8", "replace")
 
@@ -52,9 +60,11 @@ def run(url: str, cfg: DeployConfig, watermark=None, tokenizer=None, headers: di
         meta = check("metadata", lambda: (m := cli.get_model_metadata(model, headers=headers),
                                           bool(m.get("inputs")) and bool(m.get("outputs")), f"versions {m.get('versions')}"))
         texts = []
-        for i in range(cfg.smoke.requests):
-            text = check(f"inference_{i}", lambda i=i: (t := generate(cli, model, cfg.smoke.prompt, cfg.smoke.max_new_tokens,
-                                                                      i, headers), bool(t.strip()), f"{len(t)} chars"))
+        sm = cfg.smoke
+        for i in range(sm.requests):      # long answers asked for, as the watermark stage's detection texts are
+            text = check(f"inference_{i}", lambda i=i: (t := generate(cli, model, sm.prompt, sm.max_new_tokens, i, headers,
+                                                                      sm.max_new_tokens, sm.temperature),
+                                                        bool(t.strip()), f"{len(t)} chars"))
             if text:
                 texts.append(text)
         if watermark is not None and tokenizer is not None:

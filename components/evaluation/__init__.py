@@ -124,7 +124,8 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
     shutil.copyfile(os.path.join(work, "responses.jsonl"), responses.path)
     shutil.copyfile(os.path.join(work, "blessing.json"), blessing.path)
     responses.metadata.update({"model_root": result["model_root"], "rows": result["metrics"]["samples"]})
-    blessing.metadata.update({"blessed": result["blessed"], "model_root": result["model_root"]})
+    blessing.metadata.update({"blessed": result["blessed"], "model_root": result["model_root"],
+                              "decoding": result["decoding"]})
     numeric = {k: float(v) for k, v in result["metrics"].items() if isinstance(v, (int, float)) and v == v}
     for key, value in numeric.items():
         metrics.log_metric(key, value)

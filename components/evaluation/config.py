@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kfp_llmops.components.common.config import StageConfig
+from kfp_llmops.components.common.decoding import Decoding
 from kfp_llmops.components.common.judging import JudgeConfig
 from kfp_llmops.components.common.similarity import BertScoreConfig
 
@@ -15,13 +16,16 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class GenerationConfig(_Section):
-    max_new_tokens: int = Field(24, ge=1)
+class GenerationConfig(Decoding):
+    """The decoding the model is judged under (recorded with the blessing: the server's
+    default), and how the answers are batched and seeded."""
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
     batch_size: int = Field(16, ge=1)
-    do_sample: bool = False
-    temperature: float = Field(1.0, gt=0)
-    top_k: int = Field(0, ge=0)
     seed: int = 0
+
+    def decoding(self) -> Decoding:
+        return Decoding.model_validate(self.model_dump(include=set(Decoding.model_fields)))
 
 
 class ToxicityConfig(_Section):

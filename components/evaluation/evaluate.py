@@ -154,7 +154,7 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
             "production": production.describe, "production_root": production.root, "same_model": same},
         "forgetting": None if forgot is None else {**forgot, "base_root": base.root},
         "forgetting_note": base.why_not,
-        "model_root": root, "detoxify": {"checkpoint": detector.path, "sha256": detector.sha256,
+        "model_root": root, "decoding": cfg.generation.decoding().model_dump(), "detoxify": {"checkpoint": detector.path, "sha256": detector.sha256,
                                          "classes": detector.classes},
         "bertscore": {"model": cfg.bertscore.model, "num_layers": cfg.bertscore.num_layers, "idf": cfg.bertscore.idf,
                       "rescaled": cfg.bertscore.rescale},
@@ -165,7 +165,7 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
         json.dump({"metrics": metrics, "model_root": root, "timings": timings, "throughput": result["throughput"]},
                   handle, indent=2, default=_nan_safe)
     with open(os.path.join(out_dir, "blessing.json"), "w", encoding="utf-8") as handle:
-        json.dump({"blessed": blessed, "model_root": root, "checks": result["checks"],
+        json.dump({"blessed": blessed, "model_root": root, "decoding": result["decoding"], "checks": result["checks"],
                    "baseline_note": result["baseline_note"]}, handle, indent=2, default=_nan_safe)
     result["samples"] = samples
     return result

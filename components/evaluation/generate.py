@@ -22,9 +22,8 @@ class Generated:
 def generate(model, tokenizer, rows: list[dict], cfg: EvalConfig, progress=None) -> list[Generated]:
     """The eval set's answers through the one generation routine, decoded."""
     gen = cfg.generation
-    done = generation.generate(model, tokenizer, [row["prompt"] for row in rows], max_new_tokens=gen.max_new_tokens,
-                               batch_size=gen.batch_size, seed=gen.seed, do_sample=gen.do_sample,
-                               temperature=gen.temperature, top_k=gen.top_k, max_prompt_tokens=cfg.max_prompt_tokens,
-                               progress=progress)
+    done = generation.generate(model, tokenizer, [row["prompt"] for row in rows], batch_size=gen.batch_size,
+                               seed=gen.seed, max_prompt_tokens=cfg.max_prompt_tokens, progress=progress,
+                               **gen.decoding().generate_kwargs())
     return [Generated(row["id"], row["prompt"], tokenizer.decode(c.tokens, skip_special_tokens=True).strip(),
                       len(c.tokens), c.truncated, c.ended) for row, c in zip(rows, done)]

@@ -371,7 +371,10 @@ def deploy() -> None:
     """Stage 5: Triton model repository, canary rollout with SLA analysis and rollback."""
 
 
-def _blessed_root(blessing: str | None, blessed_root: str | None) -> str | None:
+def _blessed(blessing: str | None, blessed_root: str | None):
+    """(the blessed root, the decoding it was judged under) from blessing.json, or the root
+    given alone (then evaluation's default decoding)."""
+    from kfp_llmops.components.common.decoding import Decoding
     if blessing:
         try:
             with open(blessing, encoding="utf-8") as handle:
@@ -382,8 +385,8 @@ def _blessed_root(blessing: str | None, blessed_root: str | None) -> str | None:
             raise LlmopsError(f"{blessing}: the model was not blessed; refusing to deploy")
         if blessed_root and blessed_root != data.get("model_root"):
             raise LlmopsError(f"--blessed-root {blessed_root} disagrees with {blessing}")
-        return data.get("model_root")
-    return blessed_root
+        return data.get("model_root"), Decoding.from_record(data, blessing)
+    return blessed_root, Decoding()
 
 
 @deploy.command("setup")
@@ -405,7 +408,7 @@ def deploy_setup() -> None:
 @click.option("--state", "state_dir", default="runs/serving", show_default=True, help="Local deployment state.")
 @click.option("--watermark", "watermark_record", type=click.Path(dir_okay=False),
               help="metrics.json of `llmops watermark verify`: serve with the parameters it verified "
-                   "(default: verification's defaults).")
+                   "(required unless the config sets watermark.enabled: false).")
 @click.option("--signing-key", type=click.Path(dir_okay=False), help="Sign the repository with this PEM private key "
               "(else $LLMOPS_SIGNING_KEY; neither: unsigned).")
 def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, state_dir, watermark_record,
@@ -414,9 +417,9 @@ def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, s
     from kfp_llmops.components.common import signing
     from kfp_llmops.components.deploy import DeployConfig, build_repository, watermark_params
 
-    built = build_repository(model_dir, _blessed_root(blessing, blessed_root), out_dir,
-                             DeployConfig.load(config_path), state_dir, watermark_params(watermark_record),
-                             signing.key_file(signing_key))
+    root, decoding = _blessed(blessing, blessed_root)
+    built = build_repository(model_dir, root, out_dir, DeployConfig.load(config_path), state_dir,
+                             watermark_params(watermark_record), signing.key_file(signing_key), decoding)
     click.echo(f"{out_dir}: {built['model_name']} version {built['version']}, repository root "
                f"{built['repository_root']}, model root {built['model_root']}")
 
@@ -435,7 +438,7 @@ def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, s
 @click.option("--drill-latency-ms", type=float, help="Rehearsal: the canary adds this latency per request.")
 @click.option("--watermark", "watermark_record", type=click.Path(dir_okay=False),
               help="metrics.json of `llmops watermark verify`: serve with the parameters it verified "
-                   "(default: verification's defaults).")
+                   "(required unless the config sets watermark.enabled: false).")
 @click.option("--public-key", type=click.Path(dir_okay=False), help="Refuse a repository (and, with --model, a "
               "model) not signed by this key's pair (else $LLMOPS_SIGNING_PUBLIC_KEY).")
 @click.option("--signing-key", type=click.Path(dir_okay=False), help="With --model: sign the repository built "
@@ -448,7 +451,7 @@ def deploy_canary(repo_dir, model_dir, blessing, blessed_root, out_dir, state_di
 
     cfg = DeployConfig.load(config_path, {"drill.failure_rate": drill_failure_rate,
                                           "drill.added_latency_ms": drill_latency_ms})
-    root = _blessed_root(blessing, blessed_root)
+    root, decoding = _blessed(blessing, blessed_root)
     if bool(repo_dir) == bool(model_dir):
         raise LlmopsError("give exactly one of --repository and --model")
     from kfp_llmops.components.common import signing
@@ -458,7 +461,7 @@ def deploy_canary(repo_dir, model_dir, blessing, blessed_root, out_dir, state_di
             signing.verify_folder(model_dir, public_key)
         repo_dir = os.path.join(out_dir, "repository")
         build_repository(model_dir, root, repo_dir, cfg, state_dir, watermark_params(watermark_record),
-                         signing.key_file(signing_key))
+                         signing.key_file(signing_key), decoding)
     elif watermark_record:
         raise LlmopsError("--watermark applies when building from --model; a sealed repository keeps its own")
     record = deploy(repo_dir, root, out_dir, cfg, state_dir, key_file, log=click.echo, public_key=public_key)

@@ -214,3 +214,77 @@ def test_the_declared_interface_is_what_triton_reports(released, tmp_path):
     unbatched = DeployConfig.load(FAST + "serving: {max_batch_size: 1}\n")
     assert interface.compare(*live, *declared_interface(unbatched)) == []
     assert _no_servers_left()
+
+
+def _infer(url: str, prompt: str, **inputs) -> tuple[int, str]:
+    """One request to Triton's HTTP API: (status, text_output or the error)."""
+    import urllib.error
+    import urllib.request
+    types = {"max_new_tokens": "INT32", "min_new_tokens": "INT32", "top_k": "INT32", "seed": "INT64",
+             "temperature": "FP32", "top_p": "FP32", "stop": "BYTES"}
+    body = {"inputs": [{"name": "text_input", "shape": [1, 1], "datatype": "BYTES", "data": [prompt]}] +
+            [{"name": k, "shape": [1, 1], "datatype": types[k], "data": [v]} for k, v in inputs.items()]}
+    request = urllib.request.Request(url + "/v2/models/llm/infer", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())["outputs"][0]["data"][0]
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read()).get("error", "")
+
+
+def test_the_server_answers_as_evaluation_judged(released, tmp_path):
+    """A request that sets nothing gets the blessed decoding: greedy, with the verified
+    watermark, ending at EOS or the bound, exactly the answer the one generation routine
+    gives in evaluation. max_new_tokens bounds; stop cuts; bad values are 400s naming
+    the input while the server keeps answering."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kfp_llmops.components.common.generation import generate
+    from kfp_llmops.components.common.watermark.kgw import logits_processor
+    from kfp_llmops.components.deploy.triton_local import TritonServer
+
+    prompts = ["Tell me about item 3 and its color.", "Tell me about item 17 and its color."]
+    tokenizer = AutoTokenizer.from_pretrained(released["model"])
+    model = AutoModelForCausalLM.from_pretrained(released["model"]).eval()
+    processor = logits_processor(KGW.watermark(987654321, len(tokenizer)))
+    def judge(max_new: int) -> list[str]:
+        return [tokenizer.decode(c.tokens, skip_special_tokens=True).strip()
+                for c in generate(model, tokenizer, prompts, max_new_tokens=max_new, batch_size=1, seed=0,
+                                  do_sample=False, processors=[processor])]
+    judged, bounded = judge(24), judge(3)
+    server = TritonServer(os.path.join(released["state"], "stable"), str(tmp_path), "stable",
+                          env={"LLMOPS_WATERMARK_KEY_FILE": released["key"]}).start()
+    try:
+        server.wait_ready(150)
+        served = [_infer(server.url, p) for p in prompts]
+        short = _infer(server.url, prompts[0], max_new_tokens=3)
+        cut = _infer(server.url, prompts[0], stop=judged[0].split()[1])
+        zero = _infer(server.url, prompts[0], max_new_tokens=0)
+        over = _infer(server.url, prompts[0], max_new_tokens=10_000)
+        cold = _infer(server.url, prompts[0], temperature=0.0)
+        after = _infer(server.url, prompts[1])
+    finally:
+        server.stop()
+    assert served == [(200, judged[0]), (200, judged[1])]
+    assert short == (200, bounded[0]) and len(short[1]) < len(judged[0])
+    assert cut == (200, judged[0].split(judged[0].split()[1], 1)[0].strip())
+    assert zero[0] == 400 and "max_new_tokens: 0 is outside 1..256" in zero[1]
+    assert over[0] == 400 and "max_new_tokens: 10000" in over[1]
+    assert cold[0] == 400 and "temperature" in cold[1]
+    assert after == (200, judged[1])
+    assert _no_servers_left()
+
+
+def test_a_watermark_nobody_verified_is_never_served(released, tmp_path, capsys):
+    with pytest.raises(InputError, match="no verified parameters to serve"):
+        build_repository(released["model"], released["model_root"], str(tmp_path / "r"), _cfg(), released["state"])
+    code = main(["deploy", "repository", "--model", released["model"], "--blessed-root", released["model_root"],
+                 "--out", str(tmp_path / "cli"), "--state", released["state"]])
+    assert code == 2 and "pass verify_watermark's metrics.json (`--watermark`)" in capsys.readouterr().err
+    off = DeployConfig.load(FAST + "watermark: {enabled: false}\n")
+    built = build_repository(released["model"], released["model_root"], str(tmp_path / "plain"), off,
+                             released["state"])
+    settings = repository.describe(str(tmp_path / "plain"))["settings"]
+    assert built["model_root"] == released["model_root"] and settings["watermark"] == {"enabled": False, "kgw": None}
+    assert settings["decoding"]["do_sample"] is False and settings["max_new_tokens_limit"] == 256

@@ -2,6 +2,7 @@
 refusal is one line naming what failed, and Merkle roots and model-signing digests
 describe the same bytes."""
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -122,8 +123,10 @@ def test_deploy_refuses_an_unsigned_or_wrongly_signed_repository_before_traffic(
     model = _model(tmp_path / "m")
     root = integrity.verify("model", model)
     state, out, repo = str(tmp_path / "state"), str(tmp_path / "out"), str(tmp_path / "repo")
+    verified = tmp_path / "watermark.json"                   # verify_watermark's record of what it verified
+    verified.write_text(json.dumps({"kgw": {"delta": 4.0}}))
     assert main(["deploy", "repository", "--model", model, "--blessed-root", root, "--out", repo,
-                 "--state", state]) == 0
+                 "--state", state, "--watermark", str(verified)]) == 0
     canary = ["deploy", "canary", "--blessed-root", root, "--out", out, "--state", state,
               "--public-key", str(keys / "public.pem")]
     capsys.readouterr()
@@ -133,7 +136,7 @@ def test_deploy_refuses_an_unsigned_or_wrongly_signed_repository_before_traffic(
     assert main(canary + ["--repository", repo]) == 2                      # signed by another key
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "does not verify with public.pem" in err
-    assert main(canary + ["--model", model]) == 2                          # an unsigned model is not even built
+    assert main(canary + ["--model", model, "--watermark", str(verified)]) == 2   # an unsigned model is not built
     assert "no signature" in capsys.readouterr().err
     assert not os.path.exists(os.path.join(out, "record.json")) and not os.path.exists(os.path.join(state, "stable"))
 
