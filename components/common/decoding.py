@@ -1,6 +1,6 @@
-"""How answers are decoded: the one setting evaluation blesses a model under, the
-watermark stage costs, and the server answers with by default (serving.json), so what
-users get is what was judged."""
+"""How answers are decoded: the one setting evaluation blesses a model under (recorded
+with the blessing) and the server answers with by default (serving.json), so what users
+get is what was judged. The watermark stage's cost is measured greedy, as the default is."""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
