@@ -141,7 +141,8 @@ def _tail(f: _Form, model, eval_set, pinned, model_root="", base_model=None, bas
     f.task(evaluated, "evaluate-llm", size=f.eval_size())
     f.task(file_note(note=evaluated.outputs["note"], release_dir=f.get("release_dir")), "file-evaluate-note")
     with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712
-        marked = verify_watermark(model=model, eval_dataset=eval_set, config=f.p["watermark_config"],
+        marked = verify_watermark(model=model, eval_dataset=eval_set, blessing=evaluated.outputs["blessing"],
+                                  config=f.p["watermark_config"],
                                   key_file=f.get("watermark_key_file"), release_dir=f.get("release_dir"))
         f.task(marked, "verify-watermark", key=True, size=f.eval_size())
         with dsl.If(marked.outputs["Output"] == True, name="verified"):  # noqa: E712

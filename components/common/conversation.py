@@ -32,6 +32,27 @@ class TurnError(ValueError):
 def check_turns(value: Any, field: str = "messages", min_chars: int = 1) -> list[dict]:
     """The turns of a conversation that ends with an assistant turn, as plain
     `{"role", "content"}` dicts; TurnError otherwise."""
+    turns = _turns(value, field, min_chars)
+    if turns[-1]["role"] != "assistant":
+        raise TurnError("no_assistant_turn", f"{field}[{len(turns) - 1}].role",
+                        f"the conversation ends with a {turns[-1]['role']} turn; SFT needs it to end with the "
+                        "assistant's")
+    if not any(t["role"] == "user" for t in turns):
+        raise TurnError("bad_turn", field, "no user turn")
+    return turns
+
+
+def prompt_turns(value: Any, field: str = "messages") -> list[dict]:
+    """The turns of a chat request: a conversation that ends with the user's turn, which
+    the answer follows; TurnError otherwise."""
+    turns = _turns(value, field, 1)
+    if turns[-1]["role"] != "user":
+        raise TurnError("bad_turn", f"{field}[{len(turns) - 1}].role",
+                        f"the conversation ends with a {turns[-1]['role']} turn; a request ends with the user's")
+    return turns
+
+
+def _turns(value: Any, field: str, min_chars: int) -> list[dict]:
     if not isinstance(value, list):
         raise TurnError("wrong_type", field, f"expected a list of turns, got {type(value).__name__}")
     if not value:
@@ -53,12 +74,6 @@ def check_turns(value: Any, field: str = "messages", min_chars: int = 1) -> list
         if role == "system" and i:
             raise TurnError("bad_turn", f"{where}.role", "a system turn must come first")
         turns.append({"role": role, "content": content})
-    if turns[-1]["role"] != "assistant":
-        raise TurnError("no_assistant_turn", f"{field}[{len(turns) - 1}].role",
-                        f"the conversation ends with a {turns[-1]['role']} turn; SFT needs it to end with the "
-                        "assistant's")
-    if not any(t["role"] == "user" for t in turns):
-        raise TurnError("bad_turn", field, "no user turn")
     return turns
 
 

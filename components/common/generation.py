@@ -16,6 +16,7 @@ what the answer follows) and counted as truncated.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from .conversation import Prompt, as_turns
 from .errors import InputError
@@ -155,14 +156,52 @@ class Completion:
     ended: bool = True         # stopped at EOS (False: cut at max_new_tokens)
 
 
+def _token_watch(start: int, eos: int, on_token: Callable[[int, int | None], bool]):
+    """A stopping criterion that hands each row's new token to `on_token(prompt index,
+    token)` as it is chosen (None when the row's answer ended at EOS) and ends the rows
+    for which it returns True. Other rows' tokens are untouched: a watched generation
+    chooses exactly the tokens an unwatched one does, until a row is ended."""
+    import torch
+    from transformers import StoppingCriteria
+
+    class Watch(StoppingCriteria):
+        def __init__(self):
+            self.done: list[bool] = []
+            self.ended_by_callback: dict[int, int] = {}     # row -> tokens it kept
+
+        def __call__(self, input_ids, scores, **kwargs):
+            latest = input_ids[:, -1].tolist()
+            if not self.done:
+                self.done = [False] * len(latest)
+                self.seen = [0] * len(latest)
+            for row, token in enumerate(latest):
+                if self.done[row]:
+                    continue
+                if token == eos:
+                    self.done[row] = True
+                    on_token(start + row, None)
+                    continue
+                self.seen[row] += 1
+                if on_token(start + row, token):
+                    self.done[row] = True
+                    self.ended_by_callback[row] = self.seen[row]
+            return torch.tensor(self.done, dtype=torch.bool, device=input_ids.device)
+
+    return Watch()
+
+
 def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, batch_size: int, seed: int,
              do_sample: bool = True, temperature: float = 1.0, top_k: int | None = None,
              top_p: float | None = None, min_new_tokens: int = 0,
-             max_prompt_tokens: int | None = None, processors: list | None = None, progress=None) -> list[Completion]:
+             max_prompt_tokens: int | None = None, processors: list | None = None, progress=None,
+             on_token: Callable[[int, int | None], bool] | None = None) -> list[Completion]:
     """Seeded batched generation; batch `i` (starting at prompt `start`) uses seed
-    `seed + start`, so results do not depend on how many batches came before."""
+    `seed + start`, so results do not depend on how many batches came before.
+    `on_token(i, token)` sees prompt i's tokens as they are chosen (None: ended at EOS) and
+    ends that answer by returning True (a stop string, a client gone): the server streams
+    through it. An answer it ended keeps the tokens up to the one it was ended at."""
     import torch
-    from transformers import LogitsProcessorList
+    from transformers import LogitsProcessorList, StoppingCriteriaList
 
     limit = max_prompt_tokens or max(1, context_size(model) - max_new_tokens)
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
@@ -172,16 +211,21 @@ def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, ba
         input_ids, attention = left_pad([ids[-limit:] for ids in encoded], pad)
         width = input_ids.shape[1]
         torch.manual_seed(seed + start)
+        watch = _token_watch(start, eos, on_token) if on_token is not None else None
         with torch.no_grad():
             result = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
                                     min_new_tokens=min_new_tokens or None, do_sample=do_sample,
                                     temperature=temperature if do_sample else None, top_k=top_k or None,
                                     top_p=top_p if do_sample else None,
                                     pad_token_id=pad, eos_token_id=eos,
-                                    logits_processor=LogitsProcessorList(processors) if processors else None)
-        for ids, full in zip(result[:, width:].tolist(), encoded):
-            ended = eos in ids
-            if ended:
+                                    logits_processor=LogitsProcessorList(processors) if processors else None,
+                                    stopping_criteria=StoppingCriteriaList([watch]) if watch else None)
+        for row, (ids, full) in enumerate(zip(result[:, width:].tolist(), encoded)):
+            kept = watch.ended_by_callback.get(row) if watch is not None else None
+            ended = kept is None and eos in ids
+            if kept is not None:
+                ids = ids[:kept]
+            elif ended:
                 ids = ids[:ids.index(eos)]
             if pad != eos:
                 ids = [t for t in ids if t != pad]

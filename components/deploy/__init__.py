@@ -27,13 +27,30 @@ def next_version(cfg: DeployConfig, state_dir: str) -> int:
 
 
 def build_repository(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig,
-                     state_dir: str, kgw=None, signing_key: str | None = None, decoding=None) -> dict:
+                     state_dir: str, kgw=None, signing_key: str | None = None, decoding=None,
+                     costed: dict | None = None) -> dict:
     """`kgw`: the watermark parameters verify_watermark verified (`watermark_params`);
     `signing_key`: the repository is signed with model-signing; `decoding`: the blessing's
-    (`Decoding.from_record`), served by default."""
+    (`Decoding.from_record`), served by default; `costed`: the decoding verify_watermark
+    measured the watermark's cost under (its record's `decoding`), which must be it."""
     from . import repository
+    if cfg.watermark.enabled and costed is not None and decoding is not None and costed != decoding.model_dump():
+        raise InputError(f"watermark: its cost was measured under decoding {costed}, but the blessed decoding served "
+                         f"is {decoding.model_dump()}; verify the watermark with the blessing (`--blessing`)")
     return repository.build(model_dir, blessed_root, out_dir, cfg, next_version(cfg, state_dir),
                             kgw, signing_key, decoding)
+
+
+def costed_decoding(source) -> dict | None:
+    """The decoding a verify_watermark record (artifact metadata, or its metrics.json) says
+    the cost was measured under; None for a record without one."""
+    if isinstance(source, str):
+        try:
+            with open(source, encoding="utf-8") as handle:
+                source = json.load(handle)
+        except (OSError, ValueError):
+            return None          # watermark_params reports an unreadable record
+    return (source or {}).get("decoding")
 
 
 def watermark_params(source, origin: str = "verify_watermark's output"):
@@ -135,7 +152,8 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
         signing.verify_folder(model.path, public)
     from kfp_llmops.components.common.decoding import Decoding
     decoding = Decoding.from_record(blessing.metadata, "blessing")
-    built = build_repository(model.path, blessed_root, repository_out.path, cfg, state, kgw, private, decoding)
+    built = build_repository(model.path, blessed_root, repository_out.path, cfg, state, kgw, private, decoding,
+                             costed_decoding(watermarked.metadata if watermarked is not None else None))
     repository_out.metadata.update({"merkle_root": built["repository_root"], "model_root": built["model_root"],
                                     "model_name": built["model_name"], "version": built["version"],
                                     "signed_sha256": built["signed_sha256"]})

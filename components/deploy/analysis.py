@@ -30,6 +30,10 @@ class RoleStats:
     p95_ms: float
     p99_ms: float
     server: dict | None = None     # Triton counter deltas, None when the scrape failed
+    ttft_p50_ms: float = math.nan  # client-side: time to the stream's first piece
+    ttft_p95_ms: float = math.nan
+    itl_p50_ms: float = math.nan   # client-side: mean gap between a stream's pieces
+    tokens: dict | None = None     # the server's TTFT and ITL histograms over the interval (ms quantiles)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -39,7 +43,7 @@ def _quantile(values: list[float], q: float) -> float:
     return float(np.quantile(np.asarray(values), q)) if values else float("nan")
 
 
-def role_stats(samples, role: str, server: dict | None = None) -> RoleStats:
+def role_stats(samples, role: str, server: dict | None = None, tokens: dict | None = None) -> RoleStats:
     """Client view of one role's requests; the error rate is the worse of client and server.
     Where responses cannot be attributed (KServe), the server's counters stand in and its
     mean request duration stands in for the quantiles."""
@@ -47,13 +51,40 @@ def role_stats(samples, role: str, server: dict | None = None) -> RoleStats:
     if not mine and server is not None and server["success"] + server["failure"] > 0:
         m = server["mean_ms"]
         return RoleStats(int(server["success"] + server["failure"]), int(server["failure"]), server["error_rate"],
-                         m, m, m, server)
+                         m, m, m, server, tokens=tokens)
     lat = [s.latency_ms for s in mine if s.ok]
+    ttft = [s.ttft_ms for s in mine if s.ok and s.ttft_ms == s.ttft_ms]
+    itl = [s.itl_ms for s in mine if s.ok and s.itl_ms == s.itl_ms]
     errors = sum(not s.ok for s in mine)
     rate = errors / len(mine) if mine else float("nan")
     if server is not None and server.get("error_rate") == server.get("error_rate"):
         rate = server["error_rate"] if rate != rate else max(rate, server["error_rate"])
-    return RoleStats(len(mine), errors, rate, _quantile(lat, 0.5), _quantile(lat, 0.95), _quantile(lat, 0.99), server)
+    return RoleStats(len(mine), errors, rate, _quantile(lat, 0.5), _quantile(lat, 0.95), _quantile(lat, 0.99), server,
+                     _quantile(ttft, 0.5), _quantile(ttft, 0.95), _quantile(itl, 0.5), tokens)
+
+
+def token_checks(canary: RoleStats, stable: RoleStats | None, cfg: DeployConfig) -> list[gates.Check]:
+    """Time to first token and inter-token latency from the servers' histograms: the
+    canary's against the SLA bounds, and against stable's in the same interval (within
+    the latency tolerance, or `token_latency_slack_ms`, whichever allows more)."""
+    sla = cfg.sla
+    if canary.tokens is None:
+        return [gates.holds("token_latency", False, "no token-latency histograms from the canary")]
+    checks = []
+    for key, bound in (("ttft", sla.max_ttft_ms), ("itl", sla.max_itl_ms)):
+        mine = canary.tokens[key]
+        if not mine["observations"]:
+            checks.append(gates.Check(f"{key}_ms", None, "", "skipped", "no observations"))
+            continue
+        q = comparable_quantile(mine["observations"])
+        checks.append(gates.at_most(f"{key}_{q}_ms", mine[f"{q}_ms"], bound))
+        theirs = (stable.tokens or {}).get(key) if stable is not None else None
+        if theirs and theirs["observations"]:
+            q = comparable_quantile(min(mine["observations"], theirs["observations"]))
+            ref = theirs[f"{q}_ms"]
+            checks.append(gates.at_most(f"{key}_{q}_vs_stable", mine[f"{q}_ms"],
+                                        max(ref * (1 + sla.latency_tolerance), ref + sla.token_latency_slack_ms)))
+    return checks
 
 
 def interval_checks(canary: RoleStats, stable: RoleStats | None, cfg: DeployConfig,

@@ -9,7 +9,7 @@ from . import interface
 from . import metrics as prom
 from kfp_llmops.components.common import gates
 
-from .analysis import Decider, interval_checks, role_stats
+from .analysis import Decider, interval_checks, role_stats, token_checks
 from .config import DeployConfig
 
 
@@ -73,10 +73,13 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
                                     max_duration=cfg.max_interval_s if target.attributes else None)
         after = {r: target.scrape(r) for r in ("stable", "canary")}
         deltas = {r: prom.delta(before[r], after[r]) for r in before}
-        canary = role_stats(samples, "canary", deltas["canary"])
-        stable = role_stats(samples, "stable", deltas["stable"])
+        seconds = time.monotonic() - t0 - offset
+        tokens = {r: target.token_latency(r, deltas[r], seconds) for r in before}
+        canary = role_stats(samples, "canary", deltas["canary"], tokens["canary"])
+        stable = role_stats(samples, "stable", deltas["stable"], tokens["stable"])
         checks = interval_checks(canary, stable, cfg, metrics_ok=deltas["canary"] is not None,
                                  relative=shapes is not None)
+        checks += token_checks(canary, stable if shapes is not None else None, cfg)
         checks.append(gates.holds("smoke", smoke_result["passed"], "; ".join(
             f"{c['metric']}: {c['reason']}" for c in smoke_result["checks"] if c["verdict"] == "fail")))
         fired = decider.fired
@@ -91,8 +94,10 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
                                     "failed_checks": decider.failed})
         record["requests"].extend({**s.to_json(), "t": round(s.t + offset, 4), "interval": n} for s in samples)
         failed = [c.metric for c in checks if not c.passed]
-        log(f"[deploy]   canary {canary.requests} req, errors {canary.error_rate:.3f}, p99 {canary.p99_ms:.0f} ms; "
-            f"stable {stable.requests} req, p99 {stable.p99_ms:.0f} ms -> {action}"
+        log(f"[deploy]   canary {canary.requests} req, errors {canary.error_rate:.3f}, p99 {canary.p99_ms:.0f} ms, "
+            f"TTFT p50 {canary.ttft_p50_ms:.0f} ms, ITL p50 {canary.itl_p50_ms:.1f} ms; stable {stable.requests} req, "
+            f"p99 {stable.p99_ms:.0f} ms, TTFT p50 {stable.ttft_p50_ms:.0f} ms, ITL p50 {stable.itl_p50_ms:.1f} ms "
+            f"-> {action}"
             + (f" (failed: {', '.join(failed)})" if failed else ""))
         if action == "rollback":
             record["rollback"] = target.rollback()

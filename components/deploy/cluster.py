@@ -228,16 +228,31 @@ class ClusterTarget:
         return {"canary": predictor.get("latestCreatedRevision", ""),
                 "stable": predictor.get("previousRolledoutRevision") or predictor.get("latestRolledoutRevision", "")}
 
+    def _selector(self, role: str) -> str | None:
+        selector = self.cfg.metrics.stable_selector if role == "stable" else self.cfg.metrics.canary_selector
+        if not selector or "{revision}" in selector:
+            revision = self._revisions().get(role) if self.cfg.target == "kserve" else ""
+            if not revision:
+                return None
+            selector = (selector or REVISION_SELECTOR).replace("{revision}", revision)
+        return selector
+
     def scrape(self, role: str) -> dict | None:
-        m = self.cfg.metrics
-        selector = m.stable_selector if role == "stable" else m.canary_selector
         try:
-            if not selector or "{revision}" in selector:
-                revision = self._revisions().get(role) if self.cfg.target == "kserve" else ""
-                if not revision:
-                    return None
-                selector = (selector or REVISION_SELECTOR).replace("{revision}", revision)
-            return self.promql.counters_now(self.cfg.serving.model_name, selector, m.freshness_timeout_s)
+            selector = self._selector(role)
+            if selector is None:
+                return None
+            return self.promql.counters_now(self.cfg.serving.model_name, selector,
+                                            self.cfg.metrics.freshness_timeout_s)
+        except (OSError, LlmopsError):
+            return None
+
+    def token_latency(self, role: str, delta: dict | None, seconds: float) -> dict | None:
+        """TTFT and ITL quantiles over the interval, by PromQL's histogram_quantile."""
+        try:
+            selector = self._selector(role)
+            return None if selector is None else self.promql.token_latency(self.cfg.serving.model_name, selector,
+                                                                           seconds)
         except (OSError, LlmopsError):
             return None
 

@@ -34,10 +34,13 @@ class Watermark(_Section):
 
 
 class Drill(_Section):
-    """Rehearse a bad rollout: the version being deployed fails this fraction of requests
-    and/or sleeps this long per request. Written into that version's serving.json."""
+    """Rehearse a bad rollout: the version being deployed fails this fraction of requests,
+    sleeps this long per batch before generating, before each batch's first token (a slow
+    prefill) or before every token (slow decoding). Written into that version's serving.json."""
     failure_rate: float = Field(0.0, ge=0, le=1)
     added_latency_ms: float = Field(0.0, ge=0)
+    first_token_latency_ms: float = Field(0.0, ge=0)
+    token_latency_ms: float = Field(0.0, ge=0)
     seed: int = 0
 
 
@@ -49,6 +52,11 @@ class Sla(_Section):
                                      "under 100 requests per role, p50 under 20.")
     min_requests: int = Field(20, ge=1, description="Canary requests an interval waits for (up to "
                               "max_interval_s); none at all by then is a failed check.")
+    max_ttft_ms: float = Field(5000.0, gt=0, description="Time to first token (the server's histogram; p99, "
+                               "p95 under 100 observations, p50 under 20).")
+    max_itl_ms: float = Field(1000.0, gt=0, description="Inter-token latency, the same quantile rule.")
+    token_latency_slack_ms: float = Field(10.0, ge=0, description="A canary's TTFT or ITL within this much of "
+                                          "stable's is never a regression (timer and scheduling noise).")
 
 
 class Sequential(_Section):

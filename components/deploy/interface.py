@@ -29,6 +29,10 @@ def compare(stable_meta: dict, stable_config: dict, canary_meta: dict, canary_co
                 breaking = kind == "inputs" and not spec["optional"]
                 diffs.append({"what": f"{kind[:-1]} {name!r} added{' (required)' if breaking else ''}",
                               "breaking": breaking})
+    was, now = (bool(c.get("model_transaction_policy", {}).get("decoupled")) for c in (stable_config, canary_config))
+    if was != now:      # Triton's /infer refuses decoupled models; generate_stream needs one to stream
+        diffs.append({"what": f"decoupled {was} -> {now} (clients of {'/infer' if now else 'generate_stream'} break)",
+                      "breaking": True})
     if stable_config.get("max_batch_size", 0) > 0 and canary_config.get("max_batch_size", 0) == 0:
         diffs.append({"what": "batching removed (max_batch_size 0)", "breaking": True})
     return diffs

@@ -1,15 +1,18 @@
-"""Real inference requests through the traffic split, each attributed to the server that
-answered (nginx's X-Upstream), timed on the client."""
+"""Real streamed requests through the traffic split, each attributed to the server that
+answered (nginx's X-Upstream), timed on the client: the whole request, the first piece of
+the answer (time to first token) and the gaps between pieces (inter-token latency)."""
 from __future__ import annotations
 
 import http.client
-import json
+import math
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from kfp_llmops.components.common.progress import progress
+
+from . import llm_client
 
 _RETRYABLE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, http.client.CannotSendRequest)
 
@@ -21,17 +24,15 @@ class Sample:
     ok: bool
     latency_ms: float
     status: int
+    ttft_ms: float = math.nan
+    itl_ms: float = math.nan      # mean gap between the stream's pieces
+    pieces: int = 0
 
     def to_json(self) -> dict:
-        return {"t": round(self.t, 4), "backend": self.backend, "ok": self.ok,
-                "latency_ms": round(self.latency_ms, 3), "status": self.status}
-
-
-def infer_body(prompt: str, max_new_tokens: int, seed: int = 0) -> bytes:
-    return json.dumps({"inputs": [
-        {"name": "text_input", "shape": [1, 1], "datatype": "BYTES", "data": [prompt]},
-        {"name": "max_new_tokens", "shape": [1, 1], "datatype": "INT32", "data": [max_new_tokens]},
-        {"name": "seed", "shape": [1, 1], "datatype": "INT64", "data": [seed]}]}).encode()
+        def r(v):
+            return None if v != v else round(v, 3)
+        return {"t": round(self.t, 4), "backend": self.backend, "ok": self.ok, "latency_ms": r(self.latency_ms),
+                "status": self.status, "ttft_ms": r(self.ttft_ms), "itl_ms": r(self.itl_ms), "pieces": self.pieces}
 
 
 def sized_concurrency(cfg, latency_ms: float) -> int:
@@ -49,7 +50,7 @@ class LoadGenerator:
                  max_new_tokens: int, concurrency: int, timeout: float = 30.0, headers: dict | None = None):
         self.host, self.port, self.model, self.roles = host, port, model, roles
         self.prompts, self.max_new_tokens, self.concurrency, self.timeout = prompts, max_new_tokens, concurrency, timeout
-        self.headers = {"Content-Type": "application/json", **(headers or {})}
+        self.headers = dict(headers or {})
         self._counter = 0
 
     def _role(self, upstream: str | None) -> str:
@@ -57,27 +58,24 @@ class LoadGenerator:
             return "unknown"
         return self.roles.get(upstream.split(",")[-1].strip(), "unknown")
 
-    def _one(self, conn_box: list, body: bytes) -> tuple[str, bool, int]:
-        path = f"/v2/models/{self.model}/infer"
+    def _one(self, conn_box: list, request: dict) -> tuple[str, llm_client.Answer]:
         for attempt in range(2):
             if conn_box[0] is None:
                 conn_box[0] = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
             conn = conn_box[0]
             try:
-                conn.request("POST", path, body=body, headers=self.headers)
-                resp = conn.getresponse()
-                resp.read()
-                return self._role(resp.getheader("X-Upstream")), resp.status == 200, resp.status
+                answer = llm_client.call(conn, self.model, request, self.headers)
+                return self._role(answer.upstream), answer
             except _RETRYABLE:
                 conn.close()          # keep-alive connection closed by an nginx reload: retry once
                 conn_box[0] = None
                 if attempt:
-                    return "unknown", False, 0
-            except OSError:
+                    return "unknown", llm_client.Answer(0, error="connection closed")
+            except (OSError, http.client.HTTPException, ValueError) as exc:
                 conn.close()
                 conn_box[0] = None
-                return "none", False, 0
-        return "unknown", False, 0
+                return "none", llm_client.Answer(0, error=str(exc))
+        return "unknown", llm_client.Answer(0)
 
     def run(self, duration: float, on_sample: Callable[[Sample], bool] | None = None,
             desc: str = "load", enough: Callable[[], bool] | None = None,
@@ -100,11 +98,12 @@ class LoadGenerator:
                 with lock:
                     n = self._counter
                     self._counter += 1
-                body = infer_body(self.prompts[n % len(self.prompts)], self.max_new_tokens, n)
-                t0 = time.monotonic()
-                backend, ok, status = self._one(box, body)
-                now = time.monotonic()
-                sample = Sample(now - start, backend, ok, (now - t0) * 1000.0, status)
+                request = llm_client.body(self.prompts[n % len(self.prompts)], stream=True,
+                                          max_new_tokens=self.max_new_tokens, seed=n)
+                backend, answer = self._one(box, request)
+                gaps = answer.gaps_ms
+                sample = Sample(time.monotonic() - start, backend, answer.ok, answer.latency_ms, answer.status,
+                                answer.ttft_ms, sum(gaps) / len(gaps) if gaps else math.nan, len(answer.pieces))
                 with lock:
                     samples.append(sample)
                     bar.update(1)

@@ -6,6 +6,7 @@ stopped by `close()`: nothing is left running.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from .loadgen import LoadGenerator, sized_concurrency
 from .nginx_split import NginxSplit
 from .prometheus import LocalPrometheus, PromQL
 from .triton_local import TritonServer, http_get
+
 
 def _copy_repository(src: str, dst: str) -> None:
     """A real copy: hard links would let a later edit of the artifact reach what is served."""
@@ -112,16 +114,31 @@ class LocalTarget:
     def canary_alive(self) -> bool | None:
         return self.canary is not None and self.canary.alive() and self.canary.ready()
 
+    def _selector(self, role: str) -> str:
+        m = self.cfg.metrics
+        return (m.stable_selector if role == "stable" else m.canary_selector) or f'job="{role}"'
+
     def scrape(self, role: str) -> dict | None:
         server = self.stable if role == "stable" else self.canary
         if server is None:
             return None
         try:
             if self.promql is not None:
-                m = self.cfg.metrics
-                selector = (m.stable_selector if role == "stable" else m.canary_selector) or f'job="{role}"'
-                return self.promql.counters_now(self.cfg.serving.model_name, selector, m.freshness_timeout_s)
+                return self.promql.counters_now(self.cfg.serving.model_name, self._selector(role),
+                                                self.cfg.metrics.freshness_timeout_s)
             return prom.parse(server.metrics_text(), self.cfg.serving.model_name)
+        except OSError:
+            return None
+
+    def token_latency(self, role: str, delta: dict | None, seconds: float) -> dict | None:
+        """TTFT and ITL quantiles over the interval: PromQL's histogram_quantile where
+        Prometheus is the source, the same rule on the scraped buckets' increase otherwise."""
+        if (self.stable if role == "stable" else self.canary) is None or delta is None:
+            return None
+        if self.promql is None:
+            return prom.token_latency(delta)
+        try:
+            return self.promql.token_latency(self.cfg.serving.model_name, self._selector(role), seconds)
         except OSError:
             return None
 
@@ -194,3 +211,54 @@ def undo(state_dir: str) -> dict:
            "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "undone": state["stable"]}
     write_serving_state(state_dir, new)
     return new
+
+
+@contextlib.contextmanager
+def serving(state_dir: str, port: int = 0, host: str = "127.0.0.1", key_file: str | None = None,
+            cfg: DeployConfig | None = None):
+    """What the state holds as stable (verified against its recorded roots), served by
+    Triton behind nginx until the block ends: yields (nginx's URL, the repository's info)."""
+    import tempfile
+
+    cfg = cfg or DeployConfig()
+    state = read_serving_state(state_dir)
+    if not state.get("stable"):
+        raise InputError(f"{state_dir}: nothing promoted to serve (no stable version in state.json)")
+    rec = state["stable"]
+    info = repository.verify(os.path.join(state_dir, STABLE_DIR), rec["model_root"], rec["repository_root"])
+    work = tempfile.mkdtemp(prefix="llmops-serve-")
+    env = {"LLMOPS_WATERMARK_KEY_FILE": os.path.abspath(key_file)} if key_file else {}
+    server = TritonServer(os.path.join(state_dir, STABLE_DIR), work, "stable", host, env)
+    split = None
+    try:
+        server.start().wait_ready(cfg.local.startup_timeout_s)
+        split = NginxSplit(work, None, server.address, host, port).start(100)
+        yield split.url, {**info, "server": server}
+    finally:
+        for part in (split, server):
+            if part is not None:
+                part.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def serve(state_dir: str, port: int = 0, host: str = "127.0.0.1", key_file: str | None = None,
+          announce=print) -> None:
+    """`serving` in the foreground until SIGINT or SIGTERM; `announce` gets the URL first,
+    once the model answers."""
+    import signal
+
+    stop = []
+    previous = {s: signal.signal(s, lambda *_: stop.append(True)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with serving(state_dir, port, host, key_file) as (url, info):
+            announce(f"{url} serving {info['model_name']} version {info['version']} (model root "
+                     f"{info['model_root'][:16]}…): POST {url}/v2/models/{info['model_name']}/generate or "
+                     "generate_stream; Ctrl-C stops")
+            while not stop:
+                if not info["server"].alive():
+                    raise InputError(f"tritonserver exited with {info['server'].proc.returncode}: "
+                                     f"{info['server'].log_tail()}")
+                time.sleep(0.2)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

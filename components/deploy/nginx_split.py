@@ -1,6 +1,7 @@
 """nginx in front of stable and canary: weighted upstreams (reloaded at each step, no
-dropped traffic), `X-Canary: always|never` to pin a request, and the serving upstream
-echoed in `X-Upstream` so clients can attribute every response."""
+dropped traffic), `X-Canary: always|never` to pin a request, the serving upstream echoed
+in `X-Upstream` so clients can attribute every response, and responses passed through
+unbuffered so a stream's pieces arrive as they are generated."""
 from __future__ import annotations
 
 import os
@@ -41,6 +42,7 @@ http {{
             proxy_set_header Connection "";
             proxy_next_upstream error timeout;
             proxy_read_timeout 120s;
+            proxy_buffering off;              # server-sent events reach the client as each piece is sent
             client_max_body_size 16m;
             add_header X-Upstream $upstream_addr always;
         }}
@@ -67,10 +69,11 @@ def upstream_lines(stable: str | None, canary: str, canary_percent: int) -> str:
 
 
 class NginxSplit:
-    def __init__(self, work: str, stable: str | None, canary: str, host: str = "127.0.0.1"):
+    def __init__(self, work: str, stable: str | None, canary: str, host: str = "127.0.0.1", port: int = 0):
+        """`port` 0: a free one."""
         self.dir = os.path.abspath(os.path.join(work, "nginx"))
         self.stable, self.canary, self.host = stable, canary, host
-        self.port = 0
+        self.port = port
         self.canary_percent = 0
         self.proc: subprocess.Popen | None = None
         self.nginx = find_nginx()
@@ -91,7 +94,7 @@ class NginxSplit:
         return [self.nginx, "-p", self.dir, "-c", os.path.join(self.dir, "nginx.conf"), *extra]
 
     def start(self, canary_percent: int = 0) -> "NginxSplit":
-        self.port = free_ports(1, self.host)[0]
+        self.port = self.port or free_ports(1, self.host)[0]
         self.canary_percent = canary_percent
         self._write()
         check = subprocess.run(self._cmd("-t", "-q"), capture_output=True, text=True)

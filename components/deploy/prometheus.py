@@ -9,6 +9,7 @@ both Triton servers, so the local drills exercise exactly the cluster's query pa
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -19,7 +20,7 @@ import urllib.request
 
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 
-from .metrics import COUNTERS
+from .metrics import COUNTERS, HISTOGRAMS, QUANTILES
 from .triton_local import free_ports, http_get, stop_group
 
 
@@ -48,6 +49,24 @@ class PromQL:
                 out[key] = 0.0
                 continue
             out[key] = rows[0][1]
+        for metric, key in HISTOGRAMS.items():
+            rows = self.query(f'sum by (le) ({metric}_bucket{{model="{model}",{selector}}})')
+            out[key] = {float(labels["le"]): value for labels, value in rows}
+        return out
+
+    def token_latency(self, model: str, selector: str, seconds: float) -> dict:
+        """Time to first token and inter-token latency over the last `seconds`, as a canary
+        analysis reads them: `histogram_quantile` of the buckets' increase (ms), and how
+        many observations it rests on."""
+        window = f"{max(1, math.ceil(seconds))}s"
+        out = {}
+        for metric, key in HISTOGRAMS.items():
+            series = f'{metric}_bucket{{model="{model}",{selector}}}'
+            count = self.query(f'sum(increase({metric}_count{{model="{model}",{selector}}}[{window}]))')
+            out[key] = {"observations": int(round(count[0][1])) if count else 0}
+            for q in QUANTILES:
+                rows = self.query(f"histogram_quantile({q}, sum by (le) (increase({series}[{window}])))")
+                out[key][f"p{round(q * 100)}_ms"] = rows[0][1] * 1000.0 if rows else math.nan
         return out
 
     def counters_now(self, model: str, selector: str, timeout: float) -> dict[str, float] | None:

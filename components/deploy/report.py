@@ -48,15 +48,22 @@ def _fmt(v) -> str:
     return html.escape(str(v))
 
 
+def _token_cells(stats: dict) -> str:
+    tokens = stats.get("tokens") or {}
+    return "".join(f"<td>{_fmt(tokens[k]['p50_ms'])} / {_fmt(tokens[k]['p95_ms'])}</td>" if tokens.get(k)
+                   else "<td>n/a</td>" for k in ("ttft", "itl"))
+
+
 def render_html(record: dict, png: bytes) -> str:
     rows = []
     for iv in record["intervals"]:
         failed = [f"{c['metric']} {_fmt(c['value'])} (needs {c['bound']}) {c['reason']}".strip()
                   for c in iv["checks"] if c["verdict"] == "fail"]
+        tok = {role: _token_cells(iv[role]) for role in ("canary", "stable")}
         rows.append(f"<tr><td>{iv['interval']}</td><td>{iv['percent']}</td><td>{iv['canary']['requests']}</td>"
-                    f"<td>{_fmt(iv['canary']['error_rate'])}</td><td>{_fmt(iv['canary']['p99_ms'])}</td>"
+                    f"<td>{_fmt(iv['canary']['error_rate'])}</td><td>{_fmt(iv['canary']['p99_ms'])}</td>{tok['canary']}"
                     f"<td>{iv['stable']['requests']}</td><td>{_fmt(iv['stable']['error_rate'])}</td>"
-                    f"<td>{_fmt(iv['stable']['p99_ms'])}</td><td>{iv['action']}</td>"
+                    f"<td>{_fmt(iv['stable']['p99_ms'])}</td>{tok['stable']}<td>{iv['action']}</td>"
                     f"<td>{html.escape('; '.join(failed))}</td></tr>")
     iface = "".join(f"<li>{'BREAKING ' if d['breaking'] else ''}{html.escape(d['what'])}</li>" for d in record["interface"])
     smoke = "".join(f"<li>interval {s['interval']}: {'pass' if s['passed'] else 'FAIL'} "
@@ -72,8 +79,10 @@ def render_html(record: dict, png: bytes) -> str:
             f"<h1>Canary: {html.escape(str(record['decision']))}</h1><table>"
             + "".join(f"<tr><th>{k}</th><td><code>{_fmt(v)}</code></td></tr>" for k, v in facts) + "</table>"
             f"<h2>Timeline</h2><img src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
-            "<h2>Intervals</h2><table><tr><th>#</th><th>canary %</th><th>canary req</th><th>canary err</th>"
-            "<th>canary p99 ms</th><th>stable req</th><th>stable err</th><th>stable p99 ms</th><th>action</th>"
+            "<h2>Intervals</h2><p>TTFT: time to first token, ITL: inter-token latency, p50/p95 ms from the "
+            "servers' histograms over the interval.</p><table><tr><th>#</th><th>canary %</th><th>canary req</th>"
+            "<th>canary err</th><th>canary p99 ms</th><th>canary TTFT</th><th>canary ITL</th><th>stable req</th>"
+            "<th>stable err</th><th>stable p99 ms</th><th>stable TTFT</th><th>stable ITL</th><th>action</th>"
             "<th>failed checks</th></tr>" + "".join(rows) + "</table>"
             f"<h2>Interface vs stable</h2><ul>{iface or '<li>identical (or first release)</li>'}</ul>"
             f"<h2>Smoke tests (X-Canary: always)</h2><ul>{smoke}</ul>")

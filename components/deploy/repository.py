@@ -2,7 +2,7 @@
 
 Layout (the artifact's folder):
     manifest.json                  Merkle manifest of everything below (the repository root)
-    <name>/config.pbtxt            python backend, BYTES in/out, dynamic batching
+    <name>/config.pbtxt            python backend, decoupled (streams), BYTES in/out, dynamic batching
     <name>/<version>/model.py      triton_model.py
     <name>/<version>/serving.json  the blessed decoding, the verified watermark parameters, drill, model root
     <name>/<version>/weights/      the model folder, with its own manifest (the model root)
@@ -19,15 +19,7 @@ from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.watermark.params import KGW
 
 from .config import DeployConfig
-
-# name -> (datatype, optional); dims are [1] per batch row for each. Unset sampling inputs
-# take the blessed decoding; `temperature` alone turns sampling on; `stop` ends the answer
-# at its first occurrence; `min_new_tokens` asks for a long answer (the watermark smoke test).
-INPUTS = {"text_input": ("TYPE_STRING", False), "max_new_tokens": ("TYPE_INT32", True),
-          "temperature": ("TYPE_FP32", True), "seed": ("TYPE_INT64", True), "top_k": ("TYPE_INT32", True),
-          "top_p": ("TYPE_FP32", True), "min_new_tokens": ("TYPE_INT32", True), "stop": ("TYPE_STRING", True)}
-OUTPUTS = {"text_output": "TYPE_STRING"}
-
+from .serving_request import INPUTS, OUTPUTS
 
 def render_config(cfg: DeployConfig, version: int) -> str:
     s = cfg.serving
@@ -36,12 +28,13 @@ def render_config(cfg: DeployConfig, version: int) -> str:
     outputs = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: [ 1 ] }}' for n, t in OUTPUTS.items())
     return (f'name: "{s.model_name}"\nbackend: "python"\nmax_batch_size: {s.max_batch_size}\n'
             f"version_policy: {{ specific: {{ versions: [ {version} ] }} }}\n"
+            "model_transaction_policy { decoupled: true }\n"
             f"input [\n{inputs}\n]\noutput [\n{outputs}\n]\n"
             f"instance_group [ {{ kind: {s.instance_kind} count: {s.instance_count} }} ]\n"
             f"dynamic_batching {{ max_queue_delay_microseconds: {s.max_queue_delay_us} }}\n")
 
 
-_WIRE = {"TYPE_STRING": "BYTES", "TYPE_INT32": "INT32", "TYPE_FP32": "FP32", "TYPE_INT64": "INT64"}
+_WIRE = {"TYPE_STRING": "BYTES", "TYPE_INT32": "INT32", "TYPE_FP32": "FP32", "TYPE_INT64": "INT64", "TYPE_BOOL": "BOOL"}
 
 
 def declared_interface(cfg: DeployConfig) -> tuple[dict, dict]:
@@ -53,7 +46,7 @@ def declared_interface(cfg: DeployConfig) -> tuple[dict, dict]:
             "outputs": [{"name": n, "datatype": _WIRE[t], "shape": batch + [1]} for n, t in OUTPUTS.items()]}
     config = {"max_batch_size": cfg.serving.max_batch_size,
               "input": [{"name": n, "optional": opt} for n, (_, opt) in INPUTS.items()],
-              "output": [{"name": n} for n in OUTPUTS]}
+              "output": [{"name": n} for n in OUTPUTS], "model_transaction_policy": {"decoupled": True}}
     return meta, config
 
 

@@ -1,42 +1,38 @@
-"""Smoke tests of the canary through the traffic split with `X-Canary: always`, using
-tritonclient: server and model ready, metadata, real inferences, and the KGW watermark
+"""Smoke tests of the canary through the traffic split with `X-Canary: always`: server
+and model ready, metadata, real answers (streamed and not), and the KGW watermark
 detected on what the canary generated (long answers to an open-ended prompt, sampled:
 what the watermark stage measured detection on; served answers stop at EOS)."""
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
 from kfp_llmops.components.common import gates
 
+from . import llm_client
 from .config import DeployConfig
 
 CANARY = {"X-Canary": "always"}
 
 
-def client(url: str):
-    import tritonclient.http as httpclient
-    return httpclient.InferenceServerClient(url=url.removeprefix("http://"), network_timeout=60.0,
-                                            connection_timeout=10.0)
+def _get(url: str, path: str, headers: dict) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + path, headers=headers), timeout=10.0) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else {}
+    except urllib.error.HTTPError as exc:
+        return exc.code, {}
 
 
-def generate(cli, model: str, prompt: str, max_new_tokens: int, seed: int, headers: dict,
-             min_new_tokens: int = 0, temperature: float | None = None) -> str:
-    """One request; unset sampling inputs leave the served (blessed) decoding in charge."""
-    import tritonclient.http as httpclient
-
-    values = {"text_input": ("BYTES", np.array([[prompt.encode()]], dtype=object)),
-              "max_new_tokens": ("INT32", np.array([[max_new_tokens]], dtype=np.int32)),
-              "seed": ("INT64", np.array([[seed]], dtype=np.int64))}
-    if min_new_tokens:
-        values["min_new_tokens"] = ("INT32", np.array([[min_new_tokens]], dtype=np.int32))
-    if temperature is not None:
-        values["temperature"] = ("FP32", np.array([[temperature]], dtype=np.float32))
-    inputs = []
-    for name, (datatype, array) in values.items():
-        inputs.append(httpclient.InferInput(name, [1, 1], datatype))
-        inputs[-1].set_data_from_numpy(array)
-    result = cli.infer(model, inputs, headers=headers)
-    return result.as_numpy("text_output").reshape(-1)[0].decode("utf-8", "replace")
+def answer(url: str, model: str, request: dict, headers: dict) -> str:
+    """The answer's text; an error answer raises with the server's one line."""
+    got = llm_client.ask(url, model, request, headers, timeout=120.0)
+    if not got.ok:
+        raise RuntimeError(f"status {got.status}: {got.error}")
+    return got.text
 
 
 def run(url: str, cfg: DeployConfig, watermark=None, tokenizer=None, headers: dict | None = None) -> dict:
@@ -53,27 +49,24 @@ def run(url: str, cfg: DeployConfig, watermark=None, tokenizer=None, headers: di
         checks.append(gates.holds(name, bool(ok), detail, value=value if isinstance(value, float) else None))
         return value
 
-    cli = client(url)
-    try:
-        check("server_ready", lambda: (None, cli.is_server_ready(headers=headers), ""))
-        check("model_ready", lambda: (None, cli.is_model_ready(model, headers=headers), ""))
-        meta = check("metadata", lambda: (m := cli.get_model_metadata(model, headers=headers),
-                                          bool(m.get("inputs")) and bool(m.get("outputs")), f"versions {m.get('versions')}"))
-        texts = []
-        sm = cfg.smoke
-        for i in range(sm.requests):      # long answers asked for, as the watermark stage's detection texts are
-            text = check(f"inference_{i}", lambda i=i: (t := generate(cli, model, sm.prompt, sm.max_new_tokens, i, headers,
-                                                                      sm.max_new_tokens, sm.temperature),
-                                                        bool(t.strip()), f"{len(t)} chars"))
-            if text:
-                texts.append(text)
-        if watermark is not None and tokenizer is not None:
-            def detect():
-                if not texts:
-                    return None, False, "no generated text"
-                d = watermark.detect(np.concatenate([np.asarray(tokenizer.encode(t), dtype=np.int64) for t in texts]))
-                return d.z, bool(d.watermarked), f"z={d.z:.2f} over {d.tokens_scored} tokens (threshold {watermark.z_threshold})"
-            check("watermark", detect)
-    finally:
-        cli.close()
+    check("server_ready", lambda: (None, _get(url, "/v2/health/ready", headers)[0] == 200, ""))
+    check("model_ready", lambda: (None, _get(url, f"/v2/models/{model}/ready", headers)[0] == 200, ""))
+    meta = check("metadata", lambda: (m := _get(url, f"/v2/models/{model}", headers)[1],
+                                      bool(m.get("inputs")) and bool(m.get("outputs")), f"versions {m.get('versions')}"))
+    texts = []
+    sm = cfg.smoke
+    for i in range(sm.requests):      # long answers asked for, as the watermark stage's detection texts are
+        request = llm_client.body(sm.prompt, stream=i % 2 == 1, max_new_tokens=sm.max_new_tokens, seed=i,
+                                  min_new_tokens=sm.max_new_tokens, temperature=sm.temperature)
+        text = check(f"inference_{i}", lambda r=request: (t := answer(url, model, r, headers), bool(t.strip()),
+                                                          f"{len(t)} chars{' streamed' if r.get('stream') else ''}"))
+        if text:
+            texts.append(text)
+    if watermark is not None and tokenizer is not None:
+        def detect():
+            if not texts:
+                return None, False, "no generated text"
+            d = watermark.detect(np.concatenate([np.asarray(tokenizer.encode(t), dtype=np.int64) for t in texts]))
+            return d.z, bool(d.watermarked), f"z={d.z:.2f} over {d.tokens_scored} tokens (threshold {watermark.z_threshold})"
+        check("watermark", detect)
     return {"passed": gates.passed(checks), "checks": [c.to_json() for c in checks], "metadata": meta}

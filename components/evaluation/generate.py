@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kfp_llmops.components.common import generation
+from kfp_llmops.components.common.detokenize import answer_text
 
 from .config import EvalConfig
 
@@ -25,5 +26,5 @@ def generate(model, tokenizer, rows: list[dict], cfg: EvalConfig, progress=None)
     done = generation.generate(model, tokenizer, [row["prompt"] for row in rows], batch_size=gen.batch_size,
                                seed=gen.seed, max_prompt_tokens=cfg.max_prompt_tokens, progress=progress,
                                **gen.decoding().generate_kwargs())
-    return [Generated(row["id"], row["prompt"], tokenizer.decode(c.tokens, skip_special_tokens=True).strip(),
+    return [Generated(row["id"], row["prompt"], answer_text(tokenizer, c.tokens),
                       len(c.tokens), c.truncated, c.ended) for row, c in zip(rows, done)]

@@ -26,12 +26,12 @@ def _write_report(result: dict, out_dir: str) -> str:
 
 
 def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str | None = None,
-               key_file: str | None = None, model_root: str | None = None) -> dict:
+               key_file: str | None = None, model_root: str | None = None, decoding=None) -> dict:
     from kfp_llmops.components.common.watermark.keys import load_key
     from .verify import verify
 
     cfg = WatermarkConfig.load(config_source)
-    result = verify(model_dir, eval_path, out_dir, cfg, load_key(key_file), model_root)
+    result = verify(model_dir, eval_path, out_dir, cfg, load_key(key_file), model_root, decoding)
     _write_report(result, out_dir)
     return result
 
@@ -44,8 +44,10 @@ def raise_unless_verified(result: dict) -> None:
 
 
 def run_component(model, eval_dataset, config: str, key_file: str, watermarked, metrics, report,
-                  release_dir: str = "") -> bool:
-    """KFP entry: the key comes from `key_file` (a mounted Secret) or the environment."""
+                  release_dir: str = "", blessing=None) -> bool:
+    """KFP entry: the key comes from `key_file` (a mounted Secret) or the environment; the
+    cost is measured under the decoding `blessing` (evaluate_llm's) records."""
+    from kfp_llmops.components.common.decoding import Decoding
     from kfp_llmops.components.common.watermark.keys import load_key
     from .verify import verify
 
@@ -54,11 +56,14 @@ def run_component(model, eval_dataset, config: str, key_file: str, watermarked, 
     if embedded:                         # train_zero3 recorded what it embedded: check exactly that
         cfg.weights = embedded
     work = os.path.join(os.path.dirname(report.path), "work")
-    result = verify(model.path, eval_dataset.path, work, cfg, load_key(key_file or None), model.metadata.get("merkle_root"))
+    decoding = Decoding.from_record(blessing.metadata, "blessing") if blessing is not None else None
+    result = verify(model.path, eval_dataset.path, work, cfg, load_key(key_file or None), model.metadata.get("merkle_root"),
+                    decoding)
     with open(report.path, "w", encoding="utf-8") as handle:
         handle.write(_write_report(result, work))
     shutil.copyfile(os.path.join(work, "watermarked.jsonl"), watermarked.path)
-    watermarked.metadata.update({"model_root": result["model_root"], "kgw": result["kgw"]})
+    watermarked.metadata.update({"model_root": result["model_root"], "kgw": result["kgw"],
+                                 "decoding": result["decoding"]})
     for key, value in result["metrics"].items():
         if value == value:
             metrics.log_metric(key, value)

@@ -1,6 +1,6 @@
 """KFP interface of verify_watermark. The logic lives in this package's other modules."""
 from kfp import dsl
-from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output
+from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Model, Output
 
 from kfp_llmops.components import images
 
@@ -9,6 +9,7 @@ from kfp_llmops.components import images
 def verify_watermark(
     model: Input[Model],
     eval_dataset: Input[Dataset],
+    blessing: Input[Artifact],
     watermarked: Output[Dataset],
     metrics: Output[Metrics],
     report: Output[HTML],
@@ -19,8 +20,9 @@ def verify_watermark(
     """Generate with the KGW watermark, measure TPR, FPR and robustness, and gate.
 
     The key is read from `key_file` (mount the Secret there) or $LLMOPS_WATERMARK_KEY;
-    it never appears in the pipeline YAML.
+    it never appears in the pipeline YAML. The quality cost is measured under the
+    decoding `blessing` (evaluate_llm's) records: the answers served.
     """
     from kfp_llmops.components.watermark import run_component
 
-    return run_component(model, eval_dataset, config, key_file, watermarked, metrics, report, release_dir)
+    return run_component(model, eval_dataset, config, key_file, watermarked, metrics, report, release_dir, blessing)

@@ -39,9 +39,10 @@ class WatermarkGeneration(_Section):
 
 
 class QualityCost(_Section):
-    """The eval prompts answered as an evaluation would (greedy, up to EOS), with the
-    watermark and without: what the mark costs the answers users get."""
-    max_new_tokens: int = Field(24, ge=1)
+    """The eval prompts answered as evaluation answered them (the blessing's decoding,
+    up to EOS), with the watermark and without: what the mark costs the answers users get."""
+    max_new_tokens: int = Field(24, ge=1, description="The bound when no blessing says how answers are decoded "
+                                "(greedy then).")
     batch_size: int = Field(32, ge=1)
     deltas: list[float] = Field(default_factory=list, description="Also measure detection (TPR) and the cost at "
                                                                   "these deltas: the trade-off curve in the report.")

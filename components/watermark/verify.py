@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from kfp_llmops.components.common import answers, gates, generation, integrity
+from kfp_llmops.components.common.decoding import Decoding
+from kfp_llmops.components.common.detokenize import answer_text
 from kfp_llmops.components.common.jsonl import read_eval_set
 from kfp_llmops.components.common.watermark.params import KGW
 
@@ -37,13 +39,13 @@ def repetition(tokenizer, generated: list[np.ndarray]) -> float:
     return sum(answers.repetition(t) for t in texts) / max(1, len(texts))
 
 
-def _answers(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor) -> list[str]:
-    """The eval prompts answered as evaluation answers them (greedy, up to EOS)."""
-    q = cfg.quality
-    done = generation.generate(model, tokenizer, [r["prompt"] for r in rows], max_new_tokens=q.max_new_tokens,
-                               batch_size=q.batch_size, seed=cfg.generation.seed, do_sample=False,
-                               processors=[processor] if processor else None)
-    return [tokenizer.decode(c.tokens, skip_special_tokens=True).strip() for c in done]
+def _answers(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor, decoding: Decoding) -> list[str]:
+    """The eval prompts answered as evaluation answered them (the blessed decoding: what
+    is served), up to EOS."""
+    done = generation.generate(model, tokenizer, [r["prompt"] for r in rows], batch_size=cfg.quality.batch_size,
+                               seed=cfg.generation.seed, processors=[processor] if processor else None,
+                               **decoding.generate_kwargs())
+    return [answer_text(tokenizer, c.tokens) for c in done]
 
 
 @dataclass
@@ -106,18 +108,18 @@ def cost(plain: dict, marked: dict) -> dict:
 
 
 def quality_cost(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, processor,
-                 score: Scorer) -> tuple[dict, Answered]:
+                 score: Scorer, decoding: Decoding) -> tuple[dict, Answered]:
     """The answers without and with the watermark (greedy, so the mark is the only
     difference), scored the same way; the cost is the difference, and the judge says
     which answer of each pair is better. Also returns the unwatermarked answers."""
-    plain, marked = (score(_answers(model, tokenizer, rows, cfg, p)) for p in (None, processor))
+    plain, marked = (score(_answers(model, tokenizer, rows, cfg, p, decoding)) for p in (None, processor))
     out = {f"{k}_unwatermarked": v for k, v in plain.scores.items()}
     out.update({f"{k}_watermarked": v for k, v in marked.scores.items()})
     return {**out, **cost(plain.scores, marked.scores), **score.versus(marked, plain)}, plain
 
 
 def tradeoff(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, key: int, plain: Answered,
-             score: Scorer) -> list[dict]:
+             score: Scorer, decoding: Decoding) -> list[dict]:
     """Detection and cost at each of `quality.deltas`, the rest of the parameters unchanged."""
     curve = []
     for delta in cfg.quality.deltas:
@@ -125,7 +127,7 @@ def tradeoff(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, key: int,
         processor = logits_processor(wm)
         prompts = cfg.generation.detection_prompts(rows)[:cfg.quality.curve_prompts]
         tpr = _rate(wm.detect_many(_generate(model, tokenizer, prompts, cfg, processor)))[0]
-        marked = score(_answers(model, tokenizer, rows, cfg, processor))
+        marked = score(_answers(model, tokenizer, rows, cfg, processor, decoding))
         curve.append({"delta": delta, "tpr": tpr, **marked.scores, **cost(plain.scores, marked.scores),
                       "judge_win_rate": score.versus(marked, plain)["judge_win_rate"]})
     return curve
@@ -169,7 +171,10 @@ def _rate(detections) -> tuple[float, int]:
 
 
 def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, key: int,
-           model_root: str | None = None) -> dict:
+           model_root: str | None = None, decoding: Decoding | None = None) -> dict:
+    """`decoding`: the one the blessing recorded, which the cost is measured under (what
+    is served); without one, greedy up to `quality.max_new_tokens`. The result records it."""
+    decoding = decoding or Decoding(max_new_tokens=cfg.quality.max_new_tokens)
     os.makedirs(out_dir, exist_ok=True)
     root = integrity.verify("model", model_dir, model_root)
     rows = read_eval_set(eval_path)
@@ -193,7 +198,7 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     tpr, n_pos = _rate(d_marked)
     fpr, n_neg = _rate(d_plain + d_refs)
     score = Scorer(model, tokenizer, rows, cfg)
-    quality, plain_answers = quality_cost(model, tokenizer, rows, cfg, logits_processor(wm), score)
+    quality, plain_answers = quality_cost(model, tokenizer, rows, cfg, logits_processor(wm), score, decoding)
     rng = np.random.default_rng(cfg.attack_seed)
     robustness = {}
     for kind in ("substitution", "deletion"):
@@ -230,7 +235,7 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
                    gates.at_most("bit_p_value", found.p_value, g.max_bit_p_value)]
     verified = gates.passed(checks)
     checks = [c.to_json() for c in checks]
-    curve = tradeoff(model, tokenizer, rows, cfg, key, plain_answers, score)
+    curve = tradeoff(model, tokenizer, rows, cfg, key, plain_answers, score, decoding)
     schemes = [{"scheme": kgw.scheme, "tpr": tpr, "fpr": fpr, "mean_z_watermarked": metrics["mean_z_watermarked"],
                 "text_perplexity": marked_ppl, "text_perplexity_increase": metrics["text_perplexity_increase"],
                 "text_repetition": metrics["text_repetition_watermarked"]}]
@@ -248,11 +253,12 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
               "schemes": schemes,
               "detection": f"{len(prompts)} texts of {gen.min_new_tokens}–{gen.max_new_tokens} new tokens "
                            f"continuing {where}, sampled at temperature {gen.temperature:g}",
-              "kgw": kgw.model_dump(), "z_threshold": kgw.z_threshold,
+              "kgw": kgw.model_dump(), "decoding": decoding.model_dump(), "z_threshold": kgw.z_threshold,
               "z_watermarked": [d.z for d in d_marked], "z_unwatermarked": [d.z for d in d_plain + d_refs],
               "highlights": [_highlight(tokenizer, t, d) for t, d in list(zip(marked, d_marked))[:3]]}
     with open(os.path.join(out_dir, "metrics.json"), "w", encoding="utf-8") as handle:
-        json.dump({k: result[k] for k in ("verified", "metrics", "checks", "model_root", "kgw", "tradeoff", "schemes")},
+        json.dump({k: result[k] for k in ("verified", "metrics", "checks", "model_root", "kgw", "decoding", "tradeoff",
+                                          "schemes")},
                   handle,
                   indent=2)
     return result

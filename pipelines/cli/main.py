@@ -309,11 +309,14 @@ def watermark_detect(texts, key_file, tokenizer_dir, params_path) -> None:
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Watermark config YAML.")
 @click.option("--key-file", help="Watermark key file (else $LLMOPS_WATERMARK_KEY or the mounted Secret).")
 @click.option("--model-root", help="Expected Merkle root of --model.")
-def watermark_verify(model_dir, eval_path, out_dir, config_path, key_file, model_root) -> None:
+@click.option("--blessing", type=click.Path(dir_okay=False), help="blessing.json from evaluate_llm: the cost is "
+              "measured under the decoding it records (what is served); without: greedy.")
+def watermark_verify(model_dir, eval_path, out_dir, config_path, key_file, model_root, blessing) -> None:
     """Generate with the watermark on; TPR, FPR, robustness; exit 0 verified, 1 not, 2 bad input."""
     from kfp_llmops.components.watermark import raise_unless_verified, run_to_dir
 
-    result = run_to_dir(model_dir, eval_path, out_dir, config_path, key_file, model_root)
+    decoding = _blessed(blessing, None)[1] if blessing else None
+    result = run_to_dir(model_dir, eval_path, out_dir, config_path, key_file, model_root, decoding)
     m = result["metrics"]
     click.echo(f"tpr={m['tpr']:.3f} fpr={m['fpr']:.3f} tpr_substitution_10={m.get('tpr_substitution_10', float('nan')):.3f} "
                f"verified={result['verified']}")
@@ -415,11 +418,12 @@ def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, s
                       signing_key) -> None:
     """Build a sealed Triton model repository from exactly the blessed model."""
     from kfp_llmops.components.common import signing
-    from kfp_llmops.components.deploy import DeployConfig, build_repository, watermark_params
+    from kfp_llmops.components.deploy import DeployConfig, build_repository, costed_decoding, watermark_params
 
     root, decoding = _blessed(blessing, blessed_root)
     built = build_repository(model_dir, root, out_dir, DeployConfig.load(config_path), state_dir,
-                             watermark_params(watermark_record), signing.key_file(signing_key), decoding)
+                             watermark_params(watermark_record), signing.key_file(signing_key), decoding,
+                             costed_decoding(watermark_record))
     click.echo(f"{out_dir}: {built['model_name']} version {built['version']}, repository root "
                f"{built['repository_root']}, model root {built['model_root']}")
 
@@ -436,6 +440,8 @@ def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, s
 @click.option("--key-file", help="Watermark key file (else $LLMOPS_WATERMARK_KEY or the mounted Secret).")
 @click.option("--drill-failure-rate", type=float, help="Rehearsal: the canary fails this fraction of requests.")
 @click.option("--drill-latency-ms", type=float, help="Rehearsal: the canary adds this latency per request.")
+@click.option("--drill-first-token-ms", type=float, help="Rehearsal: the canary's first token comes this much later.")
+@click.option("--drill-token-ms", type=float, help="Rehearsal: every token of the canary comes this much later.")
 @click.option("--watermark", "watermark_record", type=click.Path(dir_okay=False),
               help="metrics.json of `llmops watermark verify`: serve with the parameters it verified "
                    "(required unless the config sets watermark.enabled: false).")
@@ -444,13 +450,16 @@ def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, s
 @click.option("--signing-key", type=click.Path(dir_okay=False), help="With --model: sign the repository built "
               "(else $LLMOPS_SIGNING_KEY).")
 def deploy_canary(repo_dir, model_dir, blessing, blessed_root, out_dir, state_dir, config_path, key_file,
-                  drill_failure_rate, drill_latency_ms, watermark_record, public_key, signing_key) -> None:
+                  drill_failure_rate, drill_latency_ms, drill_first_token_ms, drill_token_ms, watermark_record,
+                  public_key, signing_key) -> None:
     """Roll a repository out progressively; exit 0 promoted, 1 rolled back, 2 bad input."""
-    from kfp_llmops.components.deploy import (DeployConfig, build_repository, deploy, raise_unless_promoted,
-                                              watermark_params)
+    from kfp_llmops.components.deploy import (DeployConfig, build_repository, costed_decoding, deploy,
+                                              raise_unless_promoted, watermark_params)
 
     cfg = DeployConfig.load(config_path, {"drill.failure_rate": drill_failure_rate,
-                                          "drill.added_latency_ms": drill_latency_ms})
+                                          "drill.added_latency_ms": drill_latency_ms,
+                                          "drill.first_token_latency_ms": drill_first_token_ms,
+                                          "drill.token_latency_ms": drill_token_ms})
     root, decoding = _blessed(blessing, blessed_root)
     if bool(repo_dir) == bool(model_dir):
         raise LlmopsError("give exactly one of --repository and --model")
@@ -461,13 +470,27 @@ def deploy_canary(repo_dir, model_dir, blessing, blessed_root, out_dir, state_di
             signing.verify_folder(model_dir, public_key)
         repo_dir = os.path.join(out_dir, "repository")
         build_repository(model_dir, root, repo_dir, cfg, state_dir, watermark_params(watermark_record),
-                         signing.key_file(signing_key), decoding)
+                         signing.key_file(signing_key), decoding, costed_decoding(watermark_record))
     elif watermark_record:
         raise LlmopsError("--watermark applies when building from --model; a sealed repository keeps its own")
     record = deploy(repo_dir, root, out_dir, cfg, state_dir, key_file, log=click.echo, public_key=public_key)
     click.echo(f"decision={record['decision']} version={record['version']} reason: {record['reason']}")
     click.echo(f"record {os.path.join(out_dir, 'record.json')}, report {os.path.join(out_dir, 'report.html')}")
     raise_unless_promoted(record, cfg)
+
+
+@deploy.command("serve")
+@click.option("--state", "state_dir", default="runs/serving", show_default=True,
+              help="Local deployment state whose stable version is served.")
+@click.option("--port", default=0, show_default=True, help="nginx's port (0: a free one).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--key-file", help="Watermark key file (else $LLMOPS_WATERMARK_KEY).")
+def deploy_serve(state_dir, port, host, key_file) -> None:
+    """Serve the promoted model (Triton behind nginx, its watermark as promoted) in the
+    foreground; the first line printed is the URL; Ctrl-C or SIGTERM stops everything."""
+    from kfp_llmops.components.deploy.local_target import serve
+
+    serve(state_dir, port, host, key_file, announce=lambda line: click.echo(line))
 
 
 @deploy.command("render")
@@ -715,8 +738,8 @@ def run_cmd(out_dir, pipeline, dataset, eval_dataset, rows, policy, config_path,
     watermark_config = open(watermark_config_path, encoding="utf-8").read() if watermark_config_path else None
     summary = run_local(out_dir, pipeline, rows, policy, data_config, dataset, train_config, base_model_size,
                         eval_dataset=eval_dataset, eval_config=eval_config, watermark_config=watermark_config,
-                        containers=containers,
-                        base_model=base_model, base_model_root=base_model_root)
+                        containers=containers, base_model=base_model, base_model_root=base_model_root,
+                        ask_served=True)
     click.echo(format_summary(summary))
 
 

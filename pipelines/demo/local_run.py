@@ -16,14 +16,14 @@ from ..release import LOCAL_PIPELINES
 from .demo_data import OPEN_HELD_OUT, make_demo_dataset
 
 
-# The demo's delta is the one its quality-cost gate accepts. Detection is measured on
-# open-ended prompts (free text, as in KGW's own evaluation; the demo data teaches prose
-# for them), the cost on the held-out facts. Two keys per delta: delta 2 detects 91-98 % of
-# texts; 2.5 (three keys) detects all (97.5-99.5 % after 10 % substitution) for 3-6.5 % of the
-# exact answers, perplexity +1 to +2 %, BERTScore F1 -0.005 to -0.014 and a judge's win
-# rate of 0.47-0.49; 3 costs up to 8 %, +5 % and -0.020, at the gate's edge; 4 costs
-# 15-20 %, +14 % and -0.05 and is refused. The report draws the curve.
-DEMO_DETECTION = ("delta: 2.5\n"
+# The demo's delta is the one its quality-cost gate accepts with room. Detection is measured
+# on open-ended prompts (free text, as in KGW's own evaluation; the demo data teaches prose
+# for them), the cost on the held-out facts, answered as evaluation blessed them. On the
+# demo model (one key), every delta from 2 on detects all texts; delta 2 costs
+# 7 % of the exact answers, perplexity +2 %, BERTScore F1 -0.012 and a judge's win rate of
+# 0.47; 2.5 costs 10 %, +3.5 %, -0.020 and 0.45, each at the gate's edge; 3 costs 14.5 %
+# and 4 costs 26.5 %, both refused. The report draws the curve.
+DEMO_DETECTION = ("delta: 2.0\n"
                   f"generation: {{max_new_tokens: 112, min_new_tokens: 112, texts: 200, "
                   f"prompts: {json.dumps(OPEN_HELD_OUT)}}}\n"
                   "quality: {deltas: [2.0, 2.5, 3.0, 4.0]}\n")
@@ -97,7 +97,7 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
               base_model_size: str = "demo", eval_dataset: str | None = None, eval_config: str = "",
               watermark_config: str | None = None, deploy_config: str = DEMO_DEPLOY,
               containers: bool = False, base_model: str | None = None, base_model_root: str | None = None,
-              baseline_release: str = "auto") -> dict:
+              baseline_release: str = "auto", ask_served: bool = False) -> dict:
     """Run `pipeline` locally; returns (and writes) the run summary built from the task outputs.
 
     With `containers`, every task runs in its stage image through kfp.local's DockerRunner
@@ -111,7 +111,11 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
     `train_config`, the demo model trains with DEMO_TRAIN and any other with the stage's
     defaults; without a `watermark_config`, the demo's data and model are verified with
     DEMO_WATERMARK (its prompts and cost gate are the demo's), the `tiny` model with its
-    prompts only, and a user's model or data with the stage's defaults."""
+    prompts only, and a user's model or data with the stage's defaults.
+
+    `ask_served`: once a release is promoted, the held-out questions are asked of the
+    served model through nginx and its exact-match rate set beside the watermark stage's
+    (`summary["served"]`)."""
     from kfp import local
 
     if train_config is None:
@@ -185,6 +189,9 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
                "release_record": os.path.join(release_dir, "record.json"),
                "provenance": os.path.join(release_dir, "provenance.intoto.json"), "public_key": public_key,
                "dataset": data["train"], "eval_dataset": data.get("eval"), "stages": collect_stages(root)}
+    deployed = {s["stage"]: s for s in summary["stages"]}.get("triton_canary_deploy")
+    if ask_served and not containers and deployed and deployed["gate"] == "promoted":
+        summary["served"] = ask_served_model(serving, key_file, data["eval"], summary["stages"])
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=2)
     return summary
@@ -253,7 +260,7 @@ def collect_stages(pipeline_root: str) -> list[dict]:
                                  f"{m.get('perplexity_increase', float('nan')):+.0%}, BERTScore "
                                  f"{m.get('bertscore_cost', float('nan')):.3f}, judge's win rate "
                                  f"{m.get('judge_win_rate', float('nan')):.2f}",
-                       "merkle_root": m.get("model_root"),
+                       "merkle_root": m.get("model_root"), "exact_match_watermarked": m.get("exact_match_watermarked"),
                        "outputs": {"report": w["artifacts"]["report"]["uri"],
                                    "watermarked": w["artifacts"]["watermarked"]["uri"]}})
     d = _task_outputs(run_dir, TASK["triton_canary_deploy"])
@@ -286,6 +293,23 @@ def _changes(blessing_path: str) -> str:
     return f"{', '.join(parts)} vs production; " if parts else ""
 
 
+def ask_served_model(serving_dir: str, key_file: str, eval_path: str, stages: list[dict]) -> dict:
+    """The held-out questions asked of the promoted model through nginx (`llmops deploy
+    serve`'s stack), beside the exact-match rate the watermark stage measured with the
+    watermark on."""
+    from kfp_llmops.components.common.progress import progress
+    from kfp_llmops.components.deploy.local_target import serving
+    from kfp_llmops.components.deploy.served_answers import exact_match
+
+    with serving(serving_dir, key_file=key_file) as (url, info):
+        bar = progress(None, "held-out questions through nginx", unit="q")
+        got = exact_match(url, info["model_name"], eval_path, bar)
+        bar.close()
+    marked = {s["stage"]: s for s in stages}.get("verify_watermark", {}).get("exact_match_watermarked")
+    return {"exact_match": got["exact_match"], "questions": got["questions"], "version": info["version"],
+            "watermark_stage_exact_match": marked}
+
+
 def format_summary(summary: dict) -> str:
     rows = [("stage", "gate", "result", "merkle root")]
     for s in summary["stages"]:
@@ -302,5 +326,11 @@ def format_summary(summary: dict) -> str:
     if os.path.exists(summary.get("provenance") or ""):
         lines.append(f"signed provenance: {summary['provenance']} (llmops lineage verify it --public-key "
                      f"{summary['public_key']})")
+    served = summary.get("served")
+    if served:
+        stage = served["watermark_stage_exact_match"]
+        lines.append(f"served (version {served['version']}, through nginx): exact match {served['exact_match']:.1%} on "
+                     f"{served['questions']} held-out questions; the watermark stage measured "
+                     + (f"{stage:.1%}" if stage is not None else "n/a") + " with the watermark on")
     lines.append(f"summary: {os.path.join(summary['run_folder'], 'summary.json')}")
     return "\n".join(lines)

@@ -70,7 +70,7 @@ def run_real(out_dir: str, base_model: str, containers: bool = False) -> dict:
     summary = run_local(out_dir, data_config=REAL_DATA, dataset=data["train"], eval_dataset=data["eval"],
                         train_config=REAL_TRAIN,
                         eval_config=real_eval(base, root), watermark_config=real_watermark(base, root),
-                        deploy_config=REAL_DEPLOY, base_model=base, base_model_root=root)
+                        deploy_config=REAL_DEPLOY, base_model=base, base_model_root=root, ask_served=not containers)
     summary["changes"] = changes(os.path.join(os.path.abspath(out_dir), "pipeline_root"))
     with open(os.path.join(summary["run_folder"], "summary.json"), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=2)

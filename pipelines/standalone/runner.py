@@ -106,7 +106,8 @@ def _run(stage: str, work: str, p: dict, out) -> object:
     if stage == "verify_watermark":
         return watermark.run_component(model(), FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
                                        p.get("watermark_config", ""), p.get("watermark_key_file", ""),
-                                       out("watermarked"), out("metrics"), out("report"), rd)
+                                       out("watermarked"), out("metrics"), out("report"), rd,
+                                       _inputs(work, "evaluate_llm", "blessing"))
     if stage == "triton_canary_deploy":
         return deploy.run_component(model(), _inputs(work, "evaluate_llm", "blessing"), p.get("deploy_config", ""),
                                     p.get("watermark_key_file", ""), p.get("serving_state_dir", ""),

@@ -3,8 +3,8 @@ Results also land in build/bench/results.json."""
 import json
 import os
 
-from tests.benchmarks import (bench_ckpt, bench_data, bench_deploy, bench_eval, bench_load, bench_signing,
-                              bench_tokens, bench_watermark)
+from tests.benchmarks import (bench_ckpt, bench_data, bench_deploy, bench_eval, bench_load, bench_serving,
+                              bench_signing, bench_tokens, bench_watermark)
 
 
 def main() -> None:
@@ -12,7 +12,8 @@ def main() -> None:
     results = {}
     for name, module in (("data", bench_data), ("tokens", bench_tokens), ("checkpoints", bench_ckpt), ("load", bench_load),
                          ("evaluation", bench_eval),
-                         ("watermark", bench_watermark), ("deploy", bench_deploy), ("signing", bench_signing)):
+                         ("watermark", bench_watermark), ("deploy", bench_deploy), ("serving", bench_serving),
+                         ("signing", bench_signing)):
         results[name] = module.main()
         print(module.report(results[name]), flush=True)
         print()

@@ -24,7 +24,7 @@ IMPORTS = {
             "names.NameFinder(ner.NerConfirmer(ner.resolve(ner.BUNDLED, None)[0]))",
     "train": "import kfp_llmops.components.training.launch, torch, deepspeed, transformers",
     "eval": "import kfp_llmops.components.evaluation.evaluate, bert_score, detoxify, profanity_check, torch",
-    "deploy": "import kfp_llmops.components.deploy.local_target, tritonclient.http, torch, transformers; "
+    "deploy": "import kfp_llmops.components.deploy.local_target, torch, transformers; "
               "from kfp_llmops.components.deploy import serving_env as s; s.check_env(); s.triton_paths()",
 }
 

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import threading
 
 import pytest
@@ -114,6 +115,24 @@ def test_canary_with_added_latency_is_rolled_back(released, tmp_path):
     assert _no_servers_left()
 
 
+@pytest.mark.parametrize("drill,metric", [({"first_token_latency_ms": 400}, "ttft"),
+                                          ({"token_latency_ms": 60}, "itl")])
+def test_a_canary_slow_to_first_token_or_between_tokens_is_rolled_back(released, tmp_path, drill, metric):
+    """Time to first token and inter-token latency, from each server's histograms through
+    PromQL's histogram_quantile, canary against stable in the same interval."""
+    record, _ = _canary(released, tmp_path, _cfg(**drill))
+    assert record["decision"] == "rolled_back", record["reason"]
+    last = record["intervals"][-1]
+    failed = {c["metric"] for c in last["checks"] if c["verdict"] == "fail"}
+    assert any(m.startswith(f"{metric}_") and m.endswith("_vs_stable") for m in failed), failed
+    mine, theirs = last["canary"]["tokens"][metric], last["stable"]["tokens"][metric]
+    assert mine["observations"] and theirs["observations"] and mine["p50_ms"] > theirs["p50_ms"] + 30
+    requests = [json.loads(line) for line in open(tmp_path / "out" / "requests.jsonl")]
+    assert all(r["ttft_ms"] is not None for r in requests if r["ok"])                   # the load streamed
+    assert "TTFT" in open(tmp_path / "out" / "report.html").read()
+    assert _no_servers_left()
+
+
 def test_canary_killed_mid_rollout_is_rolled_back_while_stable_serves(released, tmp_path):
     def crash(n, target):
         if n == 0:
@@ -216,64 +235,112 @@ def test_the_declared_interface_is_what_triton_reports(released, tmp_path):
     assert _no_servers_left()
 
 
-def _infer(url: str, prompt: str, **inputs) -> tuple[int, str]:
-    """One request to Triton's HTTP API: (status, text_output or the error)."""
-    import urllib.error
-    import urllib.request
-    types = {"max_new_tokens": "INT32", "min_new_tokens": "INT32", "top_k": "INT32", "seed": "INT64",
-             "temperature": "FP32", "top_p": "FP32", "stop": "BYTES"}
-    body = {"inputs": [{"name": "text_input", "shape": [1, 1], "datatype": "BYTES", "data": [prompt]}] +
-            [{"name": k, "shape": [1, 1], "datatype": types[k], "data": [v]} for k, v in inputs.items()]}
-    request = urllib.request.Request(url + "/v2/models/llm/infer", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as resp:
-            return resp.status, json.loads(resp.read())["outputs"][0]["data"][0]
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read()).get("error", "")
+def _ask(url: str, prompt, stream: bool = False, **inputs) -> tuple[int, str]:
+    """(status, answer or the error) from the generate endpoints."""
+    from kfp_llmops.components.deploy import llm_client
+    got = llm_client.ask(url, "llm", llm_client.body(prompt, stream=stream, **inputs), timeout=60)
+    return got.status, got.error or got.text
 
 
-def test_the_server_answers_as_evaluation_judged(released, tmp_path):
+def test_the_server_answers_as_evaluation_judged_streamed_or_not(released, tmp_path):
     """A request that sets nothing gets the blessed decoding: greedy, with the verified
     watermark, ending at EOS or the bound, exactly the answer the one generation routine
-    gives in evaluation. max_new_tokens bounds; stop cuts; bad values are 400s naming
-    the input while the server keeps answering."""
+    gives in evaluation, whether it asks for one response or a stream (through nginx,
+    piece by piece as generated). A chat is rendered as the routine renders it.
+    max_new_tokens bounds; stop cuts; bad requests are 400s with one line naming the
+    input; a client that leaves mid-stream does not disturb the others; the server log
+    never holds a prompt."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from kfp_llmops.components.common.generation import generate
     from kfp_llmops.components.common.watermark.kgw import logits_processor
+    from kfp_llmops.components.deploy import llm_client
+    from kfp_llmops.components.deploy.nginx_split import NginxSplit
     from kfp_llmops.components.deploy.triton_local import TritonServer
 
-    prompts = ["Tell me about item 3 and its color.", "Tell me about item 17 and its color."]
+    prompts = ["Tell me about item 3 and its color.", "Tell me about item 17 and its color.",
+               [{"role": "user", "content": "Tell me about item 5."}, {"role": "assistant", "content": "It is red."},
+                {"role": "user", "content": "And item 9?"}]]
     tokenizer = AutoTokenizer.from_pretrained(released["model"])
     model = AutoModelForCausalLM.from_pretrained(released["model"]).eval()
     processor = logits_processor(KGW.watermark(987654321, len(tokenizer)))
-    def judge(max_new: int) -> list[str]:
+    def judge(max_new: int, min_new: int = 0) -> list[str]:
         return [tokenizer.decode(c.tokens, skip_special_tokens=True).strip()
                 for c in generate(model, tokenizer, prompts, max_new_tokens=max_new, batch_size=1, seed=0,
-                                  do_sample=False, processors=[processor])]
-    judged, bounded = judge(24), judge(3)
+                                  do_sample=False, processors=[processor], min_new_tokens=min_new)]
+    judged, bounded, long = judge(24), judge(3), judge(90, 90)
     server = TritonServer(os.path.join(released["state"], "stable"), str(tmp_path), "stable",
                           env={"LLMOPS_WATERMARK_KEY_FILE": released["key"]}).start()
+    split = None
     try:
         server.wait_ready(150)
-        served = [_infer(server.url, p) for p in prompts]
-        short = _infer(server.url, prompts[0], max_new_tokens=3)
-        cut = _infer(server.url, prompts[0], stop=judged[0].split()[1])
-        zero = _infer(server.url, prompts[0], max_new_tokens=0)
-        over = _infer(server.url, prompts[0], max_new_tokens=10_000)
-        cold = _infer(server.url, prompts[0], temperature=0.0)
-        after = _infer(server.url, prompts[1])
+        split = NginxSplit(str(tmp_path), None, server.address).start(100)
+        served = [_ask(split.url, p) for p in prompts]
+        streamed = [_ask(split.url, p, stream=True) for p in prompts]
+        timed = llm_client.ask(split.url, "llm", llm_client.body(prompts[0], stream=True, max_new_tokens=90,
+                                                                 min_new_tokens=90))
+        short = _ask(server.url, prompts[0], max_new_tokens=3)
+        cut = _ask(server.url, prompts[0], stop=judged[0].split()[1])
+        bad = {"zero": _ask(split.url, prompts[0], max_new_tokens=0),
+               "over": _ask(split.url, prompts[0], stream=True, max_new_tokens=10_000),
+               "cold": _ask(split.url, prompts[0], temperature=0.0),
+               "role": _ask(split.url, [{"role": "robot", "content": "item 3"}]),
+               "json": llm_client.ask(split.url, "llm", {"messages": "[{'role'"}),
+               "long": _ask(split.url, "item " * 200)}
+        with socket.create_connection((split.host, split.port)) as gone:       # a client that leaves mid-stream
+            payload = json.dumps(llm_client.body(prompts[1], stream=True, max_new_tokens=90,
+                                                 min_new_tokens=90)).encode()
+            gone.sendall(b"POST /v2/models/llm/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                         b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload))
+            assert gone.recv(64).startswith(b"HTTP/1.1 200")
+        after = _ask(split.url, prompts[1], stream=True)
     finally:
+        if split is not None:
+            split.stop()
         server.stop()
-    assert served == [(200, judged[0]), (200, judged[1])]
+    assert served == [(200, a) for a in judged] and streamed == served
+    assert timed.ok and timed.text == long[0] and len(timed.pieces) >= 30
+    assert timed.ttft_ms < timed.latency_ms / 3, (timed.ttft_ms, timed.latency_ms)   # pieces came as generated
     assert short == (200, bounded[0]) and len(short[1]) < len(judged[0])
     assert cut == (200, judged[0].split(judged[0].split()[1], 1)[0].strip())
-    assert zero[0] == 400 and "max_new_tokens: 0 is outside 1..256" in zero[1]
-    assert over[0] == 400 and "max_new_tokens: 10000" in over[1]
-    assert cold[0] == 400 and "temperature" in cold[1]
+    assert bad["zero"][0] == 400 and bad["zero"][1].startswith("max_new_tokens: Input should be greater than")
+    assert bad["over"][0] == 400 and "max_new_tokens: 10000 is above the server's bound 256" in bad["over"][1]
+    assert bad["cold"][0] == 400 and bad["cold"][1].startswith("temperature")
+    assert bad["role"][0] == 400 and bad["role"][1].startswith("messages[0].role: unknown role 'robot'")
+    assert bad["json"].status == 400 and bad["json"].error.startswith("messages: not a JSON list of turns")
+    assert bad["long"][0] == 400 and "exceed the model's context of" in bad["long"][1]
     assert after == (200, judged[1])
+    log = open(server.log_path, encoding="utf-8", errors="replace").read()
+    assert "item 3" not in log and "item 9" not in log
     assert _no_servers_left()
+
+
+def test_deploy_serve_runs_the_promoted_model_until_told_to_stop(released, tmp_path):
+    """`llmops deploy serve`: the URL on the first line, a chat answered through it as the
+    promoted model answers, everything stopped on SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", "deploy", "serve",
+                             "--state", released["state"], "--key-file", released["key"]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "LLMOPS_NO_PROGRESS": "1"})
+    try:
+        first = proc.stdout.readline()
+        url = first.split()[0]
+        chat = [{"role": "user", "content": "Tell me about item 3."}]
+        status, text = _ask(url, chat, stream=True)
+        assert status == 200 and text == _ask(url, chat)[1]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert url.startswith("http://127.0.0.1:") and "serving llm version 1" in first
+    assert _no_servers_left()
+    code = main(["deploy", "serve", "--state", str(tmp_path / "empty")])
+    assert code == 2
 
 
 def test_a_watermark_nobody_verified_is_never_served(released, tmp_path, capsys):
@@ -288,3 +355,11 @@ def test_a_watermark_nobody_verified_is_never_served(released, tmp_path, capsys)
     settings = repository.describe(str(tmp_path / "plain"))["settings"]
     assert built["model_root"] == released["model_root"] and settings["watermark"] == {"enabled": False, "kgw": None}
     assert settings["decoding"]["do_sample"] is False and settings["max_new_tokens_limit"] == 256
+    from kfp_llmops.components.common.decoding import Decoding
+    blessed = Decoding(max_new_tokens=8)
+    with pytest.raises(InputError, match="its cost was measured under decoding .* verify the watermark with the bless"):
+        build_repository(released["model"], released["model_root"], str(tmp_path / "other"), _cfg(), released["state"],
+                         KGW, decoding=blessed, costed=Decoding().model_dump())
+    same = build_repository(released["model"], released["model_root"], str(tmp_path / "same"), _cfg(),
+                            released["state"], KGW, decoding=blessed, costed=blessed.model_dump())
+    assert repository.describe(str(tmp_path / "same"))["settings"]["decoding"]["max_new_tokens"] == 8 and same

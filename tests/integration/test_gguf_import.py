@@ -105,3 +105,18 @@ def test_an_imported_model_trains_on_conversations_and_serves_a_request(imported
     assert record["decision"] == "promoted", record["reason"]
     smoke = record["smoke"][0]["checks"]
     assert smoke and all(c["verdict"] == "pass" for c in smoke), smoke
+    # A chat request, rendered by the server with the model's chat template, streamed: the
+    # answer the generation routine gives the same conversation.
+    from kfp_llmops.components.common.detokenize import answer_text
+    from kfp_llmops.components.common.generation import generate, has_chat_template, load_model, prompt_ids
+    from kfp_llmops.components.common.watermark.kgw import logits_processor
+    from kfp_llmops.components.deploy import llm_client
+    from kfp_llmops.components.deploy.local_target import serving
+    chat = talks[0]["messages"][:2]
+    with serving(state, key_file=str(key)) as (url, info):
+        got = llm_client.ask(url, "llm", llm_client.body(chat, stream=True))
+    model, tok = load_model(model_dir)
+    assert has_chat_template(tok) and tok.decode(prompt_ids(tok, chat)).startswith("<|im_start|>system\nYou are brief.")
+    marked = logits_processor(watermark_params({"kgw": {"delta": 4.0}}).watermark(987654321, len(tok)))
+    done = generate(model, tok, [chat], max_new_tokens=24, batch_size=1, seed=0, do_sample=False, processors=[marked])
+    assert got.ok and got.text == answer_text(tok, done[0].tokens), (got.error, got.text)

@@ -22,8 +22,15 @@ TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
 
 def test_release_pipeline_runs_through_kfp_local(tmp_path, capfd):
     summary = run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny",
-                        eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n")
+                        eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n", ask_served=True)
     validate, train, evaluate, watermark, deployed = summary["stages"]
+    # The held-out questions asked of the promoted model through nginx: the watermark stage
+    # costed the blessed decoding, so the served rate is the one it measured.
+    served = summary["served"]
+    assert served["questions"] == 200 and served["exact_match"] == watermark["exact_match_watermarked"], served
+    marked = json.load(open(os.path.join(os.path.dirname(watermark["outputs"]["report"]), "work", "metrics.json")))
+    assert marked["decoding"]["max_new_tokens"] == 8 == json.load(open(evaluate["outputs"]["blessing"]))["decoding"][
+        "max_new_tokens"]
     assert validate["stage"] == "validate_dataset" and validate["gate"] == "passed"
     clean = validate["outputs"]["clean"]
     digest = merkle.hash_file(clean, "clean.jsonl")

@@ -2,6 +2,7 @@
 bound, the decision state machine, interface diffs, Prometheus parsing, nginx weights,
 the Triton config, and the cluster manifests validated against the official CRDs."""
 import copy
+import math
 import os
 import random
 
@@ -151,11 +152,46 @@ def test_nginx_weights_and_first_release():
     assert upstream_lines(None, "b:2", 100) == "server b:2;"
 
 
-def test_triton_config_declares_bytes_io_optional_params_and_batching():
+def test_triton_config_declares_a_decoupled_model_with_text_or_chat_input_and_batching():
     text = render_config(DeployConfig(), 3)
-    assert 'name: "text_input" data_type: TYPE_STRING dims: [ 1 ] }' in text
+    assert 'name: "text_input" data_type: TYPE_STRING dims: [ 1 ] optional: true' in text
+    assert 'name: "messages" data_type: TYPE_STRING dims: [ 1 ] optional: true' in text
+    assert 'name: "stream" data_type: TYPE_BOOL dims: [ 1 ] optional: true' in text
     assert 'name: "max_new_tokens" data_type: TYPE_INT32 dims: [ 1 ] optional: true' in text
+    assert "model_transaction_policy { decoupled: true }" in text
     assert "versions: [ 3 ]" in text and "dynamic_batching" in text and "KIND_CPU" in text
+
+
+def test_a_change_of_transaction_policy_is_breaking():
+    meta = {"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [-1, 1]}],
+            "outputs": [{"name": "text_output", "datatype": "BYTES", "shape": [-1, 1]}]}
+    old, new = {"max_batch_size": 8}, {"max_batch_size": 8, "model_transaction_policy": {"decoupled": True}}
+    assert [(d["what"], d["breaking"]) for d in interface.compare(meta, old, meta, new)] == [
+        ("decoupled False -> True (clients of /infer break)", True)]
+    assert interface.compare(meta, new, meta, new) == []
+
+
+def test_histograms_parse_and_quantiles_follow_promql():
+    def text(counts):
+        rows = "".join(f'llm_time_to_first_token_seconds_bucket{{le="{le}",model="llm",version="1"}} {n}\n'
+                       for le, n in counts)
+        return ("# TYPE llm_time_to_first_token_seconds histogram\n" + rows +
+                f'llm_time_to_first_token_seconds_count{{model="llm",version="1"}} {counts[-1][1]}\n'
+                f'llm_time_to_first_token_seconds_sum{{model="llm",version="1"}} 1.0\n'
+                "# TYPE llm_generation_tokens counter\n"
+                'llm_generation_tokens_total{model="llm",version="1"} 50\n')
+    before = metrics.parse(text([("0.1", 0), ("0.5", 0), ("+Inf", 0)]), "llm")
+    after = metrics.parse(text([("0.1", 10), ("0.5", 30), ("+Inf", 40)]), "llm")
+    assert after["ttft"] == {0.1: 10, 0.5: 30, math.inf: 40} and after["generated_tokens"] == 50
+    d = metrics.delta(before, after)
+    # rank 20 of 40 lies in (0.1, 0.5], 10 of its 20: halfway; rank 38 lies in +Inf: the last finite bound
+    assert metrics.histogram_quantile(0.5, d["ttft"]) == pytest.approx(0.3)
+    assert metrics.histogram_quantile(0.95, d["ttft"]) == pytest.approx(0.5)
+    assert metrics.histogram_quantile(0.2, d["ttft"]) == pytest.approx(0.08)     # first bucket starts at 0
+    lat = metrics.token_latency(d)
+    assert lat["ttft"]["observations"] == 40 and lat["ttft"]["p50_ms"] == pytest.approx(300.0)
+    assert lat["itl"]["observations"] == 0 and math.isnan(lat["itl"]["p50_ms"])
+    assert metrics.delta(after, before) is None                                 # a restart: no values
 
 
 def test_kserve_manifests_validate_against_the_crd_with_unknown_fields_rejected():

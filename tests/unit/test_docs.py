@@ -65,4 +65,6 @@ def test_deploy_readme_matches_the_cli_and_config_defaults():
     assert f"steps: {cfg.steps}, interval_s: {cfg.interval_s:g}, threshold: {cfg.threshold}" in text
     s = cfg.sla
     assert (f"sla: {{max_error_rate: {s.max_error_rate}, max_p99_ms: {s.max_p99_ms:g}, error_rate_tolerance: "
-            f"{s.error_rate_tolerance},\nlatency_tolerance: {s.latency_tolerance}, min_requests: {s.min_requests}}}") in text
+            f"{s.error_rate_tolerance},\nlatency_tolerance: {s.latency_tolerance}, min_requests: {s.min_requests}, "
+            f"max_ttft_ms: {s.max_ttft_ms:g}, max_itl_ms: {s.max_itl_ms:g},\ntoken_latency_slack_ms: "
+            f"{s.token_latency_slack_ms:g}}}") in text

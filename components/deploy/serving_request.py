@@ -1,0 +1,86 @@
+"""One served request, read and checked before the model sees it: what to answer (a
+text, or a chat as `messages`), how to decode it (the blessed decoding, with what the
+request overrides), where to stop, and whether to stream. A bad request is a ValueError
+whose one line names the input and never quotes the prompt (which may hold PII)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from kfp_llmops.components.common.conversation import Prompt, TurnError, prompt_turns
+from kfp_llmops.components.common.decoding import Decoding
+
+# name -> (Triton datatype, optional); each is one value per request (dims [1] per batch
+# row). `text_input` or `messages` (a JSON list of role/content turns, rendered with the
+# model's chat template) is the prompt; unset sampling inputs take the blessed decoding
+# and `temperature` alone turns sampling on; `stop` ends the answer at its first
+# occurrence; `min_new_tokens` asks for a long answer (the watermark smoke test);
+# `stream` sends the answer piece by piece (generate_stream), else in one response.
+INPUTS = {"text_input": ("TYPE_STRING", True), "messages": ("TYPE_STRING", True),
+          "max_new_tokens": ("TYPE_INT32", True), "temperature": ("TYPE_FP32", True), "seed": ("TYPE_INT64", True),
+          "top_k": ("TYPE_INT32", True), "top_p": ("TYPE_FP32", True), "min_new_tokens": ("TYPE_INT32", True),
+          "stop": ("TYPE_STRING", True), "stream": ("TYPE_BOOL", True)}
+OUTPUTS = {"text_output": "TYPE_STRING"}
+
+
+@dataclass(frozen=True)
+class ServedRequest:
+    prompt: Prompt
+    decoding: Decoding
+    min_new_tokens: int
+    seed: int
+    stop: str
+    stream: bool
+
+    @property
+    def batch_key(self) -> tuple:
+        """Requests that can be generated in one batch share this."""
+        return (*self.decoding.model_dump().values(), self.min_new_tokens, self.seed)
+
+
+def _prompt(values: dict) -> Prompt:
+    text, messages = values.get("text_input"), values.get("messages")
+    if (text is None) == (messages is None):
+        raise ValueError("text_input or messages: give exactly one")
+    if text is not None:
+        if not text.strip():
+            raise ValueError("text_input: empty")
+        return text
+    try:
+        turns = json.loads(messages)
+    except ValueError as exc:
+        raise ValueError(f"messages: not a JSON list of turns ({exc.msg} at character {exc.pos})") from None
+    try:
+        return prompt_turns(turns)
+    except TurnError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def parse(values: dict, blessed: Decoding, limit: int) -> ServedRequest:
+    """`values`: the request's inputs as Python scalars (absent ones left out)."""
+    prompt = _prompt(values)
+    update = {k: values[k] for k in ("max_new_tokens", "temperature", "top_k", "top_p") if k in values}
+    if "temperature" in values:
+        update["do_sample"] = True
+    try:
+        decoding = Decoding.model_validate({**blessed.model_dump(), **update})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ValueError(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']} (got {first.get('input')})") from None
+    if decoding.max_new_tokens > limit:
+        raise ValueError(f"max_new_tokens: {decoding.max_new_tokens} is above the server's bound {limit}")
+    min_new = int(values.get("min_new_tokens", 0))
+    if not 0 <= min_new <= decoding.max_new_tokens:
+        raise ValueError(f"min_new_tokens: {min_new} is outside 0..max_new_tokens ({decoding.max_new_tokens})")
+    seed = int(values.get("seed", 0)) if decoding.do_sample else 0          # greedy requests batch together
+    return ServedRequest(prompt, decoding, min_new, seed, str(values.get("stop") or ""),
+                         bool(values.get("stream", False)))
+
+
+def check_fits(prompt_tokens: int, max_new_tokens: int, context: int) -> None:
+    """A prompt is answered whole or refused: the server never cuts it."""
+    if prompt_tokens + max_new_tokens > context:
+        raise ValueError(f"prompt: {prompt_tokens} tokens and max_new_tokens {max_new_tokens} exceed the model's "
+                         f"context of {context} tokens")
