@@ -49,6 +49,8 @@ def rbac() -> list[dict]:
          "verbs": ["get", "list", "watch", "patch", "update"]},
         {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes"],
          "verbs": ["get", "list", "watch", "patch", "update"]},
+        # one rollout per served model: the Lease `<service>-rollout` (deploy/rollout_lock.py)
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     ]
     # train_zero3 with multinode.nodes > 1: creates its TrainJob, follows its pods and the launcher's log.
     train_rules = [{"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],

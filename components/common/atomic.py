@@ -26,22 +26,45 @@ class AtomicFile:
         folder, name = os.path.split(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
         self.tmp = os.path.join(folder, f"{name}.partial")
-        self.handle: BinaryIO = open(self.tmp, "wb", buffering=buffering)
+        try:
+            self.handle: BinaryIO = open(self.tmp, "wb", buffering=buffering)
+        except OSError as exc:
+            from .errors import environment_problem
+            raise (environment_problem(exc, path) or exc) from None
 
     def write(self, data: bytes) -> int:
-        return self.handle.write(data)
+        try:
+            return self.handle.write(data)
+        except OSError as exc:
+            self._failed(exc)
 
     def commit(self) -> None:
-        self.handle.flush()
-        if self.durable:
-            os.fsync(self.handle.fileno())
-        self.handle.close()
-        os.replace(self.tmp, self.path)
-        if self.durable:
-            fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        try:
+            self.handle.flush()
+            if self.durable:
+                os.fsync(self.handle.fileno())
+            self.handle.close()
+            os.replace(self.tmp, self.path)
+            if self.durable:
+                fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        except OSError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: OSError):
+        """The partial file removed (it holds space and is not the file), and a full disk,
+        quota, read-only volume or refused permission said as one line naming `path`."""
+        from .errors import environment_problem
+        problem = environment_problem(exc, self.path)       # the free space as it was when it failed
+        self.abort()
+        if problem is None:
+            raise exc
+        raise problem from None
 
     def abort(self) -> None:
-        self.handle.close()
+        try:
+            self.handle.close()
+        except OSError:
+            pass                  # the buffer could not be flushed: the partial file goes anyway
         if os.path.exists(self.tmp):
             os.unlink(self.tmp)
 

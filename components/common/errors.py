@@ -2,6 +2,10 @@
 ever reaches the user (see `pipelines.cli.main`)."""
 
 
+import errno
+import os
+
+
 class LlmopsError(Exception):
     """An error whose message is meant for the user, as one line."""
 
@@ -21,3 +25,54 @@ class GateFailed(LlmopsError):
     """A stage ran to completion but its quality gate said no (outputs are written)."""
 
     exit_code = 1
+
+
+class EnvironmentProblem(LlmopsError):
+    """The machine said no: out of space, over quota, read-only or not permitted. Not the
+    input and not a bug: exit 2, with the path and the free space to act on."""
+
+    exit_code = 2
+
+
+# errno -> what the user is told; what a stage's outputs can meet on a volume
+ENVIRONMENT_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                      errno.EROFS: "read-only file system", errno.EACCES: "permission denied"}
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def free_space(path: str) -> str:
+    """"<free> free of <total> on <mount point>" for the volume holding `path` (or its
+    nearest existing parent)."""
+    import shutil
+    where = os.path.abspath(path)
+    while not os.path.exists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    mount = where
+    while not os.path.ismount(mount):
+        mount = os.path.dirname(mount)
+    try:
+        usage = shutil.disk_usage(where)
+    except OSError:
+        return f"free space on {mount} unknown"
+    return f"{_size(usage.free)} free of {_size(usage.total)} on {mount}"
+
+
+def environment_problem(exc: BaseException, path: str | None = None,
+                        operation: str = "writing") -> EnvironmentProblem | None:
+    """`exc` as one line naming the operation, the path and the free space, when it is one
+    of ENVIRONMENT_ERRNOS; else None (the caller re-raises it)."""
+    if isinstance(exc, EnvironmentProblem):
+        return exc
+    if not isinstance(exc, OSError) or exc.errno not in ENVIRONMENT_ERRNOS:
+        return None
+    path = path or exc.filename
+    where = f" {path}" if path else ""
+    space = f" ({free_space(path)})" if path and exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    return EnvironmentProblem(f"{operation}{where}: {ENVIRONMENT_ERRNOS[exc.errno]}{space}")

@@ -24,8 +24,8 @@ def namespace(explicit: str = "") -> str:
     return os.environ.get("LLMOPS_NAMESPACE") or DEFAULT_NAMESPACE
 
 
-def clients():
-    """(CustomObjectsApi, CoreV1Api) of the cluster this pod runs in (kubeconfig outside one)."""
+def _client():
+    """The kubernetes client, configured for the cluster this pod runs in (kubeconfig outside one)."""
     from .errors import InputError
     try:
         from kubernetes import client, config
@@ -35,4 +35,15 @@ def clients():
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
+    return client
+
+
+def clients():
+    """(CustomObjectsApi, CoreV1Api)."""
+    client = _client()
     return client.CustomObjectsApi(), client.CoreV1Api()
+
+
+def coordination():
+    """CoordinationV1Api: the Leases one rollout per served model holds."""
+    return _client().CoordinationV1Api()

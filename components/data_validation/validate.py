@@ -92,7 +92,7 @@ class _Sink(atomic.AtomicFile):
         self.bytes = 0
 
     def write(self, data: bytes) -> None:
-        self.handle.write(data)
+        super().write(data)
         self.bytes += len(data)
         if self.hasher is not None:
             self.hasher.update(data)
@@ -417,8 +417,15 @@ def validate(input_path: str, outputs: OutputPaths, config: DataValidationConfig
         src.close()
         validator.close()
     root = integrity.dataset_root(clean.hasher.finish(CLEAN_NAME), config.chunk_size)
-    clean.commit()
-    quarantine.commit()
+    try:
+        quarantine.commit()
+        clean.commit()
+    except BaseException:              # a full disk at the last flush: neither is left to look finished
+        quarantine.abort()
+        clean.abort()
+        if os.path.exists(outputs.quarantine) and not os.path.exists(outputs.clean):
+            os.unlink(outputs.quarantine)
+        raise
     elapsed = time.perf_counter() - started
     return _finish(validator, config, src, outputs, rows_in, rows_out, root, clean.bytes, elapsed)
 

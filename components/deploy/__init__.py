@@ -70,14 +70,31 @@ def make_target(cfg: DeployConfig, state_dir: str, work: str, key_file: str | No
 
 
 def deploy(repo_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig, state_dir: str,
-           key_file: str | None = None, before_interval=None, log=print, public_key: str | None = None) -> dict:
+           key_file: str | None = None, before_interval=None, log=print, public_key: str | None = None,
+           lock_api=None) -> dict:
     """Verify the repository is the blessed model (and, with `public_key`, signed by its
-    pair) before any traffic moves, roll it out, write record and report."""
+    pair) before any traffic moves, roll it out, write record and report. The served model
+    is held for the whole rollout (`rollout_lock`; a caller that built the repository
+    already holds it, so the version it numbered is still the next one)."""
+    from .rollout_lock import rollout_lock
+    with rollout_lock(cfg, state_dir, log, lock_api) as (held, guard):
+        return _deploy(repo_dir, blessed_root, out_dir, cfg, state_dir, key_file, before_interval, log, public_key,
+                       held, guard)
+
+
+def _deploy(repo_dir, blessed_root, out_dir, cfg, state_dir, key_file, before_interval, log, public_key, held,
+            guard) -> dict:
+    from kfp_llmops.components.common.records import read_serving_state
+
     from . import repository
     from .canary import rollout
     from .report import render_html, timeline_png
 
     info = repository.verify(repo_dir, blessed_root, public_key=public_key)
+    stable = read_serving_state(state_dir).get("stable") if cfg.target == "local" else None
+    if stable and info["version"] <= stable["version"]:
+        raise InputError(f"{repo_dir}: version {info['version']} is not above stable's {stable['version']} "
+                         f"(another release was promoted since it was built); build it again")
     key, tokenizer = None, None
     if cfg.watermark.enabled:
         from transformers import AutoTokenizer
@@ -89,7 +106,7 @@ def deploy(repo_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
     target = make_target(cfg, state_dir, os.path.join(out_dir, "work"), key_file)
     try:
         target.start(repo_dir)
-        record = rollout(target, cfg, info, key, tokenizer, before_interval, log)
+        record = rollout(target, cfg, info, key, tokenizer, before_interval, log, guard)
     finally:
         target.close()
     stable = target.stable_at_start
@@ -98,7 +115,8 @@ def deploy(repo_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
                    "signed_sha256": info["signed_sha256"], "served_uri": getattr(target, "storage_uri", None) or None,
                    "stable_version": stable["version"] if stable else None,
                    "stable_repository_root": stable["repository_root"] if stable else None,
-                   "drill": cfg.drill.model_dump(), "steps": cfg.steps, "interval_s": cfg.interval_s})
+                   "drill": cfg.drill.model_dump(), "steps": cfg.steps, "interval_s": cfg.interval_s,
+                   "lock": {"holder": held["holder"], "waited_s": held["waited_s"]}})
     requests = record.pop("requests")
     with open(os.path.join(out_dir, "requests.jsonl"), "w", encoding="utf-8") as handle:
         handle.writelines(json.dumps(r) + "\n" for r in requests)
@@ -152,13 +170,15 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
         signing.verify_folder(model.path, public)
     from kfp_llmops.components.common.decoding import Decoding
     decoding = Decoding.from_record(blessing.metadata, "blessing")
-    built = build_repository(model.path, blessed_root, repository_out.path, cfg, state, kgw, private, decoding,
-                             costed_decoding(watermarked.metadata if watermarked is not None else None))
-    repository_out.metadata.update({"merkle_root": built["repository_root"], "model_root": built["model_root"],
-                                    "model_name": built["model_name"], "version": built["version"],
-                                    "signed_sha256": built["signed_sha256"]})
+    from .rollout_lock import rollout_lock
     work = os.path.join(os.path.dirname(report.path), "deploy")
-    record = deploy(repository_out.path, blessed_root, work, cfg, state, key_file or None, public_key=public)
+    with rollout_lock(cfg, state):           # held from numbering the version to the rollout's end
+        built = build_repository(model.path, blessed_root, repository_out.path, cfg, state, kgw, private, decoding,
+                                 costed_decoding(watermarked.metadata if watermarked is not None else None))
+        repository_out.metadata.update({"merkle_root": built["repository_root"], "model_root": built["model_root"],
+                                        "model_name": built["model_name"], "version": built["version"],
+                                        "signed_sha256": built["signed_sha256"]})
+        record = deploy(repository_out.path, blessed_root, work, cfg, state, key_file or None, public_key=public)
     shutil.copyfile(os.path.join(work, "record.json"), record_out.path)
     with open(report.path, "w", encoding="utf-8") as handle:
         handle.write(open(os.path.join(work, "report.html"), encoding="utf-8").read())

@@ -23,8 +23,11 @@ def _watermark(info: dict, key: int | None, tokenizer):
 
 
 def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, tokenizer=None,
-            before_interval: Callable[[int, object], None] | None = None, log=print) -> dict:
-    """Run the canary on a started target; returns the record (decision, intervals, requests)."""
+            before_interval: Callable[[int, object], None] | None = None, log=print,
+            guard: Callable[[], None] = lambda: None) -> dict:
+    """Run the canary on a started target; returns the record (decision, intervals, requests).
+    `guard` raises once this rollout no longer owns the model (its Lease was lost): it is
+    called before every change to what serves."""
     record: dict = {"decision": None, "reason": "", "intervals": [], "smoke": [], "interface": [],
                     "requests": [], "first_release": target.stable is None}
     watermark = _watermark(info, key, tokenizer)
@@ -55,6 +58,7 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
         if alive is False:
             record["rollback"] = target.rollback()
             return finish("rolled_back", f"canary server down at {percent} % (interval {n})")
+        guard()
         target.set_canary_percent(percent)
         log(f"[deploy] interval {n}: {percent} % to canary")
         smoke_result = target.smoke(watermark, tokenizer)
@@ -105,6 +109,7 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
                    else f"{decider.failed} failed checks (threshold {cfg.threshold}): {', '.join(failed)}")
             return finish("rolled_back", f"{why} at {percent} %")
         if action == "promote":
+            guard()
             target.promote(info)
             return finish("promoted", f"all {len(steps)} steps passed")
         n += 1

@@ -111,6 +111,17 @@ class MetricsSource(_Section):
                                        "interval's end before its counters are read.")
 
 
+class Lock(_Section):
+    """One rollout per served model at a time: the local target holds an exclusive lock
+    on the serving state, the cluster targets a coordination.k8s.io Lease named after the
+    InferenceService, from before anything is read until the rollout ends."""
+    on_busy: Literal["wait", "refuse"] = Field("wait", description="wait: for the running rollout, then roll out "
+                                               "against what it left as stable; refuse: give up at once.")
+    wait_s: float = Field(1800.0, ge=0, description="How long to wait for a running rollout before giving up.")
+    lease_duration_s: int = Field(60, ge=5, description="Cluster: a Lease not renewed for this long is taken over "
+                                  "(its holder died); the holder renews it every third of this.")
+
+
 class Local(_Section):
     state_dir: str = Field("", description="Where the promoted repositories live; default next to the outputs.")
     startup_timeout_s: float = Field(120.0, gt=0)
@@ -161,6 +172,7 @@ class DeployConfig(StageConfig):
     local: Local = Field(default_factory=Local)
     cluster: Cluster = Field(default_factory=Cluster)
     metrics: MetricsSource = Field(default_factory=MetricsSource)
+    lock: Lock = Field(default_factory=Lock)
 
     @model_validator(mode="after")
     def _interval(self) -> "DeployConfig":

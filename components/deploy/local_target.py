@@ -199,7 +199,15 @@ class LocalTarget:
 
 
 def undo(state_dir: str) -> dict:
-    """One-step rollback of the last promotion: previous/ becomes stable/ again."""
+    """One-step rollback of the last promotion: previous/ becomes stable/ again. Refused,
+    naming the holder, while a rollout holds the state."""
+    from .config import Lock
+    from .rollout_lock import state_lock
+    with state_lock(state_dir, Lock(on_busy="refuse")):
+        return _undo(state_dir)
+
+
+def _undo(state_dir: str) -> dict:
     state = read_serving_state(state_dir)
     if not state.get("previous"):
         raise InputError(f"{state_dir}: no previous version to roll back to")

@@ -464,16 +464,18 @@ def deploy_canary(repo_dir, model_dir, blessing, blessed_root, out_dir, state_di
     if bool(repo_dir) == bool(model_dir):
         raise LlmopsError("give exactly one of --repository and --model")
     from kfp_llmops.components.common import signing
+    from kfp_llmops.components.deploy.rollout_lock import rollout_lock
     public_key = signing.key_file(public_key, public=True)
-    if model_dir:
-        if public_key:
-            signing.verify_folder(model_dir, public_key)
-        repo_dir = os.path.join(out_dir, "repository")
-        build_repository(model_dir, root, repo_dir, cfg, state_dir, watermark_params(watermark_record),
-                         signing.key_file(signing_key), decoding, costed_decoding(watermark_record))
-    elif watermark_record:
+    if watermark_record and not model_dir:
         raise LlmopsError("--watermark applies when building from --model; a sealed repository keeps its own")
-    record = deploy(repo_dir, root, out_dir, cfg, state_dir, key_file, log=click.echo, public_key=public_key)
+    with rollout_lock(cfg, state_dir, click.echo):       # the version numbered is the one rolled out
+        if model_dir:
+            if public_key:
+                signing.verify_folder(model_dir, public_key)
+            repo_dir = os.path.join(out_dir, "repository")
+            build_repository(model_dir, root, repo_dir, cfg, state_dir, watermark_params(watermark_record),
+                             signing.key_file(signing_key), decoding, costed_decoding(watermark_record))
+        record = deploy(repo_dir, root, out_dir, cfg, state_dir, key_file, log=click.echo, public_key=public_key)
     click.echo(f"decision={record['decision']} version={record['version']} reason: {record['reason']}")
     click.echo(f"record {os.path.join(out_dir, 'record.json')}, report {os.path.join(out_dir, 'report.html')}")
     raise_unless_promoted(record, cfg)
@@ -760,8 +762,13 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"error: {exc}", err=True)
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+        from kfp_llmops.components.common.errors import environment_problem
         if os.environ.get("LLMOPS_DEBUG") == "1":
             raise
+        problem = environment_problem(exc)
+        if problem is not None:           # a full disk is the machine's problem, not an internal error
+            click.echo(f"error: {problem}", err=True)
+            return problem.exit_code
         click.echo(f"internal error: {type(exc).__name__}: {exc} (LLMOPS_DEBUG=1 shows the traceback)",
                    err=True)
         return 3

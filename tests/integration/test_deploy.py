@@ -363,3 +363,36 @@ def test_a_watermark_nobody_verified_is_never_served(released, tmp_path, capsys)
     same = build_repository(released["model"], released["model_root"], str(tmp_path / "same"), _cfg(),
                             released["state"], KGW, decoding=blessed, costed=blessed.model_dump())
     assert repository.describe(str(tmp_path / "same"))["settings"]["decoding"]["max_new_tokens"] == 8 and same
+
+
+def test_two_rollouts_started_together_promote_one_after_the_other_and_undo_restores(released, tmp_path):
+    """Two `llmops deploy canary` of one model on one state, started together: the second
+    waits for the first (numbering its version only then), both promote in turn, and
+    `undo` restores the first's release, not a copy of the second."""
+    import subprocess
+    import sys
+
+    state = str(tmp_path / "state")
+    shutil.copytree(released["state"], state)
+    (tmp_path / "deploy.yaml").write_text(FAST)
+    (tmp_path / "watermark.json").write_text(json.dumps({"kgw": {"delta": 4.0}}))
+    procs = [subprocess.Popen([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", "deploy", "canary",
+                               "--model", released["model"], "--blessed-root", released["model_root"],
+                               "--out", str(tmp_path / f"out{i}"), "--state", state,
+                               "--config", str(tmp_path / "deploy.yaml"), "--key-file", released["key"],
+                               "--watermark", str(tmp_path / "watermark.json")],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "LLMOPS_NO_PROGRESS": "1"}) for i in (0, 1)]
+    outs = [p.communicate(timeout=280)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    records = [json.load(open(tmp_path / f"out{i}" / "record.json")) for i in (0, 1)]
+    first, second = sorted(records, key=lambda r: r["version"])
+    assert (first["version"], second["version"]) == (2, 3)
+    assert (first["stable_version"], second["stable_version"]) == (1, 2)         # each met the other's result
+    assert second["lock"]["waited_s"] > first["lock"]["waited_s"] + 5
+    assert any("held by" in out for out in outs)                                     # the waiter said who
+    s = read_state(state)
+    assert (s["stable"]["version"], s["previous"]["version"]) == (3, 2)
+    assert undo(state)["stable"]["repository_root"] == first["repository_root"]
+    repository.verify(os.path.join(state, "stable"), released["model_root"], first["repository_root"])
+    assert _no_servers_left()

@@ -1,5 +1,6 @@
 """The `llmops` CLI: exit codes 0/1/2, one-line errors, --help everywhere."""
 import json
+import re
 
 import pytest
 
@@ -50,3 +51,32 @@ def test_make_demo_and_validate_it(tmp_path):
             pass
     evals = [json.loads(l)["prompt"] for l in open(tmp_path / "d" / "eval.jsonl")]
     assert not any(any(e in t for t in train) for e in evals)   # held-out split
+
+
+def _on_small_volume(tmp_path, kib: int, *args) -> tuple[int, str, str]:
+    """The CLI with `tmp_path/vol` a tmpfs of `kib` KiB (a private mount namespace: a real
+    full disk, nothing mounted outside the child); stdout ends with what `vol/out` holds."""
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+    if not shutil.which("unshare"):
+        pytest.fail("unshare (util-linux) is missing: make installs it")
+    vol = tmp_path / "vol"
+    vol.mkdir(exist_ok=True)
+    cli = shlex.join([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", *args])
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size={kib}k tmpfs {vol} && {cli}; rc=$?; echo left:; ls -A {vol}/out; exit $rc"],
+                          capture_output=True, text=True, env={"LLMOPS_NO_PROGRESS": "1", "PATH": "/usr/bin:/bin"})
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_a_full_disk_is_one_line_naming_the_path_and_the_free_space(tmp_path):
+    rows = write_lines(tmp_path / "in.jsonl", [sft(i, response=" ".join(f"Fact {i}.{j} holds." for j in range(120))) for i in range(400)])
+    rc, out, err = _on_small_volume(tmp_path, 256, "data", "validate", rows, "--out", str(tmp_path / "vol" / "out"))
+    assert rc == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "internal error" not in err
+    assert re.match(rf"error: writing {re.escape(str(tmp_path / 'vol' / 'out'))}/\S+: no space left on device "
+                    rf"\(\d+(\.\d)? K?i?B free of 256\.0 KiB on {re.escape(str(tmp_path / 'vol'))}\)", err.strip()), err
+    assert out.split("left:")[-1].split() == []                # nothing half-written, nothing looking finished
+    rc, out, err = _on_small_volume(tmp_path, 4096, "data", "validate", rows, "--out", str(tmp_path / "vol" / "out"))
+    assert rc == 0, err                    # the same command on a volume with room
