@@ -79,13 +79,42 @@ def keep_model(release_dir: str, model_dir: str, root: str) -> str | None:
 
 
 def promote(release_dir: str, record_path: str, record: dict) -> str:
-    """Point the release volume's promoted.json at this run's record (the exit handler's job)."""
+    """Point the release volume's promoted.json at this run's record (the exit handler's
+    job), compare-and-swap: only over the release whose model this promotion replaced (its
+    deploy record's `production_root`), so no promotion overwrites one it did not see. A
+    pointer that moved on meanwhile is left as it is: InputError naming both."""
+    import fcntl
+
     path = pointer_path(release_dir)
     deploy = record.get("stages", {}).get("triton_canary_deploy", {})
-    atomic.write_text(path, json.dumps({"format": FORMAT, "run": record.get("run"), "record": os.path.abspath(record_path),
-                                        "record_sha256": sha256_file(record_path),
-                                        "model_root": deploy.get("inputs", {}).get("model_root")}, indent=2) + "\n")
+    inputs = deploy.get("inputs", {})
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        current = _pointer(path) if os.path.exists(path) else None
+        if current is not None and "production_root" in inputs and current.get("model_root") != inputs["production_root"]:
+            replaced = inputs["production_root"]
+            raise InputError(f"{path}: not moved to run {record.get('run')}: it names run {current.get('run')} (model "
+                             f"{str(current.get('model_root'))[:16]}…), but this promotion replaced model "
+                             f"{str(replaced)[:16] + '…' if replaced else 'none'}; another promotion came between")
+        atomic.write_text(path, json.dumps({"format": FORMAT, "run": record.get("run"),
+                                            "record": os.path.abspath(record_path),
+                                            "record_sha256": sha256_file(record_path),
+                                            "model_root": inputs.get("model_root")}, indent=2) + "\n")
     return path
+
+
+def _pointer(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            pointer = json.load(handle)
+        if pointer.get("format") != FORMAT:
+            raise ValueError(f"format is {pointer.get('format')!r}, expected {FORMAT!r}")
+        missing = {"record", "record_sha256"} - pointer.keys()
+        if missing:
+            raise KeyError(", ".join(sorted(missing)))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path}: not a promoted-release pointer: {exc}") from None
+    return pointer
 
 
 PIN = "#sha256="
@@ -108,15 +137,8 @@ def load(release_dir: str, setting: str = "auto") -> Baseline | None:
         if path is not None and setting not in ("", "auto"):
             raise InputError(f"baseline_release: {path}: no such file")
         return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            pointer = json.load(handle)
-        if pointer.get("format") != FORMAT:
-            raise ValueError(f"format is {pointer.get('format')!r}, expected {FORMAT!r}")
-        record_path, expected = pointer["record"], pointer["record_sha256"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{path}: not a promoted-release pointer: {exc}") from None
-    return _from_record(path, record_path, expected)
+    pointer = _pointer(path)
+    return _from_record(path, pointer["record"], pointer["record_sha256"])
 
 
 def _from_record(origin: str, record_path: str, expected: str) -> Baseline:
@@ -155,7 +177,7 @@ def _model_places(stages: dict) -> list[str]:
     """The copy kept on the release volume, the trained model's folder, the deployed
     repository's weights, the stable copy in the local target's serving state, and the
     copy KServe serves."""
-    from .records import STABLE_DIR, read_serving_state
+    from .records import read_serving_state, served_dir
 
     model = ((stages.get("train_zero3") or {}).get("outputs") or {}).get("model") or {}
     deploy = (stages.get("triton_canary_deploy") or {}).get("outputs") or {}
@@ -165,7 +187,7 @@ def _model_places(stages: dict) -> list[str]:
         places.append(os.path.join(repo["path"], repo["weights"]) if repo.get("path") else None)
         stable = (read_serving_state(state) if state else {}).get("stable") or {}
         if stable.get("model_name") and stable.get("version") is not None:    # versions count on as it serves
-            places.append(os.path.join(state, STABLE_DIR, stable["model_name"], str(stable["version"]),
+            places.append(os.path.join(served_dir(state), stable["model_name"], str(stable["version"]),
                                        os.path.basename(repo["weights"])))
         places.append(f"{deploy['served_uri'].rstrip('/')}/{repo['weights']}" if deploy.get("served_uri") else None)
     return [p for p in places if p]
@@ -193,6 +215,15 @@ def model_folder(places: list[str], root: str | None, work: str) -> tuple[str | 
     if wrong:
         raise InputError(wrong[0])
     return None, missed
+
+
+def compared_with(found: Baseline | None) -> dict:
+    """What a blessing records of the production release it was judged against: the pin
+    and its model ("none" and None on a first release). Deploy promotes only while that
+    model still serves (`on_stale_baseline`)."""
+    if found is None:
+        return {"release": "none", "model_root": None}
+    return {"release": f"{found.record}{PIN}{found.record_sha256}", "model_root": found.model_root}
 
 
 def note(baseline: Baseline | None) -> str:

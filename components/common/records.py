@@ -146,6 +146,10 @@ class VerifyWatermark(StageRecord):
 class DeployInputs(_Record):
     model_root: str | None = None
     blessed_root: str | None = None
+    production_root: str | None = Field(None, description="The model serving when the rollout began (what a "
+                                        "promotion replaced; promoted.json is moved on only from it).")
+    compared_with: str | None = Field(None, description="The production release the blessing was judged "
+                                      "against (its pin), when known.")
 
 
 class DeployOutputs(_Record):
@@ -253,8 +257,22 @@ def read_notes(release_dir: str) -> dict[str, StageRecord]:
 
 
 # --- The local target's serving state: which repository serves as stable now ----------
+# state.json is the one commit point: the repositories it names live under repos/<root>
+# (each written whole before state.json names it), `stable` and `previous` are links to
+# them for people, re-pointed after each commit; `served_dir` reads state.json itself.
 SERVING_STATE = "state.json"
-STABLE_DIR = "stable"       # the repository the stable server loads, inside the state folder
+STABLE_DIR = "stable"       # a link to the repository the stable server loads
+REPOS_DIR = "repos"
+
+
+def served_dir(state_dir: str, role: str = "stable") -> str | None:
+    """The folder of the repository state.json names as `role` (stable or previous);
+    None when it names none."""
+    rec = read_serving_state(state_dir).get(role)
+    if not rec:
+        return None
+    stored = os.path.join(state_dir, REPOS_DIR, rec["repository_root"])
+    return stored if os.path.isdir(stored) else os.path.join(state_dir, role)     # a folder from before repos/
 
 
 def read_serving_state(state_dir: str) -> dict:

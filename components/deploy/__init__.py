@@ -71,19 +71,37 @@ def make_target(cfg: DeployConfig, state_dir: str, work: str, key_file: str | No
 
 def deploy(repo_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig, state_dir: str,
            key_file: str | None = None, before_interval=None, log=print, public_key: str | None = None,
-           lock_api=None) -> dict:
+           lock_api=None, compared_with: dict | None = None) -> dict:
     """Verify the repository is the blessed model (and, with `public_key`, signed by its
     pair) before any traffic moves, roll it out, write record and report. The served model
     is held for the whole rollout (`rollout_lock`; a caller that built the repository
-    already holds it, so the version it numbered is still the next one)."""
+    already holds it, so the version it numbered is still the next one). `compared_with`:
+    the blessing's record of the production model it was judged against (None: unknown)."""
     from .rollout_lock import rollout_lock
     with rollout_lock(cfg, state_dir, log, lock_api) as (held, guard):
         return _deploy(repo_dir, blessed_root, out_dir, cfg, state_dir, key_file, before_interval, log, public_key,
-                       held, guard)
+                       held, guard, compared_with)
+
+
+def stale_baseline(compared_with: dict | None, production: tuple[bool, str | None]) -> str | None:
+    """Why the blessing's comparison no longer holds (production is not the model it was
+    judged against), or None when it holds or cannot be known."""
+    known, serving = production
+    if compared_with is None or not known or compared_with.get("model_root") == serving:
+        return None
+    judged = compared_with.get("model_root")
+    release = compared_with.get("release") or "?"
+    named = os.path.basename(os.path.dirname(release.split("#", 1)[0])) if "#" in release else release
+
+    def model(root):
+        return f"model {root[:16]}…" if root else "no model (a first release)"
+    return (f"the blessing judged this model against production {model(judged)} (release {named}), but production "
+            f"is now {model(serving)}: another release was promoted since; evaluate against it again, or set "
+            "on_stale_baseline: allow")
 
 
 def _deploy(repo_dir, blessed_root, out_dir, cfg, state_dir, key_file, before_interval, log, public_key, held,
-            guard) -> dict:
+            guard, compared_with) -> dict:
     from kfp_llmops.components.common.records import read_serving_state
 
     from . import repository
@@ -95,6 +113,13 @@ def _deploy(repo_dir, blessed_root, out_dir, cfg, state_dir, key_file, before_in
     if stable and info["version"] <= stable["version"]:
         raise InputError(f"{repo_dir}: version {info['version']} is not above stable's {stable['version']} "
                          f"(another release was promoted since it was built); build it again")
+    target = make_target(cfg, state_dir, os.path.join(out_dir, "work"), key_file)
+    production = target.production_root()
+    stale = stale_baseline(compared_with, production)
+    if stale and cfg.on_stale_baseline == "refuse":
+        raise GateFailed(f"refusing to promote over a model it was not compared with: {stale}")
+    if stale:
+        log(f"[deploy] {stale}; deploying anyway (on_stale_baseline: allow)")
     key, tokenizer = None, None
     if cfg.watermark.enabled:
         from transformers import AutoTokenizer
@@ -103,9 +128,8 @@ def _deploy(repo_dir, blessed_root, out_dir, cfg, state_dir, key_file, before_in
         key = load_key(key_file)
         tokenizer = AutoTokenizer.from_pretrained(info["weights"])
     os.makedirs(out_dir, exist_ok=True)
-    target = make_target(cfg, state_dir, os.path.join(out_dir, "work"), key_file)
     try:
-        target.start(repo_dir)
+        target.start(repo_dir, info)
         record = rollout(target, cfg, info, key, tokenizer, before_interval, log, guard)
     finally:
         target.close()
@@ -116,7 +140,8 @@ def _deploy(repo_dir, blessed_root, out_dir, cfg, state_dir, key_file, before_in
                    "stable_version": stable["version"] if stable else None,
                    "stable_repository_root": stable["repository_root"] if stable else None,
                    "drill": cfg.drill.model_dump(), "steps": cfg.steps, "interval_s": cfg.interval_s,
-                   "lock": {"holder": held["holder"], "waited_s": held["waited_s"]}})
+                   "lock": {"holder": held["holder"], "waited_s": held["waited_s"]},
+                   "production_root": production[1], "compared_with": compared_with, "stale_baseline": stale})
     requests = record.pop("requests")
     with open(os.path.join(out_dir, "requests.jsonl"), "w", encoding="utf-8") as handle:
         handle.writelines(json.dumps(r) + "\n" for r in requests)
@@ -178,7 +203,8 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
         repository_out.metadata.update({"merkle_root": built["repository_root"], "model_root": built["model_root"],
                                         "model_name": built["model_name"], "version": built["version"],
                                         "signed_sha256": built["signed_sha256"]})
-        record = deploy(repository_out.path, blessed_root, work, cfg, state, key_file or None, public_key=public)
+        record = deploy(repository_out.path, blessed_root, work, cfg, state, key_file or None, public_key=public,
+                        compared_with=blessing.metadata.get("compared_with"))
     shutil.copyfile(os.path.join(work, "record.json"), record_out.path)
     with open(report.path, "w", encoding="utf-8") as handle:
         handle.write(open(os.path.join(work, "report.html"), encoding="utf-8").read())
@@ -192,7 +218,9 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
     records.note(release_dir, records.TritonCanaryDeploy(
         params={"deploy_config": config},
         result=record["decision"], reason=record["reason"],
-        inputs=records.DeployInputs(model_root=record["model_root"], blessed_root=blessed_root),
+        inputs=records.DeployInputs(model_root=record["model_root"], blessed_root=blessed_root,
+                                    production_root=record["production_root"],
+                                    compared_with=(record["compared_with"] or {}).get("release")),
         outputs=records.DeployOutputs(
             repository=records.RepositoryOut(root=record["repository_root"], path=repository_out.path,
                                              version=record["version"],

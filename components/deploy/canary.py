@@ -47,6 +47,8 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
             record["rollback"] = target.rollback()
             return finish("rolled_back", "breaking interface change, blocked before any traffic moved: " + "; ".join(breaking))
 
+    from .serving_state import kill_point
+    kill_point("before_traffic")
     steps = cfg.steps if shapes is not None else [100]          # first release: nothing to compare with
     decider = Decider(cfg if steps == cfg.steps else cfg.model_copy(update={"steps": steps}))
     n = 0
@@ -58,6 +60,10 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
         if alive is False:
             record["rollback"] = target.rollback()
             return finish("rolled_back", f"canary server down at {percent} % (interval {n})")
+        if target.stable_alive() is False:
+            record["rollback"] = target.rollback()
+            return finish("rolled_back", f"stable server down at {percent} % (interval {n}): the canary is not "
+                                         "promoted over a model it cannot be compared with")
         guard()
         target.set_canary_percent(percent)
         log(f"[deploy] interval {n}: {percent} % to canary")
@@ -70,6 +76,8 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
 
         def observe(s) -> bool:
             seen[0] += s.backend == "canary"
+            if n == 0 and seen[0] == 3:
+                kill_point("mid_interval")
             return decider.observe(s.backend, s.ok, s.latency_ms)
         # Too few canary requests extend the interval (bounded), where responses can be attributed.
         samples = target.load().run(cfg.interval_s, on_sample=observe, desc=f"interval {n} ({percent} % canary)",
@@ -108,6 +116,10 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
             why = (f"sequential test on {fired.describe()}" if fired
                    else f"{decider.failed} failed checks (threshold {cfg.threshold}): {', '.join(failed)}")
             return finish("rolled_back", f"{why} at {percent} %")
+        if action == "promote" and target.stable_alive() is False:
+            record["rollback"] = target.rollback()
+            return finish("rolled_back", f"stable server down at {percent} % (interval {n}): the canary is not "
+                                         "promoted over a model it could not be compared with")
         if action == "promote":
             guard()
             target.promote(info)

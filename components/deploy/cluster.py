@@ -26,6 +26,7 @@ from .loadgen import LoadGenerator
 from .prometheus import PromQL
 
 KEY_MOUNT = "/var/run/secrets/kfp-llmops/watermark"
+MODEL_ROOT_ANNOTATION = "kfp-llmops/model-root"
 LABELS = {"app.kubernetes.io/part-of": "kfp-llmops", "kfp-llmops/stage": "triton_canary_deploy"}
 
 
@@ -35,7 +36,10 @@ def _storage(cfg: DeployConfig, repository_root: str) -> str:
     return destination(cfg.cluster.storage_uri, repository_root)
 
 
-def render_inference_service(cfg: DeployConfig, repository_root: str, canary_percent: int | None) -> dict:
+def render_inference_service(cfg: DeployConfig, repository_root: str, canary_percent: int | None,
+                             model_root: str = "") -> dict:
+    """`model_root` (the served weights' root) is annotated: the next rollout reads which
+    model is in production from it (`on_stale_baseline`)."""
     c = cfg.cluster
     limits = {"cpu": c.cpu, "memory": c.memory}
     if c.gpus:
@@ -64,7 +68,8 @@ def render_inference_service(cfg: DeployConfig, repository_root: str, canary_per
         "kind": "InferenceService",
         "metadata": {"name": c.service_name, "namespace": namespace(c.namespace), "labels": dict(LABELS),
                      "annotations": {"serving.kserve.io/deploymentMode": c.mode,
-                                     "kfp-llmops/repository-root": repository_root}},
+                                     "kfp-llmops/repository-root": repository_root,
+                                     **({MODEL_ROOT_ANNOTATION: model_root} if model_root else {})}},
         "spec": {"predictor": predictor},
     }
 
@@ -136,6 +141,7 @@ class ClusterTarget:
         self.promql = PromQL(cfg.metrics.prometheus_url or CLUSTER_PROMETHEUS)
         self._api = api
         self.repository_root = ""
+        self.model_root = ""
         self.storage_uri = ""
         self.live: dict | None = None            # the InferenceService before this rollout
         self.stable: str | None = None           # "cluster" when something already serves
@@ -194,10 +200,12 @@ class ClusterTarget:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self, canary_repo: str) -> None:
-        """Upload the verified repository under its root; find what serves now."""
+    def start(self, canary_repo: str, info: dict | None = None) -> None:
+        """Upload the verified repository (`info`: what `repository.verify` said of it)
+        under its root; find what serves now."""
         from kfp_llmops.components.common import integrity, storage
         self.repository_root = integrity.load_manifest(f"{canary_repo}/{integrity.MANIFEST_NAME}")[1]
+        self.model_root = (info or {}).get("model_root", "")
         self.storage_uri = storage.upload(canary_repo, self.cfg.cluster.storage_uri, self.cfg.cluster.pvc_mounts,
                                           self.log)
         self.live = self._get("InferenceService") if self.cfg.target == "kserve" else None
@@ -210,16 +218,31 @@ class ClusterTarget:
     def close(self) -> None:
         pass
 
+    def production_root(self) -> tuple[bool, str | None]:
+        """(known, the model root serving now): the InferenceService's annotation; unknown
+        behind a Gateway route or on a service an older release wrote without it."""
+        if self.cfg.target == "gateway":
+            return False, None
+        live = self._get("InferenceService")
+        if live is None:
+            return True, None
+        root = live.get("metadata", {}).get("annotations", {}).get(MODEL_ROOT_ANNOTATION)
+        return (True, root) if root else (False, None)
+
     def set_canary_percent(self, percent: int) -> None:
         if self.cfg.target == "gateway":
             self._apply(render_httproute(self.cfg, percent))
             return
         first = self.stable is None
         self._apply(render_inference_service(self.cfg, self.repository_root,
-                                             None if first or percent >= 100 else percent))
+                                             None if first or percent >= 100 else percent, self.model_root))
         self._wait_ready()
 
     def canary_alive(self) -> bool | None:
+        return None
+
+    def stable_alive(self) -> bool | None:
+        """Kubernetes restarts a dead predictor; its readiness is what _wait_ready sees."""
         return None
 
     def _revisions(self) -> dict[str, str]:
@@ -295,7 +318,8 @@ class ClusterTarget:
         """What served before this rollout, as an apply body (its spec, our metadata)."""
         old = self.live or {}
         annotations = old.get("metadata", {}).get("annotations", {})
-        doc = render_inference_service(self.cfg, annotations.get("kfp-llmops/repository-root", ""), None)
+        doc = render_inference_service(self.cfg, annotations.get("kfp-llmops/repository-root", ""), None,
+                                       annotations.get(MODEL_ROOT_ANNOTATION, ""))
         doc["spec"] = copy.deepcopy(old.get("spec", doc["spec"]))
         doc["spec"].get("predictor", {}).pop("canaryTrafficPercent", None)
         return doc

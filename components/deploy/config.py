@@ -161,6 +161,11 @@ class DeployConfig(StageConfig):
                                   "requests extends up to this long.")
     threshold: int = Field(2, ge=1, description="Failed checks before rollback (Flagger's threshold).")
     allow_breaking_change: bool = False
+    on_stale_baseline: Literal["refuse", "allow"] = Field("refuse", description="The blessing records which "
+                                                          "production model it was judged against; refuse: deploy "
+                                                          "only while that model still serves (another release "
+                                                          "promoted since is named in the error); allow: deploy "
+                                                          "anyway, noted in the record.")
     fail_on_rollback: bool = True
     serving: Serving = Field(default_factory=Serving)
     watermark: Watermark = Field(default_factory=Watermark)

@@ -12,21 +12,16 @@ import os
 import shutil
 import time
 
-from kfp_llmops.components.common.records import STABLE_DIR, read_serving_state, write_serving_state
+from kfp_llmops.components.common.records import read_serving_state, served_dir
 from kfp_llmops.components.common.errors import InputError
 
 from . import metrics as prom
-from . import repository, smoke
+from . import repository, serving_state, smoke
 from .config import DeployConfig
 from .loadgen import LoadGenerator, sized_concurrency
 from .nginx_split import NginxSplit
 from .prometheus import LocalPrometheus, PromQL
 from .triton_local import TritonServer, http_get
-
-
-def _copy_repository(src: str, dst: str) -> None:
-    """A real copy: hard links would let a later edit of the artifact reach what is served."""
-    shutil.copytree(src, dst)
 
 
 class LocalTarget:
@@ -54,30 +49,44 @@ class LocalTarget:
         """The promoted repository, verified against the root recorded at promotion."""
         if not self.state.get("stable"):
             return None
-        repo = os.path.join(self.state_dir, STABLE_DIR)
+        repo = served_dir(self.state_dir, "stable")
         rec = self.state["stable"]
         return repository.verify(repo, rec["model_root"], rec["repository_root"])
 
-    def start(self, canary_repo: str) -> None:
+    def production_root(self) -> tuple[bool, str | None]:
+        """(known, the model root serving now), as the state recorded it at promotion."""
+        return True, (self.state.get("stable") or {}).get("model_root")
+
+    def start(self, canary_repo: str, info: dict | None = None) -> None:
+        """Under the rollout lock: what a killed rollout left (servers, a half-made
+        promotion) cleared first, then stable (verified) and the canary started."""
+        serving_state.stop_leftovers(self.state_dir)
+        serving_state.repair(self.state_dir)
+        self.state = read_serving_state(self.state_dir)
         self.canary_repo = canary_repo
         self.stable_at_start = self.stable_info()
         has_stable = self.stable_at_start is not None
         timeout = self.cfg.local.startup_timeout_s
         host = self.cfg.local.host
         if has_stable:
-            self.stable = TritonServer(os.path.join(self.state_dir, STABLE_DIR), self.work, "stable", host, self.server_env).start()
+            self.stable = TritonServer(served_dir(self.state_dir, "stable"), self.work, "stable", host,
+                                       self.server_env).start()
+            serving_state.note_process(self.state_dir, self.stable.proc.pid)
         self.canary = TritonServer(canary_repo, self.work, "canary", host, self.server_env).start()
+        serving_state.note_process(self.state_dir, self.canary.proc.pid)
         for server in (self.stable, self.canary):       # both load in parallel, then wait
             if server is not None:
                 server.wait_ready(timeout)
         self.split = NginxSplit(self.work, self.stable.address if self.stable else None, self.canary.address, host)
         self.split.start(0 if has_stable else 100)
+        serving_state.note_process(self.state_dir, self.split.proc.pid)
         if self.cfg.metrics.source == "prometheus":
             url = self.cfg.metrics.prometheus_url
             if not url:
                 targets = {role: f"{host}:{s.metrics_port}" for role, s in (("stable", self.stable),
                                                                             ("canary", self.canary)) if s}
                 self.prometheus = LocalPrometheus(self.work, targets, self.cfg.metrics.scrape_interval_s, host).start()
+                serving_state.note_process(self.state_dir, self.prometheus.proc.pid)
                 url = self.prometheus.url
             self.promql = PromQL(url)
         self.warm_up()
@@ -105,6 +114,7 @@ class LocalTarget:
         for part in (self.split, self.canary, self.stable, self.prometheus):
             if part is not None:
                 part.stop()
+        serving_state.stop_leftovers(self.state_dir, log=lambda *_: None)     # all stopped: the list goes
 
     # -- traffic and observations -----------------------------------------------------
 
@@ -113,6 +123,10 @@ class LocalTarget:
 
     def canary_alive(self) -> bool | None:
         return self.canary is not None and self.canary.alive() and self.canary.ready()
+
+    def stable_alive(self) -> bool | None:
+        """None on a first release (no stable)."""
+        return None if self.stable is None else self.stable.alive() and self.stable.ready()
 
     def _selector(self, role: str) -> str:
         m = self.cfg.metrics
@@ -170,55 +184,46 @@ class LocalTarget:
     # -- decisions --------------------------------------------------------------------
 
     def rollback(self) -> dict:
-        """Canary traffic to 0, canary stopped (no idle accelerator), stable untouched."""
+        """Canary traffic to 0, canary stopped (no idle accelerator), stable untouched; a
+        stable server that died is started again (from the state's verified folder) and
+        nginx pointed at it."""
+        restarted = False
+        if self.stable is not None and not self.stable.alive():
+            self.stable.stop()
+            self.stable = TritonServer(served_dir(self.state_dir, "stable"), self.work, "stable", self.cfg.local.host,
+                                       self.server_env).start()
+            serving_state.note_process(self.state_dir, self.stable.proc.pid)
+            self.stable.wait_ready(self.cfg.local.startup_timeout_s)
+            if self.split is not None:
+                self.split.stable = self.stable.address
+            restarted = True
         if self.stable is not None and self.split is not None:
             self.split.set_canary_percent(0)
         if self.canary is not None:
             self.canary.stop()
-        return {"canary_percent": self.split.canary_percent if self.split else 0,
-                "canary_running": bool(self.canary and self.canary.alive()),
-                "stable_ready": bool(self.stable and self.stable.ready())}
+        out = {"canary_percent": self.split.canary_percent if self.split else 0,
+               "canary_running": bool(self.canary and self.canary.alive()),
+               "stable_ready": bool(self.stable and self.stable.ready())}
+        return {**out, "stable_restarted": True} if restarted else out
 
     def promote(self, info: dict) -> None:
-        """Canary becomes stable; the old stable is kept as `previous/` for one-step rollback."""
+        """Canary becomes stable; the old stable is kept as `previous` for one-step rollback
+        (serving_state.commit_promotion: a kill at any instant leaves one or the other)."""
         self.split.set_canary_percent(100)
-        stable_dir, previous_dir = os.path.join(self.state_dir, STABLE_DIR), os.path.join(self.state_dir, "previous")
-        staging = os.path.join(self.state_dir, f".incoming-{os.getpid()}-{time.time_ns()}")
-        _copy_repository(self.canary_repo, staging)
-        if os.path.exists(previous_dir):
-            shutil.rmtree(previous_dir)
-        if os.path.exists(stable_dir):
-            os.replace(stable_dir, previous_dir)
-        os.replace(staging, stable_dir)
         record = {k: info[k] for k in ("model_name", "version", "repository_root", "model_root")}
-        self.state = {"stable": record, "previous": self.state.get("stable"),
-                      "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        write_serving_state(self.state_dir, self.state)
+        self.state = serving_state.commit_promotion(self.state_dir, self.canary_repo, record)
         if self.stable is not None:
             self.stable.stop()
 
 
 def undo(state_dir: str) -> dict:
-    """One-step rollback of the last promotion: previous/ becomes stable/ again. Refused,
+    """One-step rollback of the last promotion: previous becomes stable again. Refused,
     naming the holder, while a rollout holds the state."""
     from .config import Lock
     from .rollout_lock import state_lock
     with state_lock(state_dir, Lock(on_busy="refuse")):
-        return _undo(state_dir)
-
-
-def _undo(state_dir: str) -> dict:
-    state = read_serving_state(state_dir)
-    if not state.get("previous"):
-        raise InputError(f"{state_dir}: no previous version to roll back to")
-    stable_dir, previous_dir = os.path.join(state_dir, "stable"), os.path.join(state_dir, "previous")
-    repository.verify(previous_dir, state["previous"]["model_root"], state["previous"]["repository_root"])
-    shutil.rmtree(stable_dir)
-    os.replace(previous_dir, stable_dir)
-    new = {"stable": state["previous"], "previous": None,
-           "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "undone": state["stable"]}
-    write_serving_state(state_dir, new)
-    return new
+        serving_state.repair(state_dir)
+        return serving_state.commit_undo(state_dir)
 
 
 @contextlib.contextmanager
@@ -233,10 +238,11 @@ def serving(state_dir: str, port: int = 0, host: str = "127.0.0.1", key_file: st
     if not state.get("stable"):
         raise InputError(f"{state_dir}: nothing promoted to serve (no stable version in state.json)")
     rec = state["stable"]
-    info = repository.verify(os.path.join(state_dir, STABLE_DIR), rec["model_root"], rec["repository_root"])
+    folder = served_dir(state_dir, "stable")
+    info = repository.verify(folder, rec["model_root"], rec["repository_root"])
     work = tempfile.mkdtemp(prefix="llmops-serve-")
     env = {"LLMOPS_WATERMARK_KEY_FILE": os.path.abspath(key_file)} if key_file else {}
-    server = TritonServer(os.path.join(state_dir, STABLE_DIR), work, "stable", host, env)
+    server = TritonServer(folder, work, "stable", host, env)
     split = None
     try:
         server.start().wait_ready(cfg.local.startup_timeout_s)

@@ -13,7 +13,7 @@ import time
 from kfp_llmops.components.common import atomic
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 
-from .triton_local import free_ports, http_get, stop_group
+from .triton_local import die_with_parent, free_ports, http_get, stop_group
 
 _CONF = """worker_processes 1;
 pid {dir}/nginx.pid;
@@ -101,7 +101,7 @@ class NginxSplit:
         if check.returncode:
             raise LlmopsError(f"nginx config rejected: {check.stderr.strip().splitlines()[-1:]}")
         self.proc = subprocess.Popen(self._cmd("-g", "daemon off;"), stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
+                                     stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:

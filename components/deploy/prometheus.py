@@ -21,7 +21,7 @@ import urllib.request
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 
 from .metrics import COUNTERS, HISTOGRAMS, QUANTILES
-from .triton_local import free_ports, http_get, stop_group
+from .triton_local import die_with_parent, free_ports, http_get, stop_group
 
 
 class PromQL:
@@ -114,6 +114,9 @@ class LocalPrometheus:
         if not os.path.exists(binary):
             raise InputError("metrics.source prometheus: no `prometheus` binary (apt-get install prometheus)")
         os.makedirs(self.work, exist_ok=True)
+        # One rollout's series only: a rerun in the same folder (after a killed rollout)
+        # would otherwise read the dead servers' series beside the new ones.
+        shutil.rmtree(os.path.join(self.work, "data"), ignore_errors=True)
         config = os.path.join(self.work, "prometheus.yml")
         with open(config, "w", encoding="utf-8") as handle:
             handle.write(self._config())
@@ -122,7 +125,8 @@ class LocalPrometheus:
         self.proc = subprocess.Popen([binary, f"--config.file={config}",
                                       f"--storage.tsdb.path={os.path.join(self.work, 'data')}",
                                       f"--web.listen-address={self.host}:{self.port}", "--log.level=warn"],
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.work)
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.work,
+                                     preexec_fn=die_with_parent)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

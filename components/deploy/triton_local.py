@@ -36,6 +36,13 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGKILL when the process that started it dies (Linux's
+    PR_SET_PDEATHSIG), so a rollout killed outright does not leave its servers running."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)       # 1: PR_SET_PDEATHSIG
+
+
 def stop_group(proc: subprocess.Popen | None, first: signal.Signals | None, grace: float = 10.0) -> None:
     """Send `first` to the process group started with `start_new_session` and give it
     `grace` seconds, then SIGKILL the group (children included) and reap the leader."""
@@ -86,7 +93,7 @@ class TritonServer:
                "--exit-timeout-secs", "5"]
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**serving_env.server_environment(env_path), **self.extra_env},
-                                     start_new_session=True, cwd=self.work)
+                                     start_new_session=True, cwd=self.work, preexec_fn=die_with_parent)
         log.close()
         return self
 

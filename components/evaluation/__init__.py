@@ -75,7 +75,8 @@ def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str 
     production = find_production(cfg, None, os.path.join(out_dir, "work"))
     base = find_base(cfg.forgetting, base_model, base_model_root)
     result = evaluate(model_dir, eval_path, out_dir, cfg, baseline_path, model_root, show_progress,
-                      production=production, base=base)
+                      production=production, base=base,
+                      compared_with={"release": "given", "model_root": production_root} if production_root else None)
     html = _reports(result, out_dir)
     with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as handle:
         handle.write(html)
@@ -118,7 +119,8 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
                       production=find_production(cfg, promoted, work),
                       base=find_base(cfg.forgetting, base_model.path if base_model is not None else None,
                                      base_model_root or model.metadata.get("base_model_root") or (
-                                         base_model.metadata.get("merkle_root") if base_model is not None else None)))
+                                         base_model.metadata.get("merkle_root") if base_model is not None else None)),
+                      compared_with=baseline.compared_with(promoted) if baseline_metrics is None else None)
     with open(report.path, "w", encoding="utf-8") as handle:
         handle.write(_reports(result, work))
     shutil.copyfile(os.path.join(work, "responses.jsonl"), responses.path)
@@ -126,6 +128,8 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
     responses.metadata.update({"model_root": result["model_root"], "rows": result["metrics"]["samples"]})
     blessing.metadata.update({"blessed": result["blessed"], "model_root": result["model_root"],
                               "decoding": result["decoding"]})
+    if result["compared_with"] is not None:
+        blessing.metadata["compared_with"] = result["compared_with"]
     numeric = {k: float(v) for k, v in result["metrics"].items() if isinstance(v, (int, float)) and v == v}
     for key, value in numeric.items():
         metrics.log_metric(key, value)

@@ -37,8 +37,10 @@ def read_baseline(path: str | None) -> dict | None:
 def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, baseline_path: str | None = None,
              model_root: str | None = None, show_progress: bool = True, baseline_metrics: dict | None = None,
              baseline_note: str | None = None, production: "Production | None" = None,
-             base: "forgetting.Base | None" = None) -> dict:
+             base: "forgetting.Base | None" = None, compared_with: dict | None = None) -> dict:
     """Writes responses.jsonl, samples.jsonl, metrics.json, blessing.json; returns the result.
+    `compared_with`: which production release the blessing was judged against (the pin;
+    `baseline.compared_with`), recorded so deploy promotes only over that release.
 
     The baseline is `baseline_path` (a metrics JSON) or `baseline_metrics`, described by
     `baseline_note` (e.g. which promoted release it came from). `production` is the model
@@ -146,7 +148,7 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
             handle.write(json.dumps(s) + "\n")
     result = {
         "blessed": blessed, "metrics": metrics, "checks": [c.to_json() for c in checks],
-        "baseline": baseline,
+        "baseline": baseline, "compared_with": compared_with,
         "baseline_note": (f"{baseline_note}; change thresholds skipped" if baseline_note else
                           "no baseline: change thresholds skipped") if baseline is None else baseline_note,
         "win_rate": None if win is None else {
@@ -166,7 +168,9 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
                   handle, indent=2, default=_nan_safe)
     with open(os.path.join(out_dir, "blessing.json"), "w", encoding="utf-8") as handle:
         json.dump({"blessed": blessed, "model_root": root, "decoding": result["decoding"], "checks": result["checks"],
-                   "baseline_note": result["baseline_note"]}, handle, indent=2, default=_nan_safe)
+                   "baseline_note": result["baseline_note"],
+                   **({"compared_with": compared_with} if compared_with is not None else {})},
+                  handle, indent=2, default=_nan_safe)
     result["samples"] = samples
     return result
 

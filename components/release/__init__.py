@@ -27,7 +27,13 @@ def run_component(status, release_dir: str, record, report, provenance=None, sig
                             "stages": sorted(result["stages"])})
     if release_dir and result["decision"] == "promoted":
         from kfp_llmops.components.common import baseline
-        record.metadata["promoted_pointer"] = baseline.promote(release_dir, os.path.join(folder, "record.json"), result)
+        from kfp_llmops.components.common.errors import InputError
+        try:
+            record.metadata["promoted_pointer"] = baseline.promote(release_dir, os.path.join(folder, "record.json"),
+                                                                   result)
+        except InputError as exc:        # the record stands; the pointer stays with the release it names
+            print(f"release record: {exc}")
+            record.metadata["promoted_pointer"] = f"not moved: {exc}"
     if provenance is not None and "train_zero3" in result["stages"]:
         attested = slsa.write(result, folder, os.path.join(folder, slsa.FILE_NAME),
                               signing.key_file(signing_key_file), pipeline_spec_sha256)

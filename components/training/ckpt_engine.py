@@ -99,14 +99,24 @@ class HashingCheckpointEngine(TorchCheckpointEngine):
             torch.save(state_dict, path)
             return
         rel = os.path.relpath(path, self.base).replace(os.sep, "/")
-        writer = HashingWriter(path, self.chunk_size, self.durable)
         crc = torch.serialization.get_crc32_options()
         torch.serialization.set_crc32_options(self.zip_crc32)
         try:
+            writer = HashingWriter(path, self.chunk_size, self.durable)
             torch.save(state_dict, writer)
+            self.digests[rel] = writer.finish(rel)
+        except Exception as exc:
+            # torch's zip writer reports a failed write as a RuntimeError without the
+            # cause: a full disk is said as one with the file and the free space. The
+            # save fails either way, and the run stops: no training on without it.
+            from kfp_llmops.components.common.errors import environment_problem
+            cause = exc if isinstance(exc, OSError) else getattr(exc, "__context__", None)
+            problem = environment_problem(cause, path, "writing checkpoint") if cause is not None else None
+            if problem is None:
+                raise
+            raise problem from None
         finally:
             torch.serialization.set_crc32_options(crc)
-        self.digests[rel] = writer.finish(rel)
 
     def load(self, path: str, map_location=None):
         """Only ever called on files the caller verified against the manifest first."""

@@ -172,17 +172,30 @@ def rank_env(cfg: TrainConfig, cuda: bool) -> dict[str, str]:
 
 def run_ranks(cmd: list[str], spec: dict, env: dict, out_dir: str) -> dict:
     """Run a launcher command for the ranks, show their progress, and read rank 0's result."""
+    from kfp_llmops.components.common.errors import EnvironmentProblem, environment_problem
+
     log_path = os.path.join(out_dir, "ranks.log")
-    with open(log_path, "ab") as log:
+    unlogged = None                 # the log's volume filled: the ranks' own error still counts
+    with open(log_path, "ab", buffering=0) as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.PIPE)
         tail = bytearray()
         while chunk := os.read(proc.stderr.fileno(), 65536):   # live progress, and keep the tail
-            log.write(chunk)
+            if unlogged is None:
+                try:
+                    log.write(chunk)
+                except OSError as exc:
+                    unlogged = exc
             if shows_progress(chunk):
                 sys.stderr.buffer.write(chunk)
                 sys.stderr.flush()
             tail = (tail + chunk)[-20000:]
         proc.wait()
+    said = re.findall(r"EnvironmentProblem: (.+)", tail.decode(errors="replace"))
+    if proc.returncode != 0 and said:         # a full disk: the rank's own one line, exit 2
+        raise EnvironmentProblem(said[-1] + "; rerun the same command once there is room: it resumes from the "
+                                 "last verified checkpoint")
+    if unlogged is not None and environment_problem(unlogged, log_path) is not None:
+        raise environment_problem(unlogged, log_path)
     if proc.returncode != 0 or not os.path.exists(spec["result"]):
         raise LlmopsError(f"training failed (exit {proc.returncode}); rerun the same command to resume "
                           f"from the last verified checkpoint; last log line: "

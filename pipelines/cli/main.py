@@ -375,8 +375,9 @@ def deploy() -> None:
 
 
 def _blessed(blessing: str | None, blessed_root: str | None):
-    """(the blessed root, the decoding it was judged under) from blessing.json, or the root
-    given alone (then evaluation's default decoding)."""
+    """(the blessed root, the decoding it was judged under, the production model it was
+    judged against) from blessing.json, or the root given alone (then evaluation's default
+    decoding, and no comparison known)."""
     from kfp_llmops.components.common.decoding import Decoding
     if blessing:
         try:
@@ -388,8 +389,8 @@ def _blessed(blessing: str | None, blessed_root: str | None):
             raise LlmopsError(f"{blessing}: the model was not blessed; refusing to deploy")
         if blessed_root and blessed_root != data.get("model_root"):
             raise LlmopsError(f"--blessed-root {blessed_root} disagrees with {blessing}")
-        return data.get("model_root"), Decoding.from_record(data, blessing)
-    return blessed_root, Decoding()
+        return data.get("model_root"), Decoding.from_record(data, blessing), data.get("compared_with")
+    return blessed_root, Decoding(), None
 
 
 @deploy.command("setup")
@@ -420,7 +421,7 @@ def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, s
     from kfp_llmops.components.common import signing
     from kfp_llmops.components.deploy import DeployConfig, build_repository, costed_decoding, watermark_params
 
-    root, decoding = _blessed(blessing, blessed_root)
+    root, decoding, _ = _blessed(blessing, blessed_root)
     built = build_repository(model_dir, root, out_dir, DeployConfig.load(config_path), state_dir,
                              watermark_params(watermark_record), signing.key_file(signing_key), decoding,
                              costed_decoding(watermark_record))
@@ -460,7 +461,7 @@ def deploy_canary(repo_dir, model_dir, blessing, blessed_root, out_dir, state_di
                                           "drill.added_latency_ms": drill_latency_ms,
                                           "drill.first_token_latency_ms": drill_first_token_ms,
                                           "drill.token_latency_ms": drill_token_ms})
-    root, decoding = _blessed(blessing, blessed_root)
+    root, decoding, compared_with = _blessed(blessing, blessed_root)
     if bool(repo_dir) == bool(model_dir):
         raise LlmopsError("give exactly one of --repository and --model")
     from kfp_llmops.components.common import signing
@@ -475,7 +476,8 @@ def deploy_canary(repo_dir, model_dir, blessing, blessed_root, out_dir, state_di
             repo_dir = os.path.join(out_dir, "repository")
             build_repository(model_dir, root, repo_dir, cfg, state_dir, watermark_params(watermark_record),
                              signing.key_file(signing_key), decoding, costed_decoding(watermark_record))
-        record = deploy(repo_dir, root, out_dir, cfg, state_dir, key_file, log=click.echo, public_key=public_key)
+        record = deploy(repo_dir, root, out_dir, cfg, state_dir, key_file, log=click.echo, public_key=public_key,
+                        compared_with=compared_with)
     click.echo(f"decision={record['decision']} version={record['version']} reason: {record['reason']}")
     click.echo(f"record {os.path.join(out_dir, 'record.json')}, report {os.path.join(out_dir, 'report.html')}")
     raise_unless_promoted(record, cfg)

@@ -25,6 +25,13 @@ FAST = ("interval_s: 3\nsteps: [50, 100]\nsla: {min_requests: 10}\n"
         "metrics: {source: prometheus}\n")    # a real Prometheus scrapes both servers; PromQL reads it
 
 
+# Where what is tested is the state folder, not the analysis: one step, and latency
+# tolerant enough that another process starting beside the rollout is not a regression.
+STATE_ONLY = ("interval_s: 3\nsteps: [100]\nsla: {min_requests: 10, latency_tolerance: 5.0, "
+              "token_latency_slack_ms: 500}\nsequential: {enabled: false}\n"
+              "smoke: {max_new_tokens: 48, requests: 3}\nlocal: {startup_timeout_s: 150}\n"
+              "metrics: {source: prometheus}\n")
+
 KGW = watermark_params({"kgw": {"delta": 4.0}})      # as verify_watermark records it
 
 
@@ -374,7 +381,7 @@ def test_two_rollouts_started_together_promote_one_after_the_other_and_undo_rest
 
     state = str(tmp_path / "state")
     shutil.copytree(released["state"], state)
-    (tmp_path / "deploy.yaml").write_text(FAST)
+    (tmp_path / "deploy.yaml").write_text(STATE_ONLY)
     (tmp_path / "watermark.json").write_text(json.dumps({"kgw": {"delta": 4.0}}))
     procs = [subprocess.Popen([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", "deploy", "canary",
                                "--model", released["model"], "--blessed-root", released["model_root"],
@@ -390,9 +397,90 @@ def test_two_rollouts_started_together_promote_one_after_the_other_and_undo_rest
     assert (first["version"], second["version"]) == (2, 3)
     assert (first["stable_version"], second["stable_version"]) == (1, 2)         # each met the other's result
     assert second["lock"]["waited_s"] > first["lock"]["waited_s"] + 5
+    print(f"second rollout waited {second['lock']['waited_s']:.1f} s (the first {first['lock']['waited_s']:.1f} s), "
+          f"then rolled version 3 out against stable version {second['stable_version']}")
     assert any("held by" in out for out in outs)                                     # the waiter said who
     s = read_state(state)
     assert (s["stable"]["version"], s["previous"]["version"]) == (3, 2)
     assert undo(state)["stable"]["repository_root"] == first["repository_root"]
     repository.verify(os.path.join(state, "stable"), released["model_root"], first["repository_root"])
+    assert _no_servers_left()
+
+
+def test_a_blessing_judged_against_another_production_model_is_not_promoted(released, tmp_path, capsys):
+    """Production is version 1 (the tiny model): a blessing that compared with no model (a
+    first release) or another one is refused before any server starts, naming both."""
+    state = str(tmp_path / "state")
+    shutil.copytree(released["state"], state)
+    repo = str(tmp_path / "repo")
+    build_repository(released["model"], released["model_root"], repo, _cfg(), state, KGW)
+    from kfp_llmops.components.common.errors import GateFailed
+    with pytest.raises(GateFailed, match=r"refusing to promote over a model it was not compared with: the blessing "
+                                         r"judged this model against production no model \(a first release\).* "
+                                         rf"production is now model {released['model_root'][:16]}…"):
+        deploy(repo, released["model_root"], str(tmp_path / "out"), _cfg(), state, released["key"],
+               compared_with={"release": "none", "model_root": None})
+    assert not os.path.exists(tmp_path / "out" / "record.json") and _no_servers_left()
+    blessing = tmp_path / "blessing.json"
+    blessing.write_text(json.dumps({"blessed": True, "model_root": released["model_root"],
+                                    "compared_with": {"release": "/v/run-7/record.json#sha256=" + "0" * 64,
+                                                      "model_root": "ab" * 32}}))
+    code = main(["deploy", "canary", "--repository", repo, "--blessing", str(blessing), "--out",
+                 str(tmp_path / "cli"), "--state", state, "--key-file", released["key"]])
+    err = capsys.readouterr().err
+    assert code == 1 and "against production model abababababababab… (release run-7)" in err
+    assert read_state(state)["stable"]["version"] == 1
+
+
+def test_a_rollout_killed_mid_interval_leaves_stable_and_no_server_and_the_rerun_promotes(released, tmp_path):
+    """`llmops deploy canary` SIGKILLed with both servers, nginx and Prometheus running:
+    they die with it (or the rerun stops them), the state still names version 1, and the
+    same command run again promotes."""
+    import signal
+    import subprocess
+    import sys
+
+    state = str(tmp_path / "state")
+    shutil.copytree(released["state"], state, symlinks=True)
+    repo = str(tmp_path / "repo")
+    build_repository(released["model"], released["model_root"], repo, _cfg(), state, KGW)
+    (tmp_path / "deploy.yaml").write_text(STATE_ONLY)
+    cmd = [sys.executable, "-m", "kfp_llmops.pipelines.cli.main", "deploy", "canary", "--repository", repo,
+           "--blessed-root", released["model_root"], "--out", str(tmp_path / "out"), "--state", state,
+           "--config", str(tmp_path / "deploy.yaml"), "--key-file", released["key"]]
+    env = {**os.environ, "LLMOPS_NO_PROGRESS": "1"}
+    killed = subprocess.run(cmd, env={**env, "LLMOPS_DRILL_KILL_AT": "mid_interval"}, capture_output=True,
+                            text=True, timeout=280)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
+    assert read_state(state)["stable"]["version"] == 1
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    s = read_state(state)
+    assert (s["stable"]["version"], s["previous"]["version"]) == (2, 1)
+    assert _no_servers_left() and "nginx: master" not in os.popen("ps -eo args").read()
+    assert undo(state)["stable"]["version"] == 1
+
+
+def test_a_stable_server_that_dies_mid_rollout_stops_it_without_promoting(released, tmp_path):
+    def crash(n, target):
+        if n == 0:
+            threading.Timer(1.0, target.stable.kill).start()
+
+    record, state = _canary(released, tmp_path, _cfg(), before_interval=crash)
+    assert record["decision"] == "rolled_back" and "stable server down" in record["reason"], record["reason"]
+    assert record["rollback"] == {"canary_percent": 0, "canary_running": False, "stable_ready": True,
+                                  "stable_restarted": True}
+    assert read_state(state)["stable"]["version"] == 1
+    assert _no_servers_left()
+
+
+def test_an_interval_prometheus_did_not_answer_is_not_judged_healthy(released, tmp_path):
+    def outage(n, target):
+        if n == 0:
+            target.prometheus.stop()
+
+    record, state = _canary(released, tmp_path, _cfg(), before_interval=outage)
+    failed = {c["metric"] for c in record["intervals"][0]["checks"] if c["verdict"] == "fail"}
+    assert {"canary_metrics", "token_latency"} <= failed, record["intervals"][0]["checks"]
+    assert record["decision"] == "rolled_back" and read_state(state)["stable"]["version"] == 1
     assert _no_servers_left()

@@ -142,12 +142,18 @@ def _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_p
         # same model on two busy cores differ by 2x in a 3 s interval, so the tolerance is wide.
         deploy_config="interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
                       "sla: {min_requests: 10, latency_tolerance: 3.0}\n",
-        serving_state_dir=str(run / "serving"), release_dir=str(tmp_path / "release2"))
+        serving_state_dir=str(run / "serving"), release_dir=str(tmp_path / "release2"),
+        # judged against what run/serving serves: the first run's promoted release (a
+        # blessing judged against none would be refused: production moved on since)
+        baseline_release=str(run / "releases" / "promoted.json"))
     record = json.load(open(tmp_path / "release2" / "record.json"))
     assert list(record["stages"]) == ["evaluate_llm", "verify_watermark", "triton_canary_deploy"]
     assert record["decision"] == "promoted", record["stages"]["triton_canary_deploy"]["reason"]
     state = json.load(open(run / "serving" / "state.json"))
     assert state["stable"]["version"] == 2 and state["previous"]["version"] == 1     # a real canary against v1
+    deployed = record["stages"]["triton_canary_deploy"]["inputs"]
+    assert deployed["production_root"] == train["merkle_root"] and deployed["compared_with"].startswith(
+        str(run / "releases"))
 
 
 def _signed_and_attested(summary, tmp_path):

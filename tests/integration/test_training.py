@@ -1,6 +1,7 @@
 """train_zero3 with real DeepSpeed ZeRO-3 on 2 CPU ranks (torchrun, gloo)."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -483,3 +484,32 @@ def test_lora_merge_keeps_the_adapted_models_logits(inputs):
     assert torch.allclose(want, got, atol=1e-5) and not torch.allclose(plain, got, atol=1e-3)
     with pytest.raises(ValueError, match="frozen under LoRA"):
         TrainConfig(lora={"enabled": True}, weight_watermark={"enabled": True})
+
+
+def test_a_full_disk_stops_training_at_the_checkpoint_with_one_line_and_the_rerun_matches(reference, inputs,
+                                                                                       tmp_path):
+    """--out on a 512 KiB tmpfs (a private mount namespace: a real full disk): the first
+    checkpoint cannot be written, so the run stops there (no training on without it) with
+    one line naming the file and the free space, exit 2; grown to 8 MiB, the same command
+    finishes exactly as the uninterrupted run."""
+    import shlex
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    config = tmp_path / "small.yaml"
+    config.write_text("".join(f"{k}: {v}\n" for k, v in SMALL.items()))
+    cli = shlex.join([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", "train", "--data", inputs["clean"],
+                      "--base-model", inputs["base"], "--out", str(vol / "out"), "--config", str(config)])
+    script = (f"mount -t tmpfs -o size=512k tmpfs {vol} && {{ {cli} 2>{tmp_path}/err1; echo rc1=$?; "
+              f"wc -l < {vol}/out/train_log.jsonl; mount -o remount,size=8m tmpfs {vol}; {cli} >/dev/null 2>&1; "
+              f"echo rc2=$?; cat {vol}/out/train_log.jsonl; }}")
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "LLMOPS_NO_PROGRESS": "1"}, timeout=500)
+    lines = proc.stdout.splitlines()
+    err = [ln for ln in open(tmp_path / "err1").read().splitlines() if ln.startswith("error:")]
+    assert lines[0] == "rc1=2" and lines[1].strip() == "4", proc.stdout + proc.stderr   # stopped at step 4
+    assert len(err) == 1 and err[0].startswith(f"error: writing checkpoint {vol}/out/checkpoints/.staging-step-"
+                                               "00000004/"), err
+    assert re.search(rf"no space left on device \(\S+ K?i?B free of 512\.0 KiB on {vol}\); rerun the same", err[0])
+    assert lines[2] == "rc2=0", proc.stdout + proc.stderr
+    resumed = [(row["step"], row["loss"]) for row in map(json.loads, lines[3:])]
+    assert resumed == losses(reference["dir"])                        # zero tolerance

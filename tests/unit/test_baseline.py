@@ -128,3 +128,39 @@ def test_the_argo_runner_pins_once_per_run(tmp_path):
     other = tmp_path / "run-4" / "work"
     other.mkdir(parents=True)
     assert baseline.load("", pinned_baseline(str(other), str(tmp_path / "run-4"), "auto")).run == "run-2"
+
+
+def test_promoted_json_moves_only_from_the_release_a_promotion_replaced(tmp_path):
+    """Compare-and-swap: a promotion that replaced model A moves the pointer only while it
+    names A; one that came between is never overwritten by a promotion that did not see it."""
+    def release(name, model, replaced):
+        run = tmp_path / name
+        run.mkdir()
+        record = {"run": name, "decision": "promoted", "stages": {"triton_canary_deploy": {
+            "inputs": {"model_root": model, "production_root": replaced}}}}
+        (run / "record.json").write_text(json.dumps(record))
+        return str(run), str(run / "record.json"), record
+
+    baseline.promote(*release("run-1", "aa" * 32, None))                        # first release
+    b = release("run-2", "bb" * 32, "aa" * 32)
+    c = release("run-3", "cc" * 32, "aa" * 32)                                    # also replaced A: raced B
+    baseline.promote(*b)
+    with pytest.raises(InputError, match=r"promoted.json: not moved to run run-3: it names run run-2 \(model bbbb"
+                                         r".*this promotion replaced model aaaa.*another promotion came between"):
+        baseline.promote(*c)
+    assert baseline.load(str(tmp_path / "run-9")).run == "run-2"
+    baseline.promote(*release("run-4", "dd" * 32, "bb" * 32))                    # saw B: moves on
+    assert baseline.load(str(tmp_path / "run-9")).model_root == "dd" * 32
+
+
+def test_a_blessing_records_what_it_was_compared_with_and_deploy_says_when_that_went_stale():
+    from kfp_llmops.components.deploy import stale_baseline
+    assert baseline.compared_with(None) == {"release": "none", "model_root": None}
+    judged = {"release": "/vol/releases/run-1/record.json#sha256=" + "0" * 64, "model_root": "aa" * 32}
+    assert stale_baseline(judged, (True, "aa" * 32)) is None
+    assert stale_baseline(judged, (False, None)) is None                         # unknown: not claimed stale
+    assert stale_baseline(None, (True, "bb" * 32)) is None                        # the blessing did not say
+    why = stale_baseline(judged, (True, "bb" * 32))
+    assert why.startswith("the blessing judged this model against production model aaaaaaaaaaaaaaaa… (release "
+                          "run-1), but production is now model bbbbbbbbbbbbbbbb…")
+    assert "no model (a first release)" in stale_baseline({"release": "none", "model_root": None}, (True, "bb" * 32))

@@ -113,19 +113,23 @@ def test_canary_steps_promote_by_leaving_the_field_out_and_rollback_restores_the
     repo, root = _repo(tmp_path)
     api = RecordingApi()
     old = _target(tmp_path, api)
-    old.repository_root = "cd" * 32
+    assert old.production_root() == (True, None)                     # nothing serves yet
+    old.repository_root, old.model_root = "cd" * 32, "ef" * 32
     old.set_canary_percent(100)                                     # what serves before this rollout
     target = _target(tmp_path, api)
-    target.start(repo)
+    target.start(repo, {"model_root": "12" * 32})
     assert target.stable == "cluster" and target.stable_at_start["repository_root"] == "cd" * 32
+    assert target.production_root() == (True, "ef" * 32)            # read back from the live annotation
     target.set_canary_percent(5)
     assert api.calls[-1][0]["spec"]["predictor"]["canaryTrafficPercent"] == 5
     assert api.calls[-1][0]["spec"]["predictor"]["model"]["storageUri"].endswith(root)
     target.promote({})
     assert "canaryTrafficPercent" not in api.calls[-1][0]["spec"]["predictor"]
+    assert api.calls[-1][0]["metadata"]["annotations"]["kfp-llmops/model-root"] == "12" * 32
     target.rollback()
     restored = api.calls[-1][0]
     assert restored["spec"]["predictor"]["model"]["storageUri"].endswith("cd" * 32)
+    assert restored["metadata"]["annotations"]["kfp-llmops/model-root"] == "ef" * 32
     assert "canaryTrafficPercent" not in restored["spec"]["predictor"]
 
 
