@@ -38,6 +38,11 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
         log(f"[deploy] {decision}: {reason}")
         return record
 
+    def stable_down(percent: int, n: int) -> dict:
+        record["rollback"] = target.rollback()
+        return finish("rolled_back", f"stable server down at {percent} % (interval {n}): the canary is not "
+                                     "promoted over a model it could not be compared with")
+
     shapes = target.interfaces()
     if shapes is not None:
         diffs = interface.compare(*shapes)
@@ -61,9 +66,7 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
             record["rollback"] = target.rollback()
             return finish("rolled_back", f"canary server down at {percent} % (interval {n})")
         if target.stable_alive() is False:
-            record["rollback"] = target.rollback()
-            return finish("rolled_back", f"stable server down at {percent} % (interval {n}): the canary is not "
-                                         "promoted over a model it cannot be compared with")
+            return stable_down(percent, n)
         guard()
         target.set_canary_percent(percent)
         log(f"[deploy] interval {n}: {percent} % to canary")
@@ -117,9 +120,7 @@ def rollout(target, cfg: DeployConfig, info: dict, key: int | None = None, token
                    else f"{decider.failed} failed checks (threshold {cfg.threshold}): {', '.join(failed)}")
             return finish("rolled_back", f"{why} at {percent} %")
         if action == "promote" and target.stable_alive() is False:
-            record["rollback"] = target.rollback()
-            return finish("rolled_back", f"stable server down at {percent} % (interval {n}): the canary is not "
-                                         "promoted over a model it could not be compared with")
+            return stable_down(percent, n)
         if action == "promote":
             guard()
             target.promote(info)

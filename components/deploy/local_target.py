@@ -69,11 +69,8 @@ class LocalTarget:
         timeout = self.cfg.local.startup_timeout_s
         host = self.cfg.local.host
         if has_stable:
-            self.stable = TritonServer(served_dir(self.state_dir, "stable"), self.work, "stable", host,
-                                       self.server_env).start()
-            serving_state.note_process(self.state_dir, self.stable.proc.pid)
-        self.canary = TritonServer(canary_repo, self.work, "canary", host, self.server_env).start()
-        serving_state.note_process(self.state_dir, self.canary.proc.pid)
+            self.stable = self._triton(served_dir(self.state_dir, "stable"), "stable")
+        self.canary = self._triton(canary_repo, "canary")
         for server in (self.stable, self.canary):       # both load in parallel, then wait
             if server is not None:
                 server.wait_ready(timeout)
@@ -90,6 +87,12 @@ class LocalTarget:
                 url = self.prometheus.url
             self.promql = PromQL(url)
         self.warm_up()
+
+    def _triton(self, repo: str, role: str) -> TritonServer:
+        """A started (not yet ready) server, listed for the next rollout to stop should this one be killed."""
+        server = TritonServer(repo, self.work, role, self.cfg.local.host, self.server_env).start()
+        serving_state.note_process(self.state_dir, server.proc.pid)
+        return server
 
     def warm_up(self, requests: int = 8) -> None:
         """A few requests to each server first: a fresh server's first inferences are slow
@@ -190,9 +193,7 @@ class LocalTarget:
         restarted = False
         if self.stable is not None and not self.stable.alive():
             self.stable.stop()
-            self.stable = TritonServer(served_dir(self.state_dir, "stable"), self.work, "stable", self.cfg.local.host,
-                                       self.server_env).start()
-            serving_state.note_process(self.state_dir, self.stable.proc.pid)
+            self.stable = self._triton(served_dir(self.state_dir, "stable"), "stable")
             self.stable.wait_ready(self.cfg.local.startup_timeout_s)
             if self.split is not None:
                 self.split.stable = self.stable.address
