@@ -99,7 +99,7 @@ def _served(state: records.Artifact, repo: records.RepositoryOut, public_key: st
     serving = (records.read_serving_state(state.path).get("stable") or {}).get("repository_root")
     links.append(Link("serving now", serving == repo.root,
                       f"stable serves {serving}" + ("" if serving == repo.root else ", a later release or a rollback")))
-    stable = records.served_dir(state.path) or os.path.join(state.path, records.STABLE_DIR)
+    stable = records.served_dir(state.path)            # a str whenever `serving` names a root
     if serving and os.path.isdir(stable):
         links.append(Link("served bytes", *_check(lambda: "the stable folder re-hashed: " + integrity.verify(
             "repository", stable, serving))))

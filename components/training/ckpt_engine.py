@@ -105,13 +105,12 @@ class HashingCheckpointEngine(TorchCheckpointEngine):
             writer = HashingWriter(path, self.chunk_size, self.durable)
             torch.save(state_dict, writer)
             self.digests[rel] = writer.finish(rel)
-        except Exception as exc:
-            # torch's zip writer reports a failed write as a RuntimeError without the
-            # cause: a full disk is said as one with the file and the free space. The
-            # save fails either way, and the run stops: no training on without it.
+        except OSError as exc:
+            # The writer's OSError comes through torch.save as it is: a full disk is said
+            # with the file and the free space. The save fails either way, and the run
+            # stops: no training on without it.
             from kfp_llmops.components.common.errors import environment_problem
-            cause = exc if isinstance(exc, OSError) else getattr(exc, "__context__", None)
-            problem = environment_problem(cause, path, "writing checkpoint") if cause is not None else None
+            problem = environment_problem(exc, path, "writing checkpoint")
             if problem is None:
                 raise
             raise problem from None

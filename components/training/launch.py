@@ -194,8 +194,9 @@ def run_ranks(cmd: list[str], spec: dict, env: dict, out_dir: str) -> dict:
     if proc.returncode != 0 and said:         # a full disk: the rank's own one line, exit 2
         raise EnvironmentProblem(said[-1] + "; rerun the same command once there is room: it resumes from the "
                                  "last verified checkpoint")
-    if unlogged is not None and environment_problem(unlogged, log_path) is not None:
-        raise environment_problem(unlogged, log_path)
+    unlogged = environment_problem(unlogged, log_path) if unlogged is not None else None
+    if unlogged is not None:
+        raise unlogged
     if proc.returncode != 0 or not os.path.exists(spec["result"]):
         raise LlmopsError(f"training failed (exit {proc.returncode}); rerun the same command to resume "
                           f"from the last verified checkpoint; last log line: "
