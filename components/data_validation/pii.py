@@ -281,9 +281,9 @@ _NUMERIC_PLAN = tuple(zip(NUMERIC, (
 )))
 
 # Secrets share one anchor scan: most text holds none of these strings.
-_SECRET_ANCHOR = _rx(
-    r"PRIVATE KEY|eyJ|earer|EARER|A(?:KIA|SIA|BIA|CCA|GPA|IDA|ROA|IPA|NPA|NVA|PKA|Iza)|gh[pousr]_"
-    r"|github_pat_|xox|ecret|ECRET|ccount[Kk]ey|CCOUNTKEY")
+SECRET_ANCHOR = (r"PRIVATE KEY|eyJ|earer|EARER|A(?:KIA|SIA|BIA|CCA|GPA|IDA|ROA|IPA|NPA|NVA|PKA|Iza)|gh[pousr]_"
+                 r"|github_pat_|xox|ecret|ECRET|ccount[Kk]ey|CCOUNTKEY")
+_SECRET_ANCHOR = _rx(SECRET_ANCHOR)
 SECRETS: tuple[Recognizer, ...] = (
     Recognizer(PRIVATE_KEY, _rx(
         r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"

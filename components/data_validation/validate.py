@@ -22,6 +22,7 @@ from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.progress import progress
 
 from . import pii
+from .candidates import may_hold_pii
 from .config import DataValidationConfig, RecordFormat
 from .dedup import FingerprintIndex, NearDuplicateIndex, fingerprint, normalize
 from .drift import DataStats, drift
@@ -187,16 +188,17 @@ class Validator:
                 raise _Rejected("near_duplicate", None, f"similar to line {first}")
             self.near.add(sig, line_no)
 
-    def _scan_patterns(self, obj: dict, fmt: RecordFormat) -> "_Scan":
+    def _scan_patterns(self, obj: dict, fmt: RecordFormat, candidate: bool) -> "_Scan":
         """Pattern findings in every string of the record (extra and nested fields too),
-        and the name candidates when names are on."""
+        and the name candidates when names are on. A record whose raw line holds no
+        `candidate` has no pattern finding, so its strings are only collected."""
         scan = _Scan(obj, fmt)
         strings = scan.strings
 
         def visit(value: Any, path: str) -> Any:
             if isinstance(value, str):
                 strings.append(value)
-                findings = pii.find_pii(value)
+                findings = pii.find_pii(value) if candidate else None
                 if not findings:
                     return value
                 scan.n_findings += len(findings)
@@ -213,7 +215,11 @@ class Validator:
             return value
 
         if all(type(v) is str for v in obj.values()):   # the common flat record
-            scan.scanned = {k: visit(v, k) for k, v in obj.items()}
+            if candidate:
+                scan.scanned = {k: visit(v, k) for k, v in obj.items()}
+            else:
+                scan.scanned = obj
+                strings.extend(obj.values())
         else:
             scan.scanned = visit(obj, "")
         if self.names is not None:
@@ -317,7 +323,7 @@ class Validator:
             raise _Rejected("json_error", None, str(exc).split(":")[0][:120]) from None
         fmt = self._check_schema(obj)
         self._dedup(obj, fmt, line_no)
-        return self._scan_patterns(obj, fmt)
+        return self._scan_patterns(obj, fmt, may_hold_pii(raw))
 
 
 def _check_conversation(value: Any, name: str, spec) -> None:

@@ -1,0 +1,89 @@
+"""The Hyperscan candidate search may only skip a line that `find_pii` finds nothing in,
+however the line was JSON-encoded; and it must skip most plain text, or it buys nothing."""
+import importlib
+import json
+import random
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kfp_llmops.components.data_validation import pii
+from kfp_llmops.components.data_validation.candidates import may_hold_pii
+from kfp_llmops.components.data_validation.config import DataValidationConfig
+from tests import pii_corpus
+from tests.benchmarks.corpus import write_corpus
+
+# The package exports the function `validate` under the module's name.
+validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
+
+
+def _encodings(text: str) -> list[bytes]:
+    """The ways a writer may put `text` on a line: ASCII-escaped, raw UTF-8, every
+    character escaped, and nested in a conversation."""
+    return [json.dumps({"prompt": text}).encode(), orjson.dumps({"prompt": text}),
+            b'{"prompt": "' + "".join(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else c for c in text).encode(
+                "utf-8", "surrogatepass") + b'"}',
+            orjson.dumps({"messages": [{"role": "user", "content": text}]})]
+
+
+def _assert_superset(text: str) -> None:
+    if pii.find_pii(text):
+        for raw in _encodings(text):
+            assert may_hold_pii(raw), (text, raw)
+
+
+def test_every_labeled_finding_is_a_candidate():
+    samples = pii_corpus.labeled_samples(3000, seed=11) + pii_corpus.name_samples(500, seed=11)
+    found = 0
+    for s in samples:
+        found += bool(pii.find_pii(s.text))
+        _assert_superset(s.text)
+    assert found > 1000                  # the corpus does exercise the recognizers
+
+
+_GENERATORS = (pii_corpus.card, pii_corpus.iban, pii_corpus.cn_id, pii_corpus.ssn, pii_corpus.email,
+               pii_corpus.phone, pii_corpus.ipv4, pii_corpus.ipv6, pii_corpus.jwt, pii_corpus.cloud_key,
+               pii_corpus.private_key, pii_corpus.bearer)
+
+
+@settings(max_examples=400, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), left=st.text(max_size=6), right=st.text(max_size=6))
+def test_generated_pii_in_any_surroundings(seed, left, right):
+    rng = random.Random(seed)
+    _assert_superset(left + _GENERATORS[rng.randrange(len(_GENERATORS))](rng) + right)
+
+
+@settings(max_examples=600, deadline=None)
+@given(text=st.text(alphabet="0123456789 -().+:@.xXAZGBDEaf/_=\n中", max_size=40) | st.text(max_size=80))
+def test_shaped_noise(text):
+    _assert_superset(text)
+
+
+def test_plain_text_is_not_a_candidate():
+    assert not may_hold_pii(orjson.dumps({"prompt": "What is the capital of France? (request 123456)",
+                                          "response": "Paris. Hope that helps. 中文回答：巴黎。"}))
+    assert not may_hold_pii(json.dumps({"prompt": "Wie heißt die Hauptstadt?", "response": "Berlin"}).encode())
+    assert may_hold_pii(b'{"prompt": "mail me at a.b@example.org"}')
+    assert may_hold_pii(b'{"prompt": "\\u0031"}')        # an escaped ASCII digit: looked at, not guessed
+
+
+@pytest.mark.parametrize("names", [False, True])
+def test_outputs_equal_scanning_every_line(tmp_path, monkeypatch, names):
+    """The gate changes nothing: the same clean, quarantine and stats as scanning all."""
+    corpus = tmp_path / "in.jsonl"
+    write_corpus(str(corpus), 600_000 if not names else 150_000, seed=3)
+    config = DataValidationConfig()
+    config.gate.max_reject_rate = 1.0
+    config.pii.names.enabled = names
+    outputs = []
+    for gate in (True, False):
+        if not gate:
+            monkeypatch.setattr(validation, "may_hold_pii", lambda raw: True)
+        out = validation.OutputPaths.in_dir(str(tmp_path / f"out-{gate}"))
+        result = validation.validate(str(corpus), out, config, show_progress=False)
+        outputs.append([open(p, "rb").read() for p in (out.clean, out.quarantine, out.stats)]
+                       + [result.metrics["merkle_root"], result.metrics["pii_found"]])
+    assert outputs[0] == outputs[1]
+    assert outputs[0][4]                 # there were findings to keep
