@@ -93,6 +93,14 @@ def write_json(path: str, data, durable: bool = True, **dump) -> None:
     write_text(path, json.dumps(data, **dump) + "\n", durable)
 
 
+def copy_file(source: str, dest: str, durable: bool = True) -> None:
+    """`source` copied to `dest` atomically, a full disk said naming `dest`."""
+    import shutil
+
+    with open(source, "rb") as src, AtomicFile(dest, durable) as out:
+        shutil.copyfileobj(src, out)
+
+
 def copy_tree(source: str, dest: str) -> str:
     """`source` copied to `dest` whole or not at all (through `dest.partial`), with hard
     links where both are on one volume, so a second copy of the weights costs nothing."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
+from kfp_llmops.components.common import atomic
 from kfp_llmops.components.common.errors import GateFailed, InputError
 
 from .config import DeployConfig
@@ -143,15 +143,11 @@ def _deploy(repo_dir, blessed_root, out_dir, cfg, state_dir, key_file, before_in
                    "lock": {"holder": held["holder"], "waited_s": held["waited_s"]},
                    "production_root": production[1], "compared_with": compared_with, "stale_baseline": stale})
     requests = record.pop("requests")
-    with open(os.path.join(out_dir, "requests.jsonl"), "w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(r) + "\n" for r in requests)
-    with open(os.path.join(out_dir, "record.json"), "w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=2, default=lambda v: None)
+    atomic.write_text(os.path.join(out_dir, "requests.jsonl"), "".join(json.dumps(r) + "\n" for r in requests))
+    atomic.write_json(os.path.join(out_dir, "record.json"), record, default=lambda v: None)
     png = timeline_png({**record, "requests": requests})
-    with open(os.path.join(out_dir, "timeline.png"), "wb") as handle:
-        handle.write(png)
-    with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as handle:
-        handle.write(render_html(record, png))
+    atomic.write_bytes(os.path.join(out_dir, "timeline.png"), png)
+    atomic.write_text(os.path.join(out_dir, "report.html"), render_html(record, png))
     record["metrics"] = summary_metrics(record, requests)
     return record
 
@@ -205,9 +201,8 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
                                         "signed_sha256": built["signed_sha256"]})
         record = deploy(repository_out.path, blessed_root, work, cfg, state, key_file or None, public_key=public,
                         compared_with=blessing.metadata.get("compared_with"))
-    shutil.copyfile(os.path.join(work, "record.json"), record_out.path)
-    with open(report.path, "w", encoding="utf-8") as handle:
-        handle.write(open(os.path.join(work, "report.html"), encoding="utf-8").read())
+    atomic.copy_file(os.path.join(work, "record.json"), record_out.path)
+    atomic.copy_file(os.path.join(work, "report.html"), report.path)
     record_out.metadata.update({"decision": record["decision"], "repository_root": record["repository_root"],
                                 "model_root": record["model_root"], "version": record["version"]})
     for k, v in record["metrics"].items():

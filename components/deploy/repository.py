@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 
-from kfp_llmops.components.common import integrity, merkle, signing
+from kfp_llmops.components.common import atomic, integrity, merkle, signing
 from kfp_llmops.components.common.decoding import Decoding
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.watermark.params import KGW
@@ -81,10 +81,9 @@ def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
         raise InputError(f"{out_dir}: repository folder is not empty")
     shutil.copytree(model_dir, os.path.join(version_dir, "weights"))
     shutil.copyfile(os.path.join(os.path.dirname(__file__), "triton_model.py"), os.path.join(version_dir, "model.py"))
-    with open(os.path.join(version_dir, "serving.json"), "w", encoding="utf-8") as handle:
-        json.dump(serving_settings(cfg, model_root, version, kgw, decoding), handle, indent=2, sort_keys=True)
-    with open(os.path.join(out_dir, name, "config.pbtxt"), "w", encoding="utf-8") as handle:
-        handle.write(render_config(cfg, version))
+    atomic.write_text(os.path.join(version_dir, "serving.json"), json.dumps(
+        serving_settings(cfg, model_root, version, kgw, decoding), indent=2, sort_keys=True))
+    atomic.write_text(os.path.join(out_dir, name, "config.pbtxt"), render_config(cfg, version))
     # The weights were verified a moment ago: their digests seal the copy without a
     # third read. `verify` reads the copy once before any traffic moves.
     prefix = f"{name}/{version}/weights/"

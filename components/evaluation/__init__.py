@@ -6,8 +6,8 @@ perplexity, the win rate against the model in production, and a TFX-style blessi
 from __future__ import annotations
 
 import os
-import shutil
 
+from kfp_llmops.components.common import atomic
 from kfp_llmops.components.common.errors import GateFailed
 
 from .config import EvalConfig
@@ -51,10 +51,8 @@ def find_production(cfg: EvalConfig, promoted, work: str):
 def _reports(result: dict, out_dir: str) -> str:
     from . import report
     svg = report.histograms_svg(result["samples"])
-    with open(os.path.join(out_dir, "histograms.svg"), "w", encoding="utf-8") as handle:
-        handle.write(svg)
-    with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as handle:
-        handle.write(report.render_markdown(result, "histograms.svg"))
+    atomic.write_text(os.path.join(out_dir, "histograms.svg"), svg)
+    atomic.write_text(os.path.join(out_dir, "report.md"), report.render_markdown(result, "histograms.svg"))
     return report.render_html(result, svg)
 
 
@@ -78,8 +76,7 @@ def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str 
                       production=production, base=base,
                       compared_with={"release": "given", "model_root": production_root} if production_root else None)
     html = _reports(result, out_dir)
-    with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as handle:
-        handle.write(html)
+    atomic.write_text(os.path.join(out_dir, "report.html"), html)
     return result
 
 
@@ -121,10 +118,9 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
                                      base_model_root or model.metadata.get("base_model_root") or (
                                          base_model.metadata.get("merkle_root") if base_model is not None else None)),
                       compared_with=baseline.compared_with(promoted) if baseline_metrics is None else None)
-    with open(report.path, "w", encoding="utf-8") as handle:
-        handle.write(_reports(result, work))
-    shutil.copyfile(os.path.join(work, "responses.jsonl"), responses.path)
-    shutil.copyfile(os.path.join(work, "blessing.json"), blessing.path)
+    atomic.write_text(report.path, _reports(result, work))
+    atomic.copy_file(os.path.join(work, "responses.jsonl"), responses.path)
+    atomic.copy_file(os.path.join(work, "blessing.json"), blessing.path)
     responses.metadata.update({"model_root": result["model_root"], "rows": result["metrics"]["samples"]})
     blessing.metadata.update({"blessed": result["blessed"], "model_root": result["model_root"],
                               "decoding": result["decoding"]})

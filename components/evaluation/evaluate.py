@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.jsonl import read_eval_set
 from kfp_llmops.components.common.progress import progress
-from kfp_llmops.components.common import answers, integrity
+from kfp_llmops.components.common import answers, atomic, integrity
 
 from . import forgetting
 from .config import EvalConfig
@@ -76,10 +76,9 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
     generated = generate(model, tokenizer, rows, cfg, bar)
     bar.close()
     timings["generate_s"] = time.perf_counter() - t0
-    with open(os.path.join(out_dir, "responses.jsonl"), "w", encoding="utf-8") as handle:
-        for g in generated:
-            handle.write(json.dumps({"id": g.id, "prompt": g.prompt, "response": g.response, "tokens": g.tokens,
-                                     "truncated_prompt": g.truncated}) + "\n")
+    atomic.write_text(os.path.join(out_dir, "responses.jsonl"), "".join(
+        json.dumps({"id": g.id, "prompt": g.prompt, "response": g.response, "tokens": g.tokens,
+                    "truncated_prompt": g.truncated}) + "\n" for g in generated))
     responses = [g.response for g in generated]
     references = [r["response"] for r in rows]
 
@@ -143,9 +142,7 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
         if judged is not None:
             samples[-1].update({"production_response": theirs[i], "judged": judged[i].outcome,
                                 "judge_margin": judged[i].margin})
-    with open(os.path.join(out_dir, "samples.jsonl"), "w", encoding="utf-8") as handle:
-        for s in samples:
-            handle.write(json.dumps(s) + "\n")
+    atomic.write_text(os.path.join(out_dir, "samples.jsonl"), "".join(json.dumps(s) + "\n" for s in samples))
     result = {
         "blessed": blessed, "metrics": metrics, "checks": [c.to_json() for c in checks],
         "baseline": baseline, "compared_with": compared_with,
@@ -163,14 +160,14 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
         "timings": timings, "throughput": {k.replace("_s", "_samples_per_s"): n / v for k, v in timings.items()
                                            if k != "load_s" and v > 0},
     }
-    with open(os.path.join(out_dir, "metrics.json"), "w", encoding="utf-8") as handle:
-        json.dump({"metrics": metrics, "model_root": root, "timings": timings, "throughput": result["throughput"]},
-                  handle, indent=2, default=_nan_safe)
-    with open(os.path.join(out_dir, "blessing.json"), "w", encoding="utf-8") as handle:
-        json.dump({"blessed": blessed, "model_root": root, "decoding": result["decoding"], "checks": result["checks"],
-                   "baseline_note": result["baseline_note"],
-                   **({"compared_with": compared_with} if compared_with is not None else {})},
-                  handle, indent=2, default=_nan_safe)
+    atomic.write_json(os.path.join(out_dir, "metrics.json"),
+                      {"metrics": metrics, "model_root": root, "timings": timings, "throughput": result["throughput"]},
+                      default=_nan_safe)
+    atomic.write_json(os.path.join(out_dir, "blessing.json"),
+                      {"blessed": blessed, "model_root": root, "decoding": result["decoding"], "checks": result["checks"],
+                       "baseline_note": result["baseline_note"],
+                       **({"compared_with": compared_with} if compared_with is not None else {})},
+                      default=_nan_safe)
     result["samples"] = samples
     return result
 

@@ -5,11 +5,10 @@ as they are written, committed atomically, verified before resume and resumed bi
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 
-from kfp_llmops.components.common import integrity
+from kfp_llmops.components.common import atomic, integrity
 
 from .config import TrainConfig
 
@@ -19,11 +18,9 @@ __all__ = ["TrainConfig", "run_to_dir", "run_component", "build_base_component"]
 def _write_reports(result: dict, out_dir: str) -> tuple[str, str]:
     from . import report
     png = report.loss_curve_png(result["train_log"])
-    with open(os.path.join(out_dir, "loss_curve.png"), "wb") as handle:
-        handle.write(png)
+    atomic.write_bytes(os.path.join(out_dir, "loss_curve.png"), png)
     md = os.path.join(out_dir, "report.md")
-    with open(md, "w", encoding="utf-8") as handle:
-        handle.write(report.render_markdown(result, "loss_curve.png"))
+    atomic.write_text(md, report.render_markdown(result, "loss_curve.png"))
     return md, report.render_html(result, png)
 
 
@@ -37,8 +34,7 @@ def run_to_dir(clean_path: str, base_model: str, out_dir: str, config_source: st
     result = train(clean_path, base_model, out_dir, cfg, dataset_root=dataset_root, stop_after=stop_after,
                    dataset_chunk_size=dataset_chunk_size)
     _write_reports(result, out_dir)
-    with open(os.path.join(out_dir, "metrics.json"), "w", encoding="utf-8") as handle:
-        json.dump(result, handle, indent=2)
+    atomic.write_json(os.path.join(out_dir, "metrics.json"), result)
     return result
 
 
@@ -90,13 +86,12 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
                    checkpoint_dir=ckpt_dir, model_dir=model.path)
     os.makedirs(work, exist_ok=True)               # a multi-node run wrote its files on the claim
     md, html = _write_reports(result, work)
-    with open(report.path, "w", encoding="utf-8") as handle:
-        handle.write(html)
-    shutil.copyfile(result["train_log"], train_log.path)
+    atomic.write_text(report.path, html)
+    atomic.copy_file(result["train_log"], train_log.path)
     if checkpoint_dir:
         os.makedirs(checkpoints_out.path, exist_ok=True)
-        with open(os.path.join(checkpoints_out.path, "location.json"), "w") as handle:
-            json.dump({"checkpoint_dir": checkpoint_dir}, handle)
+        atomic.write_json(os.path.join(checkpoints_out.path, "location.json"), {"checkpoint_dir": checkpoint_dir},
+                          indent=None)
     lineage = {"dataset_root": result["dataset_root"], "base_model_root": result["base_model_root"]}
     model.metadata.update({"merkle_root": result["model_root"], "checkpoint_root": result["checkpoint_root"],
                            "framework": "transformers", "format": "safetensors", **lineage})

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
+from kfp_llmops.components.common import atomic
 from kfp_llmops.components.common.errors import GateFailed, InputError
 
 from .config import WatermarkConfig
@@ -17,11 +17,9 @@ from .config import WatermarkConfig
 def _write_report(result: dict, out_dir: str) -> str:
     from .report import render_html, z_histogram_svg
     svg = z_histogram_svg(result["z_watermarked"], result["z_unwatermarked"], result["z_threshold"])
-    with open(os.path.join(out_dir, "z_scores.svg"), "w", encoding="utf-8") as handle:
-        handle.write(svg)
+    atomic.write_text(os.path.join(out_dir, "z_scores.svg"), svg)
     page = render_html(result, svg)
-    with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as handle:
-        handle.write(page)
+    atomic.write_text(os.path.join(out_dir, "report.html"), page)
     return page
 
 
@@ -59,9 +57,8 @@ def run_component(model, eval_dataset, config: str, key_file: str, watermarked, 
     decoding = Decoding.from_record(blessing.metadata, "blessing") if blessing is not None else None
     result = verify(model.path, eval_dataset.path, work, cfg, load_key(key_file or None), model.metadata.get("merkle_root"),
                     decoding)
-    with open(report.path, "w", encoding="utf-8") as handle:
-        handle.write(_write_report(result, work))
-    shutil.copyfile(os.path.join(work, "watermarked.jsonl"), watermarked.path)
+    atomic.write_text(report.path, _write_report(result, work))
+    atomic.copy_file(os.path.join(work, "watermarked.jsonl"), watermarked.path)
     watermarked.metadata.update({"model_root": result["model_root"], "kgw": result["kgw"],
                                  "decoding": result["decoding"]})
     for key, value in result["metrics"].items():

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kfp_llmops.components.common import answers, gates, generation, integrity
+from kfp_llmops.components.common import answers, atomic, gates, generation, integrity
 from kfp_llmops.components.common.decoding import Decoding
 from kfp_llmops.components.common.detokenize import answer_text
 from kfp_llmops.components.common.jsonl import read_eval_set
@@ -242,11 +242,10 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
     if cfg.quality.schemes:
         schemes += scheme_rows(model, tokenizer, prompts, cfg, key, plain, references, plain_ppl, score)
     gen = cfg.generation
-    with open(os.path.join(out_dir, "watermarked.jsonl"), "w", encoding="utf-8") as handle:
-        ids = [r["id"] for r in rows] if not gen.prompts else [f"text-{i:04d}" for i in range(len(prompts))]
-        for ident, prompt, toks, d in zip(ids, prompts, marked, d_marked):
-            handle.write(json.dumps({"id": ident, "prompt": prompt, "response": tokenizer.decode(toks),
-                                     **d.to_json()}) + "\n")
+    ids = [r["id"] for r in rows] if not gen.prompts else [f"text-{i:04d}" for i in range(len(prompts))]
+    atomic.write_text(os.path.join(out_dir, "watermarked.jsonl"), "".join(
+        json.dumps({"id": ident, "prompt": prompt, "response": tokenizer.decode(toks), **d.to_json()}) + "\n"
+        for ident, prompt, toks, d in zip(ids, prompts, marked, d_marked)))
     distinct = list(dict.fromkeys(gen.prompts))
     where = f"{len(distinct)} open-ended prompts ({'; '.join(distinct)})" if distinct else "the eval prompts"
     result = {"verified": verified, "metrics": metrics, "checks": checks, "model_root": root, "tradeoff": curve,
@@ -256,11 +255,8 @@ def verify(model_dir: str, eval_path: str, out_dir: str, cfg: WatermarkConfig, k
               "kgw": kgw.model_dump(), "decoding": decoding.model_dump(), "z_threshold": kgw.z_threshold,
               "z_watermarked": [d.z for d in d_marked], "z_unwatermarked": [d.z for d in d_plain + d_refs],
               "highlights": [_highlight(tokenizer, t, d) for t, d in list(zip(marked, d_marked))[:3]]}
-    with open(os.path.join(out_dir, "metrics.json"), "w", encoding="utf-8") as handle:
-        json.dump({k: result[k] for k in ("verified", "metrics", "checks", "model_root", "kgw", "decoding", "tradeoff",
-                                          "schemes")},
-                  handle,
-                  indent=2)
+    atomic.write_json(os.path.join(out_dir, "metrics.json"), {
+        k: result[k] for k in ("verified", "metrics", "checks", "model_root", "kgw", "decoding", "tradeoff", "schemes")})
     return result
 
 

@@ -80,3 +80,33 @@ def test_a_full_disk_is_one_line_naming_the_path_and_the_free_space(tmp_path):
     assert out.split("left:")[-1].split() == []                # nothing half-written, nothing looking finished
     rc, out, err = _on_small_volume(tmp_path, 4096, "data", "validate", rows, "--out", str(tmp_path / "vol" / "out"))
     assert rc == 0, err                    # the same command on a volume with room
+
+
+def test_the_report_writers_name_the_path_on_a_full_disk(tmp_path):
+    """Evaluation, training and deploy write their reports and records through these:
+    a full volume is one EnvironmentProblem naming the file, and no partial file stays."""
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+    if not shutil.which("unshare"):
+        pytest.fail("unshare (util-linux) is missing: make installs it")
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"x" * 300_000)
+    code = (f"from kfp_llmops.components.common import atomic, errors\n"
+            f"for call in (lambda: atomic.copy_file({str(big)!r}, {str(vol / 'copy.jsonl')!r}),\n"
+            f"             lambda: atomic.write_json({str(vol / 'record.json')!r}, {{'x': 'y' * 300_000}})):\n"
+            f"    try:\n"
+            f"        call()\n"
+            f"    except errors.EnvironmentProblem as exc:\n"
+            f"        print(exc)\n")
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=128k tmpfs {vol} && "
+                           f"{shlex.join([sys.executable, '-c', code])}; echo left:; ls -A {vol}"],
+                          capture_output=True, text=True)
+    said, left = proc.stdout.split("left:")
+    assert [line.split(":")[0] for line in said.strip().splitlines()] == [
+        f"writing {vol / 'copy.jsonl'}", f"writing {vol / 'record.json'}"], proc.stdout + proc.stderr
+    assert all("no space left on device" in line for line in said.strip().splitlines())
+    assert left.split() == []
