@@ -99,6 +99,17 @@ class DvcConfig(_Section):
     remote_name: str = "storage"
 
 
+class RayConfig(_Section):
+    """engine: ray (ray_engine.py)."""
+
+    workers: int = Field(2, ge=1, le=4096, description="CPUs of the local Ray this stage starts; on a cluster "
+                                                       "(address set) the cluster's own CPUs are used.")
+    address: str | None = Field(None, description="A running Ray cluster ('auto', 'ray://head:10001'); "
+                                                  "RAY_ADDRESS in the environment counts as set. None: a local Ray.")
+    shard_mb: int = Field(64, ge=1, le=65536, description="MiB of input per shard (a gzip file is one shard).")
+    partitions: int = Field(0, ge=0, le=4096, description="Hash partitions of the dedup shuffle; 0: one per worker.")
+
+
 class GateConfig(_Section):
     max_reject_rate: float = Field(0.05, ge=0.0, le=1.0)
 
@@ -111,6 +122,9 @@ class DataValidationConfig(StageConfig):
     gate: GateConfig = Field(default_factory=GateConfig)
     dvc: DvcConfig = Field(default_factory=DvcConfig)
     chunk_size: int = Field(1 << 20, ge=1024, description="Merkle chunk size of the clean data.")
+    engine: Literal["local", "ray"] = Field("local", description="'local': one process; 'ray': byte-range shards "
+                                                                 "as Ray tasks, the same outputs.")
+    ray: RayConfig = Field(default_factory=RayConfig)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 

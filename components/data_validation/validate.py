@@ -100,7 +100,11 @@ class _Sink(atomic.AtomicFile):
 
 
 class Validator:
-    def __init__(self, config: DataValidationConfig, reference: DataStats | None = None):
+    def __init__(self, config: DataValidationConfig, reference: DataStats | None = None, exact=None,
+                 names=None):
+        """`exact` replaces the exact-dedup index (an object with `add(key, line)`) and
+        `names` the name finder: a shard of a sharded run passes the duplicates its
+        shuffle found and the finder its process already loaded."""
         self.config = config
         policy = pii.POLICIES[config.pii.policy.value]
         self.redact_types = frozenset(config.pii.redact) if config.pii.redact is not None \
@@ -113,11 +117,11 @@ class Validator:
             else config.pii.quarantine_secrets
         self.max_density = policy.max_density if config.pii.max_density is None \
             else config.pii.max_density
-        self.names = _name_finder(config) if config.pii.names.enabled else None
+        self.names = (names or _name_finder(config)) if config.pii.names.enabled else None
         self.reference = reference
         self.formats = config.schema_.formats
         self._format_keys = [(fmt, set(fmt.fields)) for fmt in self.formats]
-        self.exact = FingerprintIndex() if config.dedup.exact else None
+        self.exact = (exact or FingerprintIndex()) if config.dedup.exact else None
         near = config.dedup.near
         self.near = NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words) \
             if near.enabled else None
@@ -175,8 +179,13 @@ class Validator:
                 raise _Rejected("unexpected_field", extra[0], f"format {fmt.name} has no field {extra[0]!r}")
         return fmt
 
+    @staticmethod
+    def dedup_text(obj: dict, fmt: RecordFormat) -> str:
+        """What dedup compares: the format's fields, normalized, in order."""
+        return "\x1f".join(_field_text(obj[name]) for name in fmt.fields if obj.get(name) is not None)
+
     def _dedup(self, obj: dict, fmt: RecordFormat, line_no: int) -> None:
-        text = "\x1f".join(_field_text(obj[name]) for name in fmt.fields if obj.get(name) is not None)
+        text = self.dedup_text(obj, fmt)
         if self.exact is not None:
             first = self.exact.add(fingerprint(text), line_no)
             if first is not None:
@@ -306,6 +315,12 @@ class Validator:
 
     def begin(self, raw: bytes, line_no: int) -> "_Scan":
         """Everything up to the NER model: decode, parse, schema, dedup, patterns."""
+        obj, fmt = self.parse(raw, line_no == 1)
+        self._dedup(obj, fmt, line_no)
+        return self._scan_patterns(obj, fmt, may_hold_pii(raw))
+
+    def parse(self, raw: bytes, first_line: bool) -> tuple[dict, RecordFormat]:
+        """Decode, parse and check the schema of one line, or raise _Rejected."""
         nul = raw.find(b"\x00")
         if nul >= 0:
             raise _Rejected("nul_byte", None, f"NUL at byte {nul}")
@@ -313,7 +328,7 @@ class Validator:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise _Rejected("decode_error", None, f"invalid UTF-8 at byte {exc.start}") from None
-        if line_no == 1 and text.startswith("\ufeff"):
+        if first_line and text.startswith("\ufeff"):
             text = text[1:]
         if not text.strip():
             raise _Rejected("blank_line")
@@ -321,9 +336,7 @@ class Validator:
             obj = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
             raise _Rejected("json_error", None, str(exc).split(":")[0][:120]) from None
-        fmt = self._check_schema(obj)
-        self._dedup(obj, fmt, line_no)
-        return self._scan_patterns(obj, fmt, may_hold_pii(raw))
+        return obj, self._check_schema(obj)
 
 
 def _check_conversation(value: Any, name: str, spec) -> None:
@@ -403,6 +416,9 @@ def validate(input_path: str, outputs: OutputPaths, config: DataValidationConfig
              reference_stats: str | None = None, show_progress: bool = True) -> ValidationResult:
     """Validate `input_path` into `outputs`; never raises for bad rows, only for unusable
     input (InputError). The gate verdict is in the result, not an exception."""
+    if config.engine == "ray":
+        from .ray_engine import validate_on_ray
+        return validate_on_ray(input_path, outputs, config, reference_stats, show_progress)
     reference = DataStats.load(reference_stats) if reference_stats else None
     validator = Validator(config, reference)
     try:
@@ -437,12 +453,14 @@ def validate(input_path: str, outputs: OutputPaths, config: DataValidationConfig
 
 
 def _stream(src: InputStream, validator: Validator, clean: _Sink, quarantine: _Sink,
-            config: DataValidationConfig, show_progress: bool) -> tuple[int, int]:
+            config: DataValidationConfig, show_progress: bool, first_line: int = 1) -> tuple[int, int]:
     """With names on, rows wait in order (at most `_PENDING_ROWS`) until their doubtful
-    name candidates fill one NER batch; both outputs keep input order."""
+    name candidates fill one NER batch; both outputs keep input order. A shard's lines
+    are numbered from its `first_line`; the counts returned are its own."""
     max_line = config.schema_.max_line_bytes
     readline = src.reader.readline
-    rows_in = rows_out = 0
+    rows_in = first_line - 1
+    rows_out = 0
     bar = progress(src.size, f"validate {os.path.basename(src.path)}", enabled=show_progress)
     last_pos = 0
     batched = validator.names is not None
@@ -488,7 +506,7 @@ def _stream(src: InputStream, validator: Validator, clean: _Sink, quarantine: _S
                 pos = src.position()
                 bar.update(pos - last_pos)
                 last_pos = pos
-            overlong = len(line) > max_line
+            overlong = _overlong(line, max_line)
             if line.endswith(b"\n"):
                 line = line[:-1]
             if overlong:
@@ -519,10 +537,16 @@ def _stream(src: InputStream, validator: Validator, clean: _Sink, quarantine: _S
         bar.update(src.size - last_pos)
     finally:
         bar.close()
-    return rows_in, rows_out
+    return rows_in - first_line + 1, rows_out
 
 
 _PENDING_ROWS = 8192
+
+
+def _overlong(piece: bytes, max_line: int) -> bool:
+    """A `readline(max_line + 1)` piece that is not a whole line of at most `max_line`
+    bytes (a line of exactly `max_line` bytes comes back with its newline)."""
+    return len(piece) > max_line and not piece.endswith(b"\n")
 
 
 def _quarantine_overlong(src: InputStream, quarantine: _Sink, line_no: int, head: bytes,

@@ -36,9 +36,12 @@ def data() -> None:
               help="stats.json of an earlier run; enables the drift check.")
 @click.option("--near-dup/--no-near-dup", default=None, help="MinHash near-duplicate detection.")
 @click.option("--dvc-remote", help="Record the clean data with DVC and push to this remote.")
+@click.option("--engine", type=click.Choice(["local", "ray"]),
+              help="'ray': byte-range shards as Ray tasks, the same outputs; overrides the config's engine.")
+@click.option("--workers", type=click.IntRange(1, 4096), help="CPUs of the local Ray (ray.workers).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def data_validate(input_path, out_dir, config_path, policy, reference_stats, near_dup, dvc_remote,
-                  no_progress) -> None:
+                  engine, workers, no_progress) -> None:
     """Validate JSONL (optionally gzip) SFT data INPUT into --out.
 
     Exit 0: gate passed. Exit 1: gate failed (quarantine rate or drift; outputs written).
@@ -46,7 +49,7 @@ def data_validate(input_path, out_dir, config_path, policy, reference_stats, nea
     """
     from kfp_llmops.components.data_validation import raise_on_gate, run_to_dir
 
-    overrides = {"dedup.near.enabled": near_dup}
+    overrides = {"dedup.near.enabled": near_dup, "engine": engine, "ray.workers": workers}
     if dvc_remote:
         overrides.update({"dvc.enabled": True, "dvc.remote_url": dvc_remote})
     result = run_to_dir(input_path, out_dir, config_path, policy, reference_stats,

@@ -1,0 +1,340 @@
+"""validate_dataset over byte-range shards, with the outputs of one process for any
+number of shards or workers.
+
+Three passes, each a function of one shard or one partition, so Ray (ray_engine.py) or
+a plain loop can run them:
+
+1. `shard_keys`: each shard parses its lines and emits the exact-dedup key of every
+   row that passes the schema, with the row's position (shard << 40 | line in shard),
+   hash-partitioned by key; it also counts its lines.
+2. `first_occurrences`: each partition finds, per key, the row at the smallest position:
+   every other row with that key is a duplicate of it. This is the single process's
+   rule (the first occurrence in the file wins), so the tie-break is the input position.
+3. `validate_shard`: each shard runs the single-process validator on its own lines,
+   numbered from its first global line, with an exact-dedup index that answers from
+   pass 2; its clean and quarantine bytes come back whole and are written in shard order.
+
+The clean file is hashed as it is written, so its Merkle root is the single process's.
+Counters and PSI statistics are sums. Each shard hashes the bytes it read in passes 1
+and 3: an input that changed in between is refused, not validated half old, half new.
+"""
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+from blake3 import blake3
+
+from kfp_llmops.components.common.errors import InputError
+
+from .config import DataValidationConfig
+from .dedup import fingerprint
+from .reader import open_input
+
+SHIFT = 40                           # a row's position: its shard << SHIFT | its line in the shard
+_LOW = (1 << SHIFT) - 1
+_KEY_MASK = 0x7FFF_FFFF_FFFF_FFFF     # as the single process's index keeps keys
+DRILL_KILL = "LLMOPS_DRILL_KILL_SHARD"   # "<shard>:<marker file>": the first try of that shard dies
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int
+    start: int
+    end: int                          # -1: the whole stream (gzip cannot be split)
+
+
+def plan(path: str, shard_bytes: int) -> tuple[list[Shard], Any]:
+    """Shards of about `shard_bytes` that start at line starts (a line longer than a
+    shard stays whole in one), and the opened input's description."""
+    src = open_input(path)             # refuses what cannot be data, as the single process does
+    src.close()
+    if src.compressed:
+        return [Shard(0, 0, -1)], src
+    starts = [0]
+    with open(path, "rb") as handle:
+        nominal = shard_bytes
+        while nominal < src.size:
+            handle.seek(nominal - 1)
+            pos = nominal - 1
+            while True:
+                piece = handle.read(1 << 20)
+                if not piece:
+                    pos = src.size
+                    break
+                newline = piece.find(b"\n")
+                if newline >= 0:
+                    pos += newline + 1
+                    break
+                pos += len(piece)
+            if pos >= src.size:
+                break
+            starts.append(pos)
+            nominal = pos + shard_bytes
+    ends = starts[1:] + [src.size]
+    return [Shard(i, a, b) for i, (a, b) in enumerate(zip(starts, ends))], src
+
+
+class _Range:
+    """A shard's lines through `readline`, hashed as read."""
+
+    def __init__(self, path: str, shard: Shard):
+        self.path, self.shard = path, shard
+        self.digest = blake3()
+        if shard.end < 0:
+            self._src = open_input(path)
+            self._read, self.left = self._src.reader.readline, None
+            self.size = self._src.size
+        else:
+            self._src = open(path, "rb", buffering=1 << 20)
+            self._src.seek(shard.start)
+            self._read, self.left = self._src.readline, shard.end - shard.start
+            self.size = self.left
+        self.reader = self
+
+    def readline(self, limit: int) -> bytes:
+        if self.left is None:
+            line = self._read(limit)
+        else:
+            if self.left <= 0:
+                return b""
+            line = self._read(min(limit, self.left))
+            self.left -= len(line)
+        self.digest.update(line)
+        return line
+
+    def position(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self._src.close()
+
+
+def _light(config: DataValidationConfig) -> DataValidationConfig:
+    light = config.model_copy(deep=True)
+    light.pii.names.enabled = False
+    light.dedup.exact = False
+    light.dedup.near.enabled = False
+    return light
+
+
+def shard_keys(path: str, shard: Shard, config: DataValidationConfig, partitions: int) -> tuple:
+    """Pass 1: (lines, digest of the bytes read, then one (keys, positions) pair per partition)."""
+    from .validate import Validator, _overlong, _Rejected
+
+    parser = Validator(_light(config))
+    src = _Range(path, shard)
+    max_line = config.schema_.max_line_bytes
+    keys: list[int] = []
+    positions: list[int] = []
+    local, base = 0, shard.index << SHIFT
+    dedup = config.dedup.exact
+    try:
+        while True:
+            line = src.readline(max_line + 1)
+            if not line:
+                break
+            local += 1
+            if _overlong(line, max_line):
+                while True:            # the rest of the line, as the quarantine copy reads it
+                    piece = src.readline(max_line + 1)
+                    if not piece or piece.endswith(b"\n"):
+                        break
+                continue
+            if not dedup:
+                continue
+            try:
+                obj, fmt = parser.parse(line[:-1] if line.endswith(b"\n") else line, shard.index == 0 and local == 1)
+            except _Rejected:
+                continue
+            keys.append(fingerprint(parser.dedup_text(obj, fmt)) & _KEY_MASK)
+            positions.append(base | local)
+    finally:
+        src.close()
+    k = np.array(keys, dtype=np.uint64)
+    p = np.array(positions, dtype=np.int64)
+    part = (k % np.uint64(partitions)).astype(np.int64)
+    return (local, src.digest.hexdigest(), *((k[part == i], p[part == i]) for i in range(partitions)))
+
+
+def first_occurrences(shards: int, *parts: tuple) -> tuple:
+    """Pass 2, one partition: per shard, (duplicate positions, their first positions)."""
+    keys = np.concatenate([k for k, _ in parts]) if parts else np.zeros(0, np.uint64)
+    pos = np.concatenate([p for _, p in parts]) if parts else np.zeros(0, np.int64)
+    order = np.lexsort((pos, keys))
+    keys, pos = keys[order], pos[order]
+    starts = np.ones(len(keys), dtype=bool)
+    starts[1:] = keys[1:] != keys[:-1]
+    first = pos[np.maximum.accumulate(np.where(starts, np.arange(len(keys)), 0))]
+    dup, first = pos[~starts], first[~starts]
+    owner = dup >> SHIFT
+    out = tuple((dup[owner == s], first[owner == s]) for s in range(shards))
+    return out if shards > 1 else out[0]
+
+
+class _KnownDuplicates:
+    """The exact-dedup index of one shard, answering from pass 2 by global line."""
+
+    def __init__(self, first_by_line: dict[int, int]):
+        self._first = first_by_line
+
+    def add(self, key: int, line: int) -> int | None:
+        return self._first.get(line)
+
+    def close(self) -> None:
+        pass
+
+
+class _Bytes:
+    def __init__(self):
+        self.parts: list[bytes] = []
+        self.bytes = 0
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(data)
+        self.bytes += len(data)
+
+
+_FINDERS: dict[str, Any] = {}
+
+
+def _finder(config: DataValidationConfig):
+    """One name finder per worker process (the NER model loads once, not per shard)."""
+    from .validate import _name_finder
+
+    key = config.pii.names.model_dump_json()
+    if key not in _FINDERS:
+        _FINDERS[key] = _name_finder(config)
+    return _FINDERS[key]
+
+
+def _drill(shard: Shard) -> None:
+    spec = os.environ.get(DRILL_KILL, "")
+    if spec and spec.split(":", 1)[0] == str(shard.index):
+        marker = spec.split(":", 1)[1]
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def validate_shard(path: str, shard: Shard, first_lines: list[int], config: DataValidationConfig,
+                   *duplicates: tuple) -> dict:
+    """Pass 3: the shard's clean and quarantine bytes, tallies and the digest of what it read."""
+    from .validate import Validator, _stream
+
+    _drill(shard)
+    first_by_line = {}
+    for dup, first in duplicates:
+        for d, f in zip(dup.tolist(), first.tolist()):
+            first_by_line[first_lines[shard.index] + (d & _LOW) - 1] = first_lines[f >> SHIFT] + (f & _LOW) - 1
+    cfg = config.model_copy(deep=True)
+    cfg.dedup.near.enabled = False
+    v = Validator(cfg, None, exact=_KnownDuplicates(first_by_line),
+                  names=_finder(config) if config.pii.names.enabled else None)
+    clean, quarantine = _Bytes(), _Bytes()
+    src = _Range(path, shard)
+    try:
+        rows_in, rows_out = _stream(src, v, clean, quarantine, cfg, False, first_line=first_lines[shard.index])
+    finally:
+        src.close()
+    return {"clean": b"".join(clean.parts), "quarantine": b"".join(quarantine.parts),
+            "rows_in": rows_in, "rows_out": rows_out, "digest": src.digest.hexdigest(),
+            "by_reason": dict(v.by_reason), "pii_found": dict(v.pii_found), "pii_redacted": dict(v.pii_redacted),
+            "rows_with_pii": v.rows_with_pii, "samples": v.samples,
+            "length": v.stats.length.counts, "pii_density": v.stats.pii_density.counts}
+
+
+@dataclass
+class Totals:
+    """What `validate._finish` reads from a validator, summed over the shards."""
+    reference: Any
+    stats: Any
+    by_reason: Counter
+    pii_found: Counter
+    pii_redacted: Counter
+    rows_with_pii: int
+    samples: list
+
+    def add(self, part: dict) -> None:
+        self.by_reason.update(part["by_reason"])
+        self.pii_found.update(part["pii_found"])
+        self.pii_redacted.update(part["pii_redacted"])
+        self.rows_with_pii += part["rows_with_pii"]
+        self.samples.extend(part["samples"][:20 - len(self.samples)])
+        for hist, counts in ((self.stats.length, part["length"]), (self.stats.pii_density, part["pii_density"])):
+            hist.counts = [a + b for a, b in zip(hist.counts, counts)]
+
+
+Submit = Callable[..., Any]          # submit(fn, *args, num_returns=n) -> a handle, or n handles
+Get = Callable[[Any], Any]
+
+
+def run(path: str, outputs, config: DataValidationConfig, reference_stats: str | None, submit: Submit,
+        get: Get, shard_bytes: int, partitions: int, log: Callable[[str], None] = print):
+    """The three passes through `submit`/`get` (Ray's, or calls in this process)."""
+    import time
+
+    from kfp_llmops.components.common import integrity
+
+    from .drift import DataStats
+    from .validate import CLEAN_NAME, _finish, _Sink
+
+    if config.dedup.near.enabled:
+        raise InputError("dedup.near: near-duplicate detection is not built for engine: ray yet; "
+                         "use engine: local or turn dedup.near off")
+    reference = DataStats.load(reference_stats) if reference_stats else None
+    started = time.perf_counter()
+    shards, src = plan(path, shard_bytes)
+    stat = os.stat(path)
+    log(f"[validate] {len(shards)} shard(s) of {path} ({src.size / 2**20:.1f} MiB), {partitions} partition(s)")
+    keyed = [submit(shard_keys, path, s, config, partitions, num_returns=2 + partitions) for s in shards]
+    counts = [get(k[0]) for k in keyed]
+    first_lines, line = [], 1
+    for n in counts:
+        first_lines.append(line)
+        line += n
+    reduced = [submit(first_occurrences, len(shards), *(k[2 + p] for k in keyed), num_returns=len(shards))
+               for p in range(partitions)]
+    if len(shards) == 1:
+        reduced = [[r] for r in reduced]
+    done = [submit(validate_shard, path, s, first_lines, config, *(r[s.index] for r in reduced)) for s in shards]
+    clean = _Sink(outputs.clean, hashed_chunk=config.chunk_size)
+    quarantine = _Sink(outputs.quarantine)
+    totals = Totals(reference, DataStats(), Counter(), Counter(), Counter(), 0, [])
+    rows_in = rows_out = read = 0
+    logged = 0.0
+    try:
+        for shard, handle in zip(shards, done):
+            part = get(handle)
+            if part["digest"] != get(keyed[shard.index][1]) or os.stat(path).st_mtime_ns != stat.st_mtime_ns:
+                raise InputError(f"{path}: changed while being read (bytes {shard.start}-{shard.end} differ "
+                                 "between passes); validate a copy that is not being written")
+            clean.write(part["clean"])
+            quarantine.write(part["quarantine"])
+            totals.add(part)
+            rows_in += part["rows_in"]
+            rows_out += part["rows_out"]
+            read += (shard.end if shard.end >= 0 else src.size) - shard.start
+            elapsed = time.perf_counter() - started
+            if elapsed - logged >= 5.0 or shard.index == len(shards) - 1:
+                logged = elapsed
+                log(f"[validate] {shard.index + 1}/{len(shards)} shards: {rows_in:,} rows, "
+                    f"{read / 2**20 / max(elapsed, 1e-9):.1f} MB/s")
+        root = integrity.dataset_root(clean.hasher.finish(CLEAN_NAME), config.chunk_size)
+        quarantine.commit()
+        clean.commit()
+    except BaseException:
+        clean.abort()
+        quarantine.abort()
+        raise
+    return _finish(totals, config, src, outputs, rows_in, rows_out, root, clean.bytes,
+                          time.perf_counter() - started)
+
+
+def in_process(fn, *args, num_returns: int = 1):
+    """`submit` for a plain loop: the call's value (a tuple when it returns several)."""
+    return fn(*args)
