@@ -106,7 +106,8 @@ class RayConfig(_Section):
                                                        "(address set) the cluster's own CPUs are used.")
     address: str | None = Field(None, description="A running Ray cluster ('auto', 'ray://head:10001'); "
                                                   "RAY_ADDRESS in the environment counts as set. None: a local Ray.")
-    shard_mb: int = Field(64, ge=1, le=65536, description="MiB of input per shard (a gzip file is one shard).")
+    shard_mb: int = Field(64, ge=1, le=65536, description="Most MiB of input per shard; smaller to give each worker "
+                                                                 "four (a gzip file is one shard).")
     partitions: int = Field(0, ge=0, le=4096, description="Hash partitions of the dedup shuffle; 0: one per worker.")
 
 

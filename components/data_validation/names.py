@@ -71,10 +71,28 @@ _CUE_LAST = frozenset("is name's name: me signed regards sincerely dear am i'm i
 _VOCATIVE_END = re.compile(r" ?(?:[,!:;\n]|\.(?:\s|$)|$)")
 _SENTENCE_END = re.compile(r"(?:^|[.!?:;\n\"'\u201c(]\s*)$")
 
-# Abbreviations may carry their period; a full word's period ends the sentence.
-_STREET_TYPES = (r"(?:Street|Avenue|Road|Boulevard|Lane|Drive|Court|Place|Terrace|Way|Square|Parkway|"
-                 r"Highway|Close|Crescent|Circle|Trail|Row|Mews|Gardens|Grove)\b"
-                 r"|(?:St|Ave|Rd|Blvd|Ln|Dr|Ct|Pl|Sq|Pkwy|Hwy|Cir)\b\.?")
+# Street suffixes: USPS Publication 28, appendix C1 (its primary names, singular and
+# plural), and British forms. Abbreviations may carry their period; a full word's
+# period ends the sentence.
+STREET_SUFFIXES = tuple("""
+Alley Annex Arcade Avenue Bayou Beach Bend Bluff Bluffs Bottom Boulevard Branch Bridge Brook
+Brooks Burg Burgs Bypass Camp Canyon Cape Causeway Center Centers Circle Circles Cliff Cliffs
+Club Common Commons Corner Corners Course Court Courts Cove Coves Creek Crescent Crest Crossing
+Crossroad Crossroads Curve Dale Dam Divide Drive Drives Estate Estates Expressway Extension
+Extensions Fall Falls Ferry Field Fields Flat Flats Ford Fords Forest Forge Forges Fork Forks
+Fort Freeway Garden Gardens Gateway Glen Glens Green Greens Grove Groves Harbor Harbors Haven
+Heights Highway Hill Hills Hollow Inlet Island Islands Isle Junction Junctions Key Keys Knoll
+Knolls Lake Lakes Land Landing Lane Light Lights Loaf Lock Locks Lodge Loop Mall Manor Manors
+Meadow Meadows Mews Mill Mills Mission Motorway Mount Mountain Mountains Neck Orchard Oval
+Overpass Park Parks Parkway Parkways Pass Passage Path Pike Pine Pines Place Plain Plains Plaza
+Point Points Port Ports Prairie Radial Ramp Ranch Rapid Rapids Rest Ridge Ridges River Road
+Roads Route Row Rue Run Shoal Shoals Shore Shores Skyway Spring Springs Spur Spurs Square
+Squares Station Stravenue Stream Street Streets Summit Terrace Throughway Trace Track
+Trafficway Trail Trailer Tunnel Turnpike Underpass Union Unions Valley Valleys Viaduct View
+Views Village Villages Ville Vista Walk Walks Wall Way Ways Well Wells Close Row Wynd
+""".split())
+_STREET_TYPES = (rf"(?:{'|'.join(sorted(set(STREET_SUFFIXES), key=len, reverse=True))})\b"
+                 r"|(?:St|Ave|Rd|Blvd|Ln|Dr|Ct|Pl|Sq|Pkwy|Hwy|Cir|Ctr|Expy|Fwy|Hts|Jct|Pt|Ter|Trl|Tpke)\b\.?")
 # Starts with a character class (no lookbehind: checked by hand) so the engine skips ahead
 # fast; a house number must be followed by a capitalised word (`_NUMBER_WORD`, the gate).
 _NUMBER_WORD = re.compile(r"[0-9][A-Za-z]?,? [A-Z]")
@@ -97,7 +115,7 @@ ZH_SURNAMES = frozenset(
     "戴莫孔向汤常温康施文牛樊葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮"
     "柯纪梅童凌毕单季裴霍涂成苗谷盛曲翁冉骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕屈饶解牟艾尤阳时穆农司卓古"
     "吉缪简车项连芦麦褚娄窦戚岑景党宫费卜冷晏席卫米柏宗瞿桂全佟应臧闵苟邬边卞姬师和仇栾隋商刁沙荣巫"
-    "寇桑郎甄丛仲虞敖巩明佘池查麻苑迟邝")
+    "寇桑郎甄丛仲虞敖巩明佘池查麻苑迟邝萧洪阎")
 ZH_COMPOUND_SURNAMES = ("欧阳", "司马", "上官", "诸葛", "东方", "皇甫", "尉迟", "公孙", "慕容", "令狐",
                         "夏侯", "长孙", "宇文", "司徒", "轩辕", "端木", "独孤", "南宫", "西门", "百里")
 # Characters that end a given name (particles, verbs, pronouns): never part of one.
@@ -109,9 +127,35 @@ _ZH_LEAD = re.compile(
 _ZH_TITLE = re.compile(r"先生|女士|小姐|老师|医生|教授|经理|同学|律师|主任|总监|阿姨|叔叔|师傅|博士|大夫")
 # Words whose last character is a surname but which end before a name ("谢谢李女士").
 _ZH_BEFORE = ("谢谢", "感谢", "请问", "联系", "通知", "告诉", "拜访", "问候", "找到", "见到")
+# A road or street with its number (…路969号) or its building (…街F座, …路12座).
 _ZH_ROAD_NUMBER = re.compile(
-    rf"[{_HAN}]{{1,12}}?(?:路|街|大道|大街|巷|胡同|弄)[0-9０-９一二三四五六七八九十百零]{{1,5}}号"
-    r"(?:[0-9A-Za-z]{1,4}(?:号楼|栋|幢|座|单元|层|楼|室|号))*")
+    rf"[{_HAN}]{{1,12}}?(?:路|街|大道|大街|巷|胡同|弄)"
+    r"(?:[0-9０-９一二三四五六七八九十百零]{1,5}号|[0-9A-Za-z]{1,4}(?=座)|[0-9０-９]{1,4}(?=栋|幢))"
+    r"(?:[0-9A-Za-z]{0,4}(?:号楼|栋|幢|座|单元|层|楼|室|号))*")
+# A name standing alone: a run of two to four Han characters between non-Han ones
+# ("at 高丽 about", "客户信息：朱英，", "[梁鑫]"), a surname then one or two characters that
+# are common in given names, and not a common word or a place.
+_ZH_ALONE = re.compile(rf"(?<![{_HAN}])[{_HAN}]{{2,4}}(?![{_HAN}])")
+ZH_GIVEN_CHARS = frozenset(
+    "伟芳娜秀英敏静丽强磊军洋勇艳杰娟涛明超兰霞平刚桂华玉萍红娥玲芬燕彩春菊凤洁梅琳素云莲真环雪荣爱妹"
+    "香月莺媛瑞凡佳嘉琼勤珍贞莉娣叶璐娅琦晶妍茜秋珊莎锦黛青倩婷姣婉娴瑾颖露瑶怡婵雁蓓仪荷丹蓉眉君琴蕊"
+    "薇菁梦岚苑婕馨瑗琰韵融园艺咏卿聪澜纯毓悦昭冰爽琬茗羽希宁欣飘育滢馥筠柔竹霭凝晓欢霄枫芸菲寒伊亚宜"
+    "可姬舒影荔枝思毅俊峰东文辉力永健世广志义兴良海山仁波贵福生龙元全国胜学祥才发武新利清飞彬富顺信"
+    "子昌成康星光天达安岩中茂进林有坚和彪博诚先敬震振壮会群豪心邦承乐绍功松善厚庆民友裕河哲江浩亮政"
+    "谦亨奇固之轮翰朗伯宏言若鸣朋斌梁栋维启克伦翔旭鹏泽晨辰士以建家致树炎德行时泰盛雄琛钧冠策腾楠榕"
+    "风航弘鑫桂秀金凯宇轩睿涵琪萱雯瑜婧璇茹蕾慧鹤彤昊晖皓阳帆丰斐骏宸铭杨鹰楷坤琨淑雷兵帅莹柳小花")
+# Everyday words that begin with a surname character and go on with given-name ones.
+ZH_COMMON_WORDS = frozenset("""
+高兴 安全 明天 王国 金融 黄金 江湖 和平 平安 成功 成立 成本 成为 万一 关于 包括 向上 常见 温和 温柔 石油
+白天 金色 黄色 马上 龙头 钱包 程序 方向 方便 许多 许可 于是 余下 叶子 史诗 江山 海洋 严重 严格 华丽 华人
+孔子 齐全 司机 古代 古老 左右 甘心 包含 宁可 尚未 应用 项目 连续 冷静 管理 全部 全国 全球 全面 商业 荣誉
+时光 时期 明星 明白 明显 明确 文明 文学 文艺 文字 安静 安心 安装 安排 和谐 和好 康复 林业 东方 东西 东南
+东北 高山 高中 高级 高楼 高峰 高速 周年 周期 吴语 金星 金山 金华 黄河 黄山 黄海 江南 江北 海南 山东 山西
+云南 宁夏 广东 广西 湖北 南京 天津 国家 国际 国民 国庆 中国 中文 中心 中华 中学 华东 华北 华南 华中 龙江
+长江 长城 长春 长安 万家 万达 万科 雷锋 钱江 孙子 孙女 唐山 宋朝 唐朝 明朝 汤圆 花园 田园 石头 白云 云海
+""".split())
+# Characters that end a place, an organisation or a thing, never a given name here.
+_ZH_PLACE_END = frozenset("省市县区州镇乡村路街府局部院所司厂店馆城港湾岛湖河")
 _ZH_ADDRESS_LEAD = re.compile(r".*(?:住在|住址|地址|寄到|寄往|送到|发到|发往|位于|搬到|在|到|于|是|为|给|：|:)")
 
 
@@ -277,6 +321,17 @@ def _chinese_people(text: str, out: list) -> None:
             break
 
 
+def _chinese_alone(text: str, out: list) -> None:
+    for m in _ZH_ALONE.finditer(text):
+        run = m.group()
+        if run in ZH_COMMON_WORDS or run[-1] in _ZH_PLACE_END:
+            continue
+        sur = _zh_surname_at(text, m.start())
+        given = run[sur:]
+        if sur and 1 <= len(given) <= 2 and all(ch in ZH_GIVEN_CHARS for ch in given):
+            out.append(Candidate(m.start(), m.end(), PERSON, False))
+
+
 def _chinese_addresses(text: str, out: list) -> None:
     for m in _ZH_ROAD_NUMBER.finditer(text):
         start = m.start()
@@ -311,6 +366,7 @@ class NameFinder:
         out: list[Candidate] = []
         if not text.isascii():
             _chinese_people(text, out)
+            _chinese_alone(text, out)
             _chinese_addresses(text, out)
         _english_addresses(text, out)
         _english_people(text, self.given, self.surnames, out)

@@ -37,9 +37,12 @@ def validate_on_ray(input_path: str, outputs, config: DataValidationConfig, refe
         return remote[key].remote(*args)
 
     try:
-        return sharded.run(input_path, outputs, config, reference_stats, submit, ray.get,
-                           shard_bytes=config.ray.shard_mb << 20,
-                           partitions=config.ray.partitions or config.ray.workers,
+        # Shards no larger than shard_mb, and at least four per worker so none idles.
+        workers = int(ray.cluster_resources().get("CPU", config.ray.workers))
+        size = os.path.getsize(input_path) if os.path.isfile(input_path) else 0
+        shard_bytes = max(1 << 20, min(config.ray.shard_mb << 20, size // (4 * workers) + 1))
+        return sharded.run(input_path, outputs, config, reference_stats, submit, ray.get, shard_bytes=shard_bytes,
+                           partitions=config.ray.partitions or workers,
                            log=(lambda message: print(message, file=sys.stderr, flush=True)) if show_progress
                            else (lambda message: None))
     finally:
