@@ -185,9 +185,10 @@ def _model_places(stages: dict) -> list[str]:
     places = [(deploy.get("production") or {}).get("path"), model.get("path")]
     if repo.get("weights"):
         places.append(os.path.join(repo["path"], repo["weights"]) if repo.get("path") else None)
-        stable = (read_serving_state(state) if state else {}).get("stable") or {}
+        serving = read_serving_state(state) if state else {}
+        stable = serving.get("stable") or {}
         if stable.get("model_name") and stable.get("version") is not None:    # versions count on as it serves
-            places.append(os.path.join(served_dir(state), stable["model_name"], str(stable["version"]),
+            places.append(os.path.join(served_dir(state, state=serving), stable["model_name"], str(stable["version"]),
                                        os.path.basename(repo["weights"])))
         places.append(f"{deploy['served_uri'].rstrip('/')}/{repo['weights']}" if deploy.get("served_uri") else None)
     return [p for p in places if p]

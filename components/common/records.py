@@ -265,10 +265,11 @@ STABLE_DIR = "stable"       # a link to the repository the stable server loads
 REPOS_DIR = "repos"
 
 
-def served_dir(state_dir: str, role: str = "stable") -> str | None:
+def served_dir(state_dir: str, role: str = "stable", state: dict | None = None) -> str | None:
     """The folder of the repository state.json names as `role` (stable or previous);
-    None when it names none."""
-    rec = read_serving_state(state_dir).get(role)
+    None when it names none. `state`: the state.json already read, so both answers
+    come from one reading."""
+    rec = (read_serving_state(state_dir) if state is None else state).get(role)
     if not rec:
         return None
     stored = os.path.join(state_dir, REPOS_DIR, rec["repository_root"])

@@ -504,6 +504,7 @@ def _stream(src: InputStream, validator: Validator, clean: _Sink, quarantine: _S
             rows_in += 1
             if not rows_in & 1023:
                 pos = src.position()
+                bar.set_postfix_str(f"{rows_in:,} rows", refresh=False)
                 bar.update(pos - last_pos)
                 last_pos = pos
             overlong = _overlong(line, max_line)

@@ -84,6 +84,18 @@ def _reentrant(key: str):
 
 
 @contextlib.contextmanager
+def _holding(key: str, entry: dict):
+    """This thread's hold on `key`, seen by the holds nested in it until it ends."""
+    with _GUARD:
+        _HELD[(key, threading.get_ident())] = {"depth": 0, **entry}
+    try:
+        yield
+    finally:
+        with _GUARD:
+            _HELD.pop((key, threading.get_ident()), None)
+
+
+@contextlib.contextmanager
 def state_lock(state_dir: str, lock: Lock, log=print):
     """The local serving state, held exclusively; yields {"waited_s", "holder"}. Nested
     holds in one thread share the outer one (and are told how long it waited)."""
@@ -111,13 +123,10 @@ def state_lock(state_dir: str, lock: Lock, log=print):
             info = {"waited_s": round(waited, 3), "holder": identity(), "since": _now()}
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(info).encode(), 0)
-            with _GUARD:
-                _HELD[(path, threading.get_ident())] = {"depth": 0, "info": info}
             try:
-                yield info
+                with _holding(path, {"info": info}):
+                    yield info
             finally:
-                with _GUARD:
-                    _HELD.pop((path, threading.get_ident()), None)
                 os.ftruncate(fd, 0)
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
@@ -257,11 +266,5 @@ def rollout_lock(cfg: DeployConfig, state_dir: str, log=print, api=None):
             from kfp_llmops.components.common.k8s import coordination
             api = coordination()
         lease = Lease(api, namespace(cfg.cluster.namespace), f"{cfg.cluster.service_name}-rollout", cfg.lock, log=log)
-        with lease as info:
-            with _GUARD:
-                _HELD[(key, threading.get_ident())] = {"depth": 0, "info": info, "check": lease.check}
-            try:
-                yield info, lease.check
-            finally:
-                with _GUARD:
-                    _HELD.pop((key, threading.get_ident()), None)
+        with lease as info, _holding(key, {"info": info, "check": lease.check}):
+            yield info, lease.check
