@@ -43,7 +43,7 @@ def _binding(name: str) -> dict:
 
 
 def rbac() -> list[dict]:
-    """Only the deploy and training components talk to the API, each to its own kinds."""
+    """Only the deploy, training and data components talk to the API, each to its own kinds."""
     deploy_rules = [
         {"apiGroups": ["serving.kserve.io"], "resources": ["inferenceservices"],
          "verbs": ["get", "list", "watch", "patch", "update"]},
@@ -57,6 +57,12 @@ def rbac() -> list[dict]:
                     "verbs": ["create", "get", "list", "watch", "delete"]},
                    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
                    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]
+    # validate_dataset with engine: ray and ray.kuberay.enabled: creates its RayJob, follows
+    # the submitter's log and the Ray pods' ends.
+    data_rules = [{"apiGroups": ["ray.io"], "resources": ["rayjobs"],
+                   "verbs": ["create", "get", "list", "watch", "delete"]},
+                  {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+                  {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]
     # Argo's executor (the standalone form's `executor.serviceAccountName`) reports each
     # task's outputs as WorkflowTaskResults; without this no `when` gate sees a result.
     executor_rules = [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
@@ -64,6 +70,7 @@ def rbac() -> list[dict]:
     return [_sa("llmops-pipeline", "pipeline"),
             _sa("llmops-deploy", "deploy"), _role("llmops-deploy", deploy_rules), _binding("llmops-deploy"),
             _sa("llmops-train", "train"), _role("llmops-train", train_rules), _binding("llmops-train"),
+            _sa("llmops-data", "data"), _role("llmops-data", data_rules), _binding("llmops-data"),
             _sa(EXECUTOR_SA, "argo-executor"), _role(EXECUTOR_SA, executor_rules), _binding(EXECUTOR_SA)]
 
 

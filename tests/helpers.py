@@ -78,3 +78,18 @@ def flip_byte(path, offset: int) -> None:
 
 __all__ = ["write_lines", "validate_lines", "read_jsonl", "sft", "tiny_model", "training_inputs", "losses", "flip_byte",
            "os"]
+
+
+def docker(*args, check=True) -> subprocess.CompletedProcess:
+    done = subprocess.run(["docker", *args], capture_output=True, text=True)
+    if check:
+        assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def fs_group(path: str, gid: int) -> None:
+    """What the kubelet does to a volume for the pod's fsGroup: group-owned, group-writable."""
+    for root, dirs, files in os.walk(path):
+        for name in [root] + [os.path.join(root, n) for n in dirs + files]:
+            os.chown(name, -1, gid)
+            os.chmod(name, os.stat(name).st_mode | 0o060 | (0o2010 if os.path.isdir(name) else 0))

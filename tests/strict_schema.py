@@ -23,6 +23,7 @@ OBJECT_META = {"type": "object", "additionalProperties": False, "required": ["na
 CRDS = {("serving.kserve.io/v1beta1", "InferenceService"): "kserve-v0.20.0-inferenceservices.crd.yaml",
         ("gateway.networking.k8s.io/v1", "HTTPRoute"): "gateway-api-v1.6.1-httproutes.crd.yaml",
         ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "kubeflow-trainer-v2.3.0-trainjobs.crd.yaml",
+        ("ray.io/v1", "RayJob"): "kuberay-v1.7.0-rayjobs.crd.yaml",
         ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"): "kubeflow-trainer-v2.3.0-trainingruntimes.crd.json",
         ("pipelines.kubeflow.org/v2beta1", "Pipeline"): "kfp-pipelines.kubeflow.org_pipelines.crd.yaml",
         ("pipelines.kubeflow.org/v2beta1", "PipelineVersion"): "kfp-pipelines.kubeflow.org_pipelineversions.crd.yaml"}

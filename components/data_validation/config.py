@@ -99,6 +99,27 @@ class DvcConfig(_Section):
     remote_name: str = "storage"
 
 
+class KubeRaySettings(_Section):
+    """engine: ray on a cluster (rayjob.py): the task copies the input to a claim every
+    Ray pod mounts, submits a KubeRay RayJob of the data image, follows it and reads the
+    outputs back, verified."""
+
+    enabled: bool = False
+    namespace: str = Field("", description="Empty: the task's own namespace.")
+    claim: str = Field("llmops-release", description="ReadWriteMany PVC the task and every Ray pod mount.")
+    mount_path: str = Field("/mnt/release", description="Where the task and the Ray pods mount `claim`.")
+    image: str = Field("", description="Ray pods' image; empty: this release's data image (Ray in its extra).")
+    workers: int = Field(2, ge=0, le=1000, description="Worker pods beside the head.")
+    head_cpu: str = "2"
+    head_memory: str = "8Gi"
+    worker_cpu: str = "4"
+    worker_memory: str = "8Gi"
+    service_account: str = Field("", description="The Ray pods' ServiceAccount; empty: the namespace's default.")
+    timeout_s: int = Field(24 * 3600, ge=60, description="The RayJob's activeDeadlineSeconds.")
+    poll_s: float = Field(10.0, gt=0, description="How often its status and log are read.")
+    delete_on_success: bool = Field(True, description="Delete a finished RayJob; a failed one stays for inspection.")
+
+
 class RayConfig(_Section):
     """engine: ray (ray_engine.py)."""
 
@@ -109,6 +130,7 @@ class RayConfig(_Section):
     shard_mb: int = Field(64, ge=1, le=65536, description="Most MiB of input per shard; smaller to give each worker "
                                                                  "four (a gzip file is one shard).")
     partitions: int = Field(0, ge=0, le=4096, description="Hash partitions of the dedup shuffle; 0: one per worker.")
+    kuberay: KubeRaySettings = Field(default_factory=KubeRaySettings)
 
 
 class GateConfig(_Section):

@@ -39,6 +39,10 @@ def validate_on_ray(input_path: str, outputs, config: DataValidationConfig, refe
     try:
         # Shards no larger than shard_mb, and at least four per worker so none idles.
         workers = int(ray.cluster_resources().get("CPU", config.ray.workers))
+        if show_progress:
+            nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+            print(f"[validate] Ray {'at ' + address if address else 'started here'}: on {nodes} node(s), "
+                  f"{workers} CPU(s)", file=sys.stderr, flush=True)
         size = os.path.getsize(input_path) if os.path.isfile(input_path) else 0
         shard_bytes = max(1 << 20, min(config.ray.shard_mb << 20, size // (4 * workers) + 1))
         return sharded.run(input_path, outputs, config, reference_stats, submit, ray.get, shard_bytes=shard_bytes,

@@ -416,6 +416,9 @@ def validate(input_path: str, outputs: OutputPaths, config: DataValidationConfig
              reference_stats: str | None = None, show_progress: bool = True) -> ValidationResult:
     """Validate `input_path` into `outputs`; never raises for bad rows, only for unusable
     input (InputError). The gate verdict is in the result, not an exception."""
+    if config.engine == "ray" and config.ray.kuberay.enabled:
+        from .rayjob import validate_on_kuberay
+        return validate_on_kuberay(input_path, outputs, config, reference_stats)
     if config.engine == "ray":
         from .ray_engine import validate_on_ray
         return validate_on_ray(input_path, outputs, config, reference_stats, show_progress)

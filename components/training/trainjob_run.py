@@ -10,10 +10,8 @@ replaced by a new one that resumes from the newest verified checkpoint. The Kube
 is reached through the client's CustomObjectsApi and CoreV1Api (tests pass stand-ins)."""
 from __future__ import annotations
 
-import calendar
 import json
 import os
-import sys
 import time
 
 from blake3 import blake3
@@ -21,7 +19,7 @@ from blake3 import blake3
 from kfp_llmops.components.common import atomic, integrity
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 from kfp_llmops.components.common.k8s import clients
-from kfp_llmops.components.common.k8s import namespace as resolve_namespace
+from kfp_llmops.components.common.k8s_job import FollowedJob
 
 from .config import TrainConfig
 from .launch import check_precision, last_error, newest_tag, prepare, rank_env, read_result, shows_progress
@@ -94,137 +92,26 @@ def train_multinode(clean_path: str, base_model: str, cfg: TrainConfig, checkpoi
     return result
 
 
-class TrainJob:
+class TrainJob(FollowedJob):
     """One TrainJob through the API: submitted (or found again), followed, its end told."""
+
+    GROUP, VERSION, PLURAL, KIND = GROUP, VERSION, PLURAL, "TrainJob"
+    LOG_PODS, LOG_CONTAINER, JOB_PODS = LAUNCHER_PODS, "node", JOB_PODS
+    STAGE = "[train]"
+    RETRY_NOTE = "a retry resumes from the newest verified checkpoint"
+    RESTART_NOTE = ", from the newest verified checkpoint"
 
     def __init__(self, custom, core, manifest: dict, log_path: str, poll_s: float = 10.0, log=print,
                  sleep=time.sleep):
-        self.custom, self.core, self.manifest = custom, core, manifest
-        self.name = manifest["metadata"]["name"]
-        self.namespace = resolve_namespace(manifest["metadata"].get("namespace", ""))
-        self.where = f"{self.namespace}/{self.name}"
-        self.log_path, self.poll_s, self.log, self.sleep = log_path, poll_s, log, sleep
-        self.seen = 0.0              # newest log timestamp already written (epoch seconds)
-        self.tail = ""               # the log's last lines, for the failure message
+        super().__init__(custom, core, manifest, log_path, poll_s, log, sleep,
+                         show=lambda line: shows_progress(line.encode()))
 
-    # -- the API --------------------------------------------------------------------------------
+    def end_of(self, job: dict) -> tuple[bool, str, str] | None:
+        ended = end_of(job)
+        return None if ended is None else (ended[0] == "Complete", ended[1], ended[2])
 
-    def _api_error(self, exc, doing: str) -> LlmopsError:
-        return LlmopsError(f"TrainJob {self.where}: {doing}: {getattr(exc, 'status', '')} "
-                           f"{getattr(exc, 'reason', exc)}".rstrip())
-
-    def get(self) -> dict | None:
-        from kubernetes.client.exceptions import ApiException
-        try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise self._api_error(exc, "cannot read it") from None
-
-    def delete(self) -> None:
-        from kubernetes.client.exceptions import ApiException
-        try:
-            self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name,
-                                                        propagation_policy="Foreground")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise self._api_error(exc, "cannot delete it") from None
-
-    def submit(self) -> str:
-        """'created', or what was found under this name: 'running' (followed again),
-        'complete' (read), or a failed job replaced: 'recreated'."""
-        from kubernetes.client.exceptions import ApiException
-        found = self.get()
-        if found is not None:
-            ended = end_of(found)
-            if ended is None:
-                return "running"
-            if ended[0] == "Complete":
-                return "complete"
-            self.log(f"[train] TrainJob {self.where} failed before ({ended[1]}); starting it again, "
-                     "from the newest verified checkpoint")
-            self.delete()
-            for _ in range(120):
-                if self.get() is None:
-                    break
-                self.sleep(self.poll_s / 2)
-            else:
-                raise LlmopsError(f"TrainJob {self.where}: the failed job is still being deleted")
-        try:
-            self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.manifest)
-        except ApiException as exc:
-            raise self._api_error(exc, "refused") from None
-        return "recreated" if found is not None else "created"
-
-    # -- following it ---------------------------------------------------------------------------
-
-    def run(self, timeout_s: float) -> dict:
-        """Submit, then follow until Complete; a Failed job raises with its own reason."""
-        how = self.submit()
-        self.log(f"[train] TrainJob {self.where}: {how}")
-        deadline = time.monotonic() + timeout_s
-        with open(self.log_path, "a", encoding="utf-8") as sink:
-            while True:
-                job = self.get()
-                if job is None:
-                    raise LlmopsError(f"TrainJob {self.where} disappeared while it ran (deleted by someone?)")
-                self._copy_log(sink)
-                ended = end_of(job)
-                if ended is not None:
-                    break
-                if time.monotonic() > deadline:
-                    raise LlmopsError(f"TrainJob {self.where} still runs after {timeout_s:.0f} s; it is left "
-                                      "running and a retry of this task follows it again")
-                self.sleep(self.poll_s)
-        kind, reason, message = ended
-        if kind == "Complete":
-            return job
-        raise LlmopsError(f"TrainJob {self.where} failed: {reason}: {message}{self._pod_reasons()}; "
-                          f"last log line: {last_error(self.tail)}; "
-                          "a retry resumes from the newest verified checkpoint")
-
-    def _copy_log(self, sink) -> None:
-        """New lines of the launcher's log into ranks.log; progress shown live."""
-        from kubernetes.client.exceptions import ApiException
-        try:
-            pods = self.core.list_namespaced_pod(self.namespace,
-                                                 label_selector=LAUNCHER_PODS.format(name=self.name)).items
-        except ApiException:
-            return
-        for pod in pods:
-            since = max(1, int(time.time() - self.seen) + 1) if self.seen else None
-            try:
-                text = self.core.read_namespaced_pod_log(pod.metadata.name, self.namespace, container="node",
-                                                         timestamps=True, since_seconds=since)
-            except ApiException:
-                continue                                  # not started yet
-            for line in (text or "").splitlines():
-                stamp, _, body = line.partition(" ")
-                at = _epoch(stamp)
-                if at is None or at <= self.seen:
-                    continue
-                self.seen = at
-                sink.write(body + "\n")
-                self.tail = (self.tail + body + "\n")[-20000:]
-                if shows_progress(body.encode()):
-                    sys.stderr.write(body + "\n")
-            sink.flush()
-
-    def _pod_reasons(self) -> str:
-        """Containers that ended badly (OOMKilled, Error), from every pod of the job."""
-        from kubernetes.client.exceptions import ApiException
-        try:
-            pods = self.core.list_namespaced_pod(self.namespace, label_selector=JOB_PODS.format(name=self.name)).items
-        except ApiException:
-            return ""
-        found = []
-        for pod in pods:
-            for status in (pod.status.container_statuses or []) if pod.status else []:
-                ended = status.state.terminated if status.state else None
-                if ended is not None and ended.exit_code:
-                    found.append(f"{pod.metadata.name}: {ended.reason or 'Error'} (exit {ended.exit_code})")
-        return f" ({'; '.join(found)})" if found else ""
+    def last_error(self, tail: str) -> str:
+        return last_error(tail)
 
 
 def end_of(job: dict) -> tuple[str, str, str] | None:
@@ -234,11 +121,3 @@ def end_of(job: dict) -> tuple[str, str, str] | None:
             return cond["type"], cond.get("reason", ""), cond.get("message", "")
     return None
 
-
-def _epoch(stamp: str) -> float | None:
-    """RFC 3339 with nanoseconds (the kubelet's log timestamps) to epoch seconds."""
-    try:
-        whole, _, frac = stamp.rstrip("Z").partition(".")
-        return calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + float(f"0.{frac or 0}")
-    except ValueError:
-        return None

@@ -5,10 +5,10 @@ through kfp.local's DockerRunner, every task in its own image, with its lineage 
 `make test` builds the images first (or reuses those built from the same sources)."""
 import json
 import os
-import subprocess
 
 import pytest
 import yaml
+from helpers import docker as _docker
 
 from kfp_llmops.components import images
 from kfp_llmops.components.common.errors import InputError, LlmopsError
@@ -33,13 +33,6 @@ IMPORTS = {
 def runnable():
     containers.docker_ready()
     containers.check_runnable()
-
-
-def _docker(*args, check=True) -> subprocess.CompletedProcess:
-    done = subprocess.run(["docker", *args], capture_output=True, text=True)
-    if check:
-        assert done.returncode == 0, done.stderr[-2000:]
-    return done
 
 
 @pytest.mark.parametrize("stage", containers.STAGES)

@@ -13,15 +13,17 @@ import subprocess
 import uuid
 
 import pytest
-from helpers import losses, training_inputs
+from helpers import docker as _docker
+from helpers import fs_group, losses, training_inputs
 from trainer_standin import Run, TrainerStandIn
 
 from kfp_llmops.components import images
 from kfp_llmops.components.common import integrity
 from kfp_llmops.components.common.errors import LlmopsError
+from kfp_llmops.components.common.k8s_job import epoch
 from kfp_llmops.components.training.config import TrainConfig
 from kfp_llmops.components.training.trainjob import render_runtime
-from kfp_llmops.components.training.trainjob_run import _epoch, train_multinode
+from kfp_llmops.components.training.trainjob_run import train_multinode
 from kfp_llmops.pipelines import containers
 
 pytestmark = pytest.mark.timeout(900)
@@ -29,13 +31,6 @@ RUN = dict(steps=8, checkpoint_interval=4, micro_batch=4, seq_len=48, chunk_size
 # What Trainer's MPI plugin adds to every node's container (pkg/constants, OpenMPI).
 MPI_ENV = {"OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile", "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
            "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10"}
-
-
-def _docker(*args, check=True) -> subprocess.CompletedProcess:
-    done = subprocess.run(["docker", *args], capture_output=True, text=True)
-    if check:
-        assert done.returncode == 0, done.stderr[-2000:]
-    return done
 
 
 class DockerRun(Run):
@@ -72,7 +67,7 @@ class DockerRun(Run):
                            if r["name"] == rjob]
             (container,) = template["containers"]
             claim = patches[rjob]["containers"][0]["volumeMounts"][0]["mountPath"]
-            _fs_group(claim, template["securityContext"]["fsGroup"])
+            fs_group(claim, template["securityContext"]["fsGroup"])
             user = container["securityContext"]
             args = ["run", "-d", "--name", f"{pod}-{tag}", "--network", self.network, "--hostname", pod,
                     "--network-alias", f"{pod}.{self.name}", "--user", f"{user['runAsUser']}:{user['runAsGroup']}",
@@ -97,7 +92,7 @@ class DockerRun(Run):
         lines = []
         for line in (out.stdout + out.stderr).splitlines():
             stamp, _, text = line.partition(" ")
-            lines.append((_epoch(stamp) or 0.0, text))
+            lines.append((epoch(stamp) or 0.0, text))
         with self.lock:
             self.log = sorted(lines, key=lambda x: x[0])
         state = self._inspect(self.launcher)
@@ -116,14 +111,6 @@ class DockerRun(Run):
         for cid in self.containers.values():
             _docker("rm", "-f", cid, check=False)
         _docker("network", "rm", self.network, check=False)
-
-
-def _fs_group(path: str, gid: int) -> None:
-    """What the kubelet does to a volume for the pod's fsGroup: group-owned, group-writable."""
-    for root, dirs, files in os.walk(path):
-        for name in [root] + [os.path.join(root, n) for n in dirs + files]:
-            os.chown(name, -1, gid)
-            os.chmod(name, os.stat(name).st_mode | 0o060 | (0o2010 if os.path.isdir(name) else 0))
 
 
 def _ready(cid: str, container_port: int) -> None:

@@ -59,6 +59,9 @@ def test_rbac_is_least_privilege_and_secrets_are_references():
     assert {res for rule in deploy["rules"] for res in rule["resources"]} == {"inferenceservices", "httproutes",
                                                                                 "leases"}
     assert {res for rule in deploy["rules"] if "create" in rule["verbs"] for res in rule["resources"]} == {"leases"}
+    data = next(r for r in roles if r["metadata"]["name"] == "llmops-data")       # the RayJob path only
+    assert {res for rule in data["rules"] for res in rule["resources"]} == {"rayjobs", "pods", "pods/log"}
+    assert {res for rule in data["rules"] if "create" in rule["verbs"] for res in rule["resources"]} == {"rayjobs"}
     everything = json.dumps([_build(r) for r in _kustomizations()])
     assert '"kind": "Secret"' not in everything and "llmops-watermark-key" in everything   # referenced, never defined
 

@@ -1,0 +1,177 @@
+"""engine: ray on a cluster: validate_dataset as a KubeRay RayJob (ray.io/v1, KubeRay 1.7).
+
+The task copies the input onto a claim every Ray pod mounts (checked against the digest
+it read first), writes the job's spec beside it, and submits a RayJob of the data image:
+a head and `workers` worker pods, and an entrypoint that runs this module's `main` on the
+cluster (RAY_ADDRESS is the cluster there, so the sharded engine joins it). The task
+follows the job's status (jobDeploymentStatus, jobStatus) and its submitter's log, reads
+the outputs back from the claim and verifies the clean file's Merkle root before they
+become its own. The job's name follows from the input's digest and the config, so a
+retried task finds its job again; a failed one is replaced."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from blake3 import blake3
+
+from kfp_llmops.components import images
+from kfp_llmops.components.common import atomic, integrity
+from kfp_llmops.components.common.errors import InputError, LlmopsError
+from kfp_llmops.components.common.k8s import namespace as resolve_namespace
+from kfp_llmops.components.common.k8s_job import FollowedJob
+
+from .config import DataValidationConfig, KubeRaySettings
+
+LABELS = {"app.kubernetes.io/part-of": "kfp-llmops", "kfp-llmops/stage": "validate_dataset"}
+RUNS = "llmops-validate"                    # the runs' folder on the claim
+VOLUME = "llmops-data"
+
+
+def ray_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("ray")
+    except PackageNotFoundError:
+        return "2.60.0"
+
+
+def render_rayjob(name: str, s: KubeRaySettings, entrypoint: str) -> dict:
+    """The RayJob: a head and `s.workers` workers of the data image, each mounting the claim."""
+    image = s.image or images.DATA
+
+    def pod(container: str, cpu: str, memory: str) -> dict:
+        spec = {"securityContext": {"fsGroup": images.UID},
+                "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": s.claim}}],
+                "containers": [{"name": container, "image": image,
+                                "resources": {"requests": {"cpu": cpu, "memory": memory},
+                                              "limits": {"cpu": cpu, "memory": memory}},
+                                "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+                                "volumeMounts": [{"name": VOLUME, "mountPath": s.mount_path}]}]}
+        if s.service_account:
+            spec["serviceAccountName"] = s.service_account
+        return {"metadata": {"labels": dict(LABELS)}, "spec": spec}
+
+    cluster = {"rayVersion": ray_version(),
+               "headGroupSpec": {"rayStartParams": {}, "template": pod("ray-head", s.head_cpu, s.head_memory)}}
+    if s.workers:
+        cluster["workerGroupSpecs"] = [{"groupName": "workers", "replicas": s.workers, "minReplicas": s.workers,
+                                        "maxReplicas": s.workers, "rayStartParams": {},
+                                        "template": pod("ray-worker", s.worker_cpu, s.worker_memory)}]
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "namespace": resolve_namespace(s.namespace), "labels": dict(LABELS)},
+        "spec": {"entrypoint": entrypoint, "submissionMode": "K8sJobMode", "shutdownAfterJobFinishes": True,
+                 "activeDeadlineSeconds": s.timeout_s, "backoffLimit": 0, "rayClusterSpec": cluster},
+    }
+
+
+class RayJob(FollowedJob):
+    GROUP, VERSION, PLURAL, KIND = "ray.io", "v1", "rayjobs", "RayJob"
+    # K8sJobMode: a Kubernetes Job of the RayJob's name submits the entrypoint and tails its log.
+    LOG_PODS, LOG_CONTAINER = "batch.kubernetes.io/job-name={name}", "ray-job-submitter"
+    JOB_PODS = "ray.io/originated-from-cr-name={name}"
+    STAGE = "[validate]"
+    RETRY_NOTE = "a retry of the task replaces the job"
+
+    def end_of(self, job: dict) -> tuple[bool, str, str] | None:
+        status = job.get("status") or {}
+        if status.get("jobDeploymentStatus") not in ("Complete", "Failed"):
+            return None
+        succeeded = status.get("jobDeploymentStatus") == "Complete" and status.get("jobStatus") == "SUCCEEDED"
+        return succeeded, status.get("reason") or status.get("jobStatus") or "Failed", status.get("message", "")
+
+    def last_error(self, tail: str) -> str:
+        errors = [line for line in tail.splitlines() if line.startswith("error:")]
+        return errors[-1] if errors else super().last_error(tail)
+
+
+def _digest(path: str) -> str:
+    hasher = blake3()
+    with open(path, "rb") as handle:
+        while piece := handle.read(1 << 22):
+            hasher.update(piece)
+    return hasher.hexdigest()
+
+
+def validate_on_kuberay(input_path: str, outputs, config: DataValidationConfig, reference_stats: str | None,
+                        apis=None, log=print):
+    """The run as a RayJob; the outputs land in `outputs` only once the clean file verifies."""
+    from kfp_llmops.components.common.k8s import clients
+
+    from .validate import ValidationResult
+
+    s = config.ray.kuberay
+    if not os.path.isdir(s.mount_path):
+        raise InputError(f"ray.kuberay.mount_path: {s.mount_path} is not mounted here; the task and every Ray pod "
+                         f"mount the claim {s.claim!r} there")
+    if not os.path.isfile(input_path):
+        raise InputError(f"{input_path}: no such file")
+    job_config = config.model_copy(deep=True)
+    job_config.ray.kuberay.enabled = False          # on the cluster, the sharded engine itself
+    settings = job_config.model_dump(mode="json", by_alias=True)
+    digest = _digest(input_path)
+    name = "llmops-validate-" + blake3(json.dumps([digest, settings, bool(reference_stats)]).encode()).hexdigest()[:10]
+    run = os.path.join(s.mount_path, RUNS, name)
+    data = os.path.join(run, os.path.basename(input_path))
+    if not os.path.isfile(data) or _digest(data) != digest:
+        atomic.copy_file(input_path, data)
+        if _digest(data) != digest:
+            raise InputError(f"{input_path}: changed while it was copied to {data}; validate a copy that is "
+                             "not being written")
+    reference = None
+    if reference_stats:
+        reference = os.path.join(run, "reference_stats.json")
+        atomic.copy_file(reference_stats, reference)
+    out = os.path.join(run, "out")
+    spec_path = os.path.join(run, "spec.json")
+    atomic.write_json(spec_path, {"input": data, "out": out, "reference": reference, "config": settings})
+    manifest = render_rayjob(name, s, f"python -m kfp_llmops.components.data_validation.rayjob {spec_path}")
+    custom, core = apis or clients()
+    job = RayJob(custom, core, manifest, os.path.join(run, "job.log"), s.poll_s, log)
+    job.run(s.timeout_s + 600)
+    metrics_path = os.path.join(out, "metrics.json")
+    if not os.path.isfile(metrics_path):
+        raise LlmopsError(f"RayJob {job.where} completed but left no metrics at {metrics_path}: is {s.claim!r} "
+                          f"the claim mounted at {s.mount_path} here?")
+    with open(metrics_path, encoding="utf-8") as handle:
+        metrics = json.load(handle)
+    clean = os.path.join(out, os.path.basename(outputs.clean))
+    integrity.verify("dataset", clean, metrics["merkle_root"], metrics["chunk_size"])
+    for source, dest in ((clean, outputs.clean), (os.path.join(out, os.path.basename(outputs.quarantine)),
+                                                  outputs.quarantine),
+                         (metrics_path, outputs.metrics), (os.path.join(out, "stats.json"), outputs.stats)):
+        if dest:
+            atomic.copy_file(source, dest)
+    with open(os.path.join(out, "samples.json"), encoding="utf-8") as handle:
+        samples = json.load(handle)
+    if s.delete_on_success:
+        job.delete()
+    metrics["rayjob"] = job.where
+    return ValidationResult(metrics, metrics["passed"], metrics["gate_reasons"], samples)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The RayJob's entrypoint, on the cluster: validate as the spec says; a failed gate is
+    a result (exit 0, the task decides), unusable input one line and exit 2."""
+    from .validate import OutputPaths, validate
+
+    args = sys.argv[1:] if argv is None else argv
+    with open(args[0], encoding="utf-8") as handle:
+        spec = json.load(handle)
+    try:
+        config = DataValidationConfig.model_validate(spec["config"])
+        result = validate(spec["input"], OutputPaths.in_dir(spec["out"]), config, spec.get("reference"))
+    except (InputError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    atomic.write_json(os.path.join(spec["out"], "samples.json"), result.samples)
+    print(f"[validate] rows_in={result.metrics['rows_in']} rows_out={result.metrics['rows_out']} "
+          f"merkle_root={result.metrics['merkle_root']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
