@@ -54,7 +54,9 @@ class DockerRay(Run):
             for i in range(group["replicas"]):
                 pod(f"worker-{i}", group["template"], ["ray", "start", "--address=head:6379", *common])
         want = 1 + sum(g["replicas"] for g in cluster.get("workerGroupSpecs", []))
-        probe = ("import ray, time\nray.init(address='auto', logging_level='ERROR')\n"
+        probe = ("import ray, time\nfor _ in range(120):\n    try:\n"
+                 "        ray.init(address='head:6379', logging_level='ERROR')\n        break\n"
+                 "    except ConnectionError:\n        time.sleep(0.5)\n"
                  f"for _ in range(120):\n    if len([n for n in ray.nodes() if n['Alive']]) >= {want}: break\n"
                  "    time.sleep(0.5)\nelse: raise SystemExit('nodes missing')")
         docker("exec", self.containers["head"], "python", "-c", probe)

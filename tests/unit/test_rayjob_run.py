@@ -1,6 +1,6 @@
 """validate_dataset on a cluster up to the API boundary: the RayJob it submits (strictly
-validated by the stand-in), the job really run (its entrypoint on this machine, on a
-local Ray), the outputs read back and verified, a failed job told with its own reason
+validated by the stand-in), the job's entrypoint really run (a process here), the
+outputs read back and verified, a failed job told with its own reason
 and its last error, a corrupted output refused, and a retried task finding its job."""
 import importlib
 import json
@@ -20,6 +20,14 @@ from tests.benchmarks.corpus import write_corpus
 validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
 
 
+def _engine_here(spec_path: str) -> None:
+    """The job's spec run by the single process here: the engine on a Ray cluster is
+    tests/containers/test_rayjob.py's (a head and a worker of the data image)."""
+    spec = json.load(open(spec_path))
+    spec["config"]["engine"] = "local"
+    json.dump(spec, open(spec_path, "w"))
+
+
 class Entrypoint(Run):
     """The RayJob's entrypoint as a process here (the submitter's log is its output)."""
 
@@ -28,7 +36,8 @@ class Entrypoint(Run):
         self.name = job["metadata"]["name"]
         command = job["spec"]["entrypoint"].split()
         assert command[0] == "python"
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}     # no cluster here: a local Ray
+        _engine_here(command[-1])
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         self.proc = subprocess.Popen([sys.executable, *command[1:]], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env)
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -95,7 +104,6 @@ def corpus(tmp_path):
 
 
 def test_the_job_runs_and_its_outputs_are_the_local_engines(tmp_path, corpus):
-    pytest.importorskip("ray", reason="ray is in the data extra: make installs it")
     claim = tmp_path / "claim"
     claim.mkdir()
     api = KubeRayStandIn(Entrypoint)
@@ -137,7 +145,9 @@ def test_a_retried_task_finds_its_job_and_a_corrupted_output_is_refused(tmp_path
     runs = []
 
     def finished(job):                      # the job's work, done here as the entrypoint would
-        assert not runs and rayjob.main([job["spec"]["entrypoint"].split()[-1]]) == 0
+        spec_path = job["spec"]["entrypoint"].split()[-1]
+        _engine_here(spec_path)
+        assert not runs and rayjob.main([spec_path]) == 0
         runs.append(job)
         return Scripted(0, [])
 
