@@ -124,7 +124,7 @@ def _light(config: DataValidationConfig) -> DataValidationConfig:
 
 def shard_keys(path: str, shard: Shard, config: DataValidationConfig, partitions: int) -> tuple:
     """Pass 1: (lines, digest of the bytes read, then one (keys, positions) pair per partition)."""
-    from .validate import Validator, _overlong, _Rejected
+    from .validate import Validator, _overlong, _Rejected, rest_of_line
 
     parser = Validator(_light(config))
     src = _Range(path, shard)
@@ -140,10 +140,8 @@ def shard_keys(path: str, shard: Shard, config: DataValidationConfig, partitions
                 break
             local += 1
             if _overlong(line, max_line):
-                while True:            # the rest of the line, as the quarantine copy reads it
-                    piece = src.readline(max_line + 1)
-                    if not piece or piece.endswith(b"\n"):
-                        break
+                for _ in rest_of_line(src.readline, max_line):
+                    pass
                 continue
             if not dedup:
                 continue
@@ -278,10 +276,8 @@ def run(path: str, outputs, config: DataValidationConfig, reference_stats: str |
     """The three passes through `submit`/`get` (Ray's, or calls in this process)."""
     import time
 
-    from kfp_llmops.components.common import integrity
-
     from .drift import DataStats
-    from .validate import CLEAN_NAME, _finish, _Sink
+    from .validate import _finish, _Outputs
 
     if config.dedup.near.enabled:
         raise InputError("dedup.near: near-duplicate detection is not built for engine: ray yet; "
@@ -302,19 +298,18 @@ def run(path: str, outputs, config: DataValidationConfig, reference_stats: str |
     if len(shards) == 1:
         reduced = [[r] for r in reduced]
     done = [submit(validate_shard, path, s, first_lines, config, *(r[s.index] for r in reduced)) for s in shards]
-    clean = _Sink(outputs.clean, hashed_chunk=config.chunk_size)
-    quarantine = _Sink(outputs.quarantine)
+    out = _Outputs(outputs, config.chunk_size)
     totals = Totals(reference, DataStats(), Counter(), Counter(), Counter(), 0, [])
     rows_in = rows_out = read = 0
     logged = 0.0
-    try:
+    with out:
         for shard, handle in zip(shards, done):
             part = get(handle)
             if part["digest"] != get(keyed[shard.index][1]) or os.stat(path).st_mtime_ns != stat.st_mtime_ns:
                 raise InputError(f"{path}: changed while being read (bytes {shard.start}-{shard.end} differ "
                                  "between passes); validate a copy that is not being written")
-            clean.write(part["clean"])
-            quarantine.write(part["quarantine"])
+            out.clean.write(part["clean"])
+            out.quarantine.write(part["quarantine"])
             totals.add(part)
             rows_in += part["rows_in"]
             rows_out += part["rows_out"]
@@ -324,15 +319,9 @@ def run(path: str, outputs, config: DataValidationConfig, reference_stats: str |
                 logged = elapsed
                 log(f"[validate] {shard.index + 1}/{len(shards)} shards: {rows_in:,} rows, "
                     f"{read / 2**20 / max(elapsed, 1e-9):.1f} MB/s")
-        root = integrity.dataset_root(clean.hasher.finish(CLEAN_NAME), config.chunk_size)
-        quarantine.commit()
-        clean.commit()
-    except BaseException:
-        clean.abort()
-        quarantine.abort()
-        raise
-    return _finish(totals, config, src, outputs, rows_in, rows_out, root, clean.bytes,
-                          time.perf_counter() - started)
+    root = out.commit()
+    return _finish(totals, config, src, outputs, rows_in, rows_out, root, out.clean.bytes,
+                   time.perf_counter() - started)
 
 
 def in_process(fn, *args, num_returns: int = 1):

@@ -99,6 +99,38 @@ class _Sink(atomic.AtomicFile):
             self.hasher.update(data)
 
 
+class _Outputs:
+    """The clean and quarantine files of one run: written as rows are judged, and both
+    appear at `commit` or neither does (an exception inside `with` drops both)."""
+
+    def __init__(self, paths: OutputPaths, chunk_size: int):
+        self.paths, self.chunk_size = paths, chunk_size
+        self.clean = _Sink(paths.clean, hashed_chunk=chunk_size)
+        self.quarantine = _Sink(paths.quarantine)
+
+    def __enter__(self) -> "_Outputs":
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        if kind is not None:
+            self.clean.abort()
+            self.quarantine.abort()
+
+    def commit(self) -> str:
+        """The clean file's dataset root, once both files are in place."""
+        root = integrity.dataset_root(self.clean.hasher.finish(CLEAN_NAME), self.chunk_size)
+        try:
+            self.quarantine.commit()
+            self.clean.commit()
+        except BaseException:          # a full disk at the last flush: neither is left to look finished
+            self.quarantine.abort()
+            self.clean.abort()
+            if os.path.exists(self.paths.quarantine) and not os.path.exists(self.paths.clean):
+                os.unlink(self.paths.quarantine)
+            raise
+        return root
+
+
 class Validator:
     def __init__(self, config: DataValidationConfig, reference: DataStats | None = None, exact=None,
                  names=None):
@@ -429,30 +461,17 @@ def validate(input_path: str, outputs: OutputPaths, config: DataValidationConfig
     except InputError:
         validator.close()
         raise
-    clean = _Sink(outputs.clean, hashed_chunk=config.chunk_size)
-    quarantine = _Sink(outputs.quarantine)
+    out = _Outputs(outputs, config.chunk_size)
     started = time.perf_counter()
     try:
-        rows_in, rows_out = _stream(src, validator, clean, quarantine, config, show_progress)
-    except BaseException:
-        clean.abort()
-        quarantine.abort()
-        raise
+        with out:
+            rows_in, rows_out = _stream(src, validator, out.clean, out.quarantine, config, show_progress)
     finally:
         src.close()
         validator.close()
-    root = integrity.dataset_root(clean.hasher.finish(CLEAN_NAME), config.chunk_size)
-    try:
-        quarantine.commit()
-        clean.commit()
-    except BaseException:              # a full disk at the last flush: neither is left to look finished
-        quarantine.abort()
-        clean.abort()
-        if os.path.exists(outputs.quarantine) and not os.path.exists(outputs.clean):
-            os.unlink(outputs.quarantine)
-        raise
+    root = out.commit()
     elapsed = time.perf_counter() - started
-    return _finish(validator, config, src, outputs, rows_in, rows_out, root, clean.bytes, elapsed)
+    return _finish(validator, config, src, outputs, rows_in, rows_out, root, out.clean.bytes, elapsed)
 
 
 def _stream(src: InputStream, validator: Validator, clean: _Sink, quarantine: _Sink,
@@ -553,18 +572,24 @@ def _overlong(piece: bytes, max_line: int) -> bool:
     return len(piece) > max_line and not piece.endswith(b"\n")
 
 
+def rest_of_line(readline, max_line: int):
+    """The pieces of an over-long line after its first, its newline dropped: read in
+    `max_line + 1` pieces so no line is ever held whole."""
+    while True:
+        piece = readline(max_line + 1)
+        if not piece or piece.endswith(b"\n"):
+            yield piece[:-1] if piece.endswith(b"\n") else piece
+            return
+        yield piece
+
+
 def _quarantine_overlong(src: InputStream, quarantine: _Sink, line_no: int, head: bytes,
                          max_line: int) -> None:
     """Stream an over-long line into quarantine as base64, never holding it whole."""
     quarantine.write(orjson.dumps({"line": line_no, "reason": "line_too_long", "field": None,
                                    "detail": f"longer than {max_line} bytes"})[:-1] + b',"raw_b64":"')
     pending, total = head, len(head)
-    ended = False
-    while not ended:
-        piece = src.reader.readline(max_line + 1)
-        if not piece or piece.endswith(b"\n"):
-            ended = True
-            piece = piece[:-1] if piece.endswith(b"\n") else piece
+    for piece in rest_of_line(src.reader.readline, max_line):
         total += len(piece)
         pending += piece
         cut = len(pending) - len(pending) % 3

@@ -7,13 +7,12 @@ job supervisor sets it). The task follows the job to its end, reads the outputs 
 from the claim and verifies them; they are the single process's, byte for byte."""
 import importlib
 import json
-import subprocess
-import threading
 import uuid
 
 import pytest
 from helpers import docker, fs_group
-from kuberay_standin import KubeRayStandIn, Run
+from job_standin import ProcessRun
+from kuberay_standin import KubeRayStandIn
 
 from kfp_llmops.components import images
 from kfp_llmops.components.data_validation import rayjob
@@ -25,7 +24,7 @@ validation = importlib.import_module("kfp_llmops.components.data_validation.vali
 pytestmark = pytest.mark.timeout(600)
 
 
-class DockerRay(Run):
+class DockerRay(ProcessRun):
     """A RayJob's pods as containers: the head, its workers, then the submitter."""
 
     def __init__(self, job: dict, claim: str):
@@ -61,18 +60,8 @@ class DockerRay(Run):
                  "    time.sleep(0.5)\nelse: raise SystemExit('nodes missing')")
         docker("exec", self.containers["head"], "python", "-c", probe)
         # The submitter: the entrypoint against the cluster, its output the job's log.
-        self.proc = subprocess.Popen(["docker", "exec", "-e", "RAY_ADDRESS=head:6379", self.containers["head"],
-                                      "sh", "-c", job["spec"]["entrypoint"]],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.reader = threading.Thread(target=lambda: [self.say(line.rstrip("\n")) for line in self.proc.stdout],
-                                       daemon=True)
-        self.reader.start()
-
-    def state(self):
-        code = self.proc.poll()
-        if code is not None:
-            self.reader.join()
-        return code
+        self.follow(["docker", "exec", "-e", "RAY_ADDRESS=head:6379", self.containers["head"],
+                     "sh", "-c", job["spec"]["entrypoint"]])
 
     def pods(self):
         code = self.proc.poll()
@@ -80,8 +69,7 @@ class DockerRay(Run):
             [(f"{self.name}-{role}", role, None, "") for role in self.containers]
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
+        super().stop()
         for cid in self.containers.values():
             docker("rm", "-f", cid, check=False)
         docker("network", "rm", self.network, check=False)

@@ -18,6 +18,11 @@ from helpers import flip_byte
 
 
 TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
+# Latency is not what these runs judge (test_deploy's drills do): two servers of the same
+# model on two busy cores differ by 2x in a 3 s interval, so the tolerance is wide, and a
+# canary the noise still rolls back fails no pipeline.
+CANARY = ("interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
+          "sla: {min_requests: 10, latency_tolerance: 3.0}\nfail_on_rollback: false\n")
 
 
 def test_release_pipeline_runs_through_kfp_local(tmp_path, capfd):
@@ -79,7 +84,7 @@ def _the_next_release_compares_with_the_promoted_one(first, tmp_path, capfd):
     assert pointer["record"] == first["release_record"] and record["decision"] == "promoted"
     assert record["stages"]["evaluate_llm"]["metrics"]["exact_match"] >= 0
     second = run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny",
-                       eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n")
+                       eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n", deploy_config=CANARY)
     validate, _, evaluate, *_ = second["stages"]
     assert "PSI length 0.000" in validate["detail"], validate["detail"]          # same data: no drift
     blessing = json.load(open(evaluate["outputs"]["blessing"]))
@@ -116,8 +121,7 @@ def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
         checkpoint_uri=train["outputs"]["checkpoints"], train_config=TRAIN.replace("steps: 6", "steps: 9"),
         eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n", watermark_config=DEMO_DETECTION,
         watermark_key_file=str(run / "watermark.key"),
-        deploy_config="interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
-                      "sla: {min_requests: 10}\nfail_on_rollback: false\n",
+        deploy_config=CANARY,
         serving_state_dir=str(tmp_path / "serving3"), release_dir=str(tmp_path / "release3"),
         baseline_release="none")            # (release2's promotion beside it would be the baseline)
     # Its own serving folder: run/serving stays what run/releases/promoted.json says it is.
@@ -138,10 +142,7 @@ def _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_p
         model_uri=train["outputs"]["model"], model_root=train["merkle_root"],
         eval_dataset_uri=str(run / "data" / "eval.jsonl"), eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
         watermark_config=DEMO_DETECTION, watermark_key_file=str(run / "watermark.key"),
-        # Latency is not what this test judges (test_deploy's drills do): two servers of the
-        # same model on two busy cores differ by 2x in a 3 s interval, so the tolerance is wide.
-        deploy_config="interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
-                      "sla: {min_requests: 10, latency_tolerance: 3.0}\n",
+        deploy_config=CANARY,
         serving_state_dir=str(run / "serving"), release_dir=str(tmp_path / "release2"),
         # judged against what run/serving serves: the first run's promoted release (a
         # blessing judged against none would be refused: production moved on since)

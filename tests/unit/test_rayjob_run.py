@@ -5,12 +5,11 @@ and its last error, a corrupted output refused, and a retried task finding its j
 import importlib
 import json
 import os
-import subprocess
 import sys
-import threading
 
 import pytest
-from kuberay_standin import KubeRayStandIn, Run
+from job_standin import ProcessRun, Run
+from kuberay_standin import KubeRayStandIn
 
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 from kfp_llmops.components.data_validation import rayjob
@@ -28,7 +27,7 @@ def _engine_here(spec_path: str) -> None:
     json.dump(spec, open(spec_path, "w"))
 
 
-class Entrypoint(Run):
+class Entrypoint(ProcessRun):
     """The RayJob's entrypoint as a process here (the submitter's log is its output)."""
 
     def __init__(self, job: dict):
@@ -37,30 +36,12 @@ class Entrypoint(Run):
         command = job["spec"]["entrypoint"].split()
         assert command[0] == "python"
         _engine_here(command[-1])
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        self.proc = subprocess.Popen([sys.executable, *command[1:]], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=env)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.say(line.rstrip("\n"))
-
-    def state(self):
-        code = self.proc.poll()
-        if code is not None:
-            self.reader.join()
-        return code
+        self.follow([sys.executable, *command[1:]], env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"})
 
     def pods(self):
         code = self.proc.poll()
         return [(f"{self.name}-submitter-x", "submitter", code, "Completed" if code == 0 else "Error"),
                 (f"{self.name}-head-x", "head", None, "")]
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
 
 
 class Scripted(Run):
