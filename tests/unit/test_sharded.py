@@ -131,7 +131,7 @@ def test_near_duplicates_are_refused_on_ray_with_one_line(tmp_path):
         _sharded(tmp_path, path, cfg, 2048, 2)
 
 
-def test_ray_with_one_worker_and_with_four_one_of_them_killed(tmp_path, monkeypatch):
+def test_ray_with_1_2_and_4_workers_and_a_killed_worker(tmp_path, monkeypatch):
     pytest.importorskip("ray", reason="ray is in the data extra: make installs it")
     path = tmp_path / "in.jsonl"
     _corpus(path, rows=1500)
@@ -141,10 +141,11 @@ def test_ray_with_one_worker_and_with_four_one_of_them_killed(tmp_path, monkeypa
     cfg.ray.shard_mb = 1
     small = path.stat().st_size // 5           # five shards: shard_mb is MiB, so the plan is patched smaller
     monkeypatch.setattr(sharded, "plan", lambda p, _bytes, plan=sharded.plan: plan(p, small))
-    cfg.ray.workers = 1
-    assert _local(tmp_path, path, cfg, name="ray1") == want
+    for workers in (1, 2, 4):
+        cfg.ray.workers = workers
+        assert _local(tmp_path, path, cfg, name=f"ray{workers}") == want, workers
     marker = tmp_path / "killed"
     monkeypatch.setenv(sharded.DRILL_KILL, f"3:{marker}")       # shard 3's first try dies with SIGKILL
-    cfg.ray.workers = 4
+    cfg.ray.workers = 2
     assert _local(tmp_path, path, cfg, name="ray-killed") == want
     assert marker.exists()                     # the drill did kill a worker, and the retry gave the same bytes
