@@ -9,8 +9,8 @@ as URIs (s3://, gs://, http(s)://, or a path on a mounted PVC) that the stage ru
 fetches. Gates become `when` conditions on the previous task's `result` output, training
 retries on failure, the release record is the `onExit` handler.
 
-Pods run with no service-account token except where they need the API (training and
-deploy, each with its own Role); Argo's executor reports outputs with its own account
+Pods run with no service-account token except where they need the API (validation,
+training and deploy, each with its own Role); Argo's executor reports outputs with its own account
 (`executor.serviceAccountName`, allowed only `workflowtaskresults`), as Argo recommends.
 
 Built as plain dicts and checked against Argo's own JSON schema with unknown fields
@@ -31,13 +31,14 @@ from .release import (CHECKPOINT_MOUNT, FIXED_SIZE, KEY_MOUNT, KEY_SECRET, PULL_
 RUN = f"{RELEASE_MOUNT}/{{{{workflow.name}}}}"
 WORK = f"{RUN}/work"
 EXECUTOR_SA = "llmops-argo-executor"
-SERVICE_ACCOUNTS = {"train_zero3": "llmops-train", "triton_canary_deploy": "llmops-deploy"}
+SERVICE_ACCOUNTS = {"validate_dataset": "llmops-data", "train_zero3": "llmops-train",
+                    "triton_canary_deploy": "llmops-deploy"}
 SECURITY = {"runAsNonRoot": True, "runAsUser": images.UID, "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": False, "capabilities": {"drop": ["ALL"]}}
 # stage -> image, the parameters it reads, pod size parameters (or None: fixed); task
 # names come from the stage table
 _IMAGES = {
-    "validate_dataset": (images.DATA, ["dataset_uri", "data_config", "pii_policy", "baseline_release"], None),
+    "validate_dataset": (images.DATA, ["dataset_uri", "data_config", "pii_policy", "data_engine", "baseline_release"], None),
     "build_base_model": (images.TRAIN, ["base_model_uri", "base_model_root", "base_model_size"], None),
     "train_zero3": (images.TRAIN, ["train_config", "gpu_count", "model_uri", "model_root", "checkpoint_uri"],
                     ("train_cpu", "train_memory")),
@@ -107,7 +108,7 @@ def _template(stage: str, declared: set[str]) -> dict:
         t["retryStrategy"] = {"limit": "2", "retryPolicy": "OnFailure"}
         container["resources"]["limits"][_param("gpu_type")] = _param("gpu_count")
         t["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    # Least privilege: only these two talk to the API, each with its own Role (manifests/rbac).
+    # Least privilege: only these talk to the API, each with its own Role (manifests/rbac).
     if stage in SERVICE_ACCOUNTS:
         t["serviceAccountName"] = SERVICE_ACCOUNTS[stage]
         t["automountServiceAccountToken"] = True

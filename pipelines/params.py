@@ -28,8 +28,8 @@ def _config(name: str, stage: str, example: str) -> Param:
 
 
 ALL = {p.name: p for p in [
-    Param("dataset_uri", None, "Raw SFT data (JSONL or gzip JSONL, fields per data_config): an s3://, gs:// or "
-                               "minio:// URI the pipeline's object store can read."),
+    Param("dataset_uri", None, "Raw SFT data (JSONL or gzip JSONL, or a folder of them, fields per data_config): "
+                               "an s3://, gs:// or minio:// URI the pipeline's object store can read."),
     Param("eval_dataset_uri", None, "Held-out prompts with reference responses (JSONL), same URI forms."),
     Param("model_uri", None, "URI of an earlier run's model artifact (a sealed Hugging Face folder)."),
     Param("model_root", None, "The model's Merkle root (64 hex digits); the model is refused unless it matches."),
@@ -37,6 +37,10 @@ ALL = {p.name: p for p in [
                                   "checkpoint that verifies."),
     _config("data_config", "data_validation", '{"gate": {"max_reject_rate": 0.2}}'),
     Param("pii_policy", "balanced", "PII policy: strict, balanced or permissive (README, 'PII policies')."),
+    Param("data_engine", "", "How validate_dataset runs: local (one process), ray (byte-range shards as Ray tasks "
+                             "on a local Ray of data_config's ray.workers CPUs in the task's pod, or a KubeRay "
+                             "RayJob with ray.kuberay.enabled), the same outputs either way; empty: "
+                             "data_config's engine."),
     Param("base_model_uri", "", "Your pretrained model to fine-tune: a Hugging Face folder sealed with `llmops "
                                 "model seal` (s3://, gs://, http(s) or a path on the release volume); empty builds "
                                 "the demo model."),
@@ -90,14 +94,14 @@ ALL = {p.name: p for p in [
 
 # What each pipeline takes, in order (required first).
 PIPELINE_PARAMS = {
-    "release": ["dataset_uri", "eval_dataset_uri", "data_config", "pii_policy", "base_model_uri", "base_model_root",
+    "release": ["dataset_uri", "eval_dataset_uri", "data_config", "pii_policy", "data_engine", "base_model_uri", "base_model_root",
                 "base_model_size", "train_config",
                 "eval_config", "watermark_config", "deploy_config", "baseline_release", "gpu_type", "gpu_count", "train_cpu",
                 "train_memory", "eval_cpu", "eval_memory", "deploy_cpu", "deploy_memory", "checkpoint_pvc",
                 "release_pvc", "checkpoint_dir", "release_dir", "serving_state_dir", "watermark_key_file",
                 "signing_key_file", "signing_public_key_file", "pipeline_spec_sha256"],
     "continue-training": ["dataset_uri", "eval_dataset_uri", "model_uri", "model_root", "checkpoint_uri",
-                          "data_config", "pii_policy", "train_config", "eval_config", "watermark_config",
+                          "data_config", "pii_policy", "data_engine", "train_config", "eval_config", "watermark_config",
                           "deploy_config", "baseline_release", "gpu_type", "gpu_count", "train_cpu", "train_memory", "eval_cpu",
                           "eval_memory", "deploy_cpu", "deploy_memory", "checkpoint_pvc", "release_pvc",
                           "checkpoint_dir", "release_dir", "serving_state_dir", "watermark_key_file",

@@ -176,7 +176,7 @@ def _validate(f: _Form, raw, pinned):
     """validate_dataset, keyed by the raw data's root; its `Output` is the data gate."""
     raw_root = f.task(fingerprint_dataset(dataset=raw), "fingerprint-dataset").output
     validated = validate_dataset(raw=raw, config=f.p["data_config"], policy=f.p["pii_policy"],
-                                 baseline_release=pinned, raw_root=raw_root)
+                                 baseline_release=pinned, raw_root=raw_root, engine=f.p["data_engine"])
     f.task(validated, "validate-dataset")
     f.task(file_note(note=validated.outputs["note"], release_dir=f.get("release_dir"),
                      stats=validated.outputs["stats"]), "file-validate-note")

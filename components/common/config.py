@@ -63,7 +63,9 @@ class StageConfig(BaseModel):
             line = _line_of(node, loc)
             where = f"{origin}:{line}" if line else origin
             more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-            raise InputError(f"{where}: {'.'.join(loc) or '<root>'}: {err['msg']}{more}") from None
+            # A check across fields (a model validator) names its fields in its own message.
+            what = f"{'.'.join(loc)}: {err['msg']}" if loc else err["msg"].removeprefix("Value error, ")
+            raise InputError(f"{where}: {what}{more}") from None
 
 
 def _set_path(data: dict, path: list[str], value: Any) -> None:

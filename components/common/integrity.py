@@ -360,8 +360,11 @@ def dataset_root(digest: merkle.FileDigest, chunk_size: int) -> str:
 def seal(kind: str, path: str, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE,
          known: dict[str, merkle.FileDigest] | None = None) -> str:
     """The root of `path`. Folders (model, repository) get their manifest written; a
-    dataset's root is returned only (it travels in metadata). Checkpoints are sealed as
-    they are written (`training.checkpoints.commit`)."""
+    dataset's root is returned only (it travels in metadata); a dataset folder (part
+    files) is every file's bytes under its name. Checkpoints are sealed as they are
+    written (`training.checkpoints.commit`)."""
+    if kind == "dataset" and os.path.isdir(path):
+        return hash_directory(path, chunk_size).root.hex()
     if kind == "dataset":
         return dataset_root(merkle.hash_file(path, DATASET_FILE, chunk_size), chunk_size)
     if kind in ("model", "repository"):
@@ -374,7 +377,7 @@ def verify(kind: str, path: str, root: str | None = None, chunk_size: int | None
     re-hashed at `chunk_size` (datasets), and against `root` when one is pinned;
     InputError naming the path and what is wrong otherwise."""
     if kind == "dataset":
-        if not os.path.isfile(path):
+        if not os.path.exists(path):
             raise InputError(f"{path}: dataset not found")
         found = seal("dataset", path, chunk_size or merkle.DEFAULT_CHUNK_SIZE)
         if root and found != root:

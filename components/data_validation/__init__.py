@@ -30,7 +30,7 @@ def execute(input_path: str, outputs: OutputPaths, config: DataValidationConfig,
             write_json(outputs.metrics, result.metrics)
     if report_path:
         with open(report_path, "w", encoding="utf-8") as handle:
-            handle.write(report.render(result, os.path.basename(input_path)))
+            handle.write(report.render(result, os.path.basename(os.path.normpath(input_path))))
     return result
 
 
@@ -45,7 +45,7 @@ def run_to_dir(input_path: str, out_dir: str, config_source: str | None = None,
 
 def run_component(raw_path: str, config: str, policy: str, reference_stats: str | None,
                   clean, quarantine, stats, metrics, report, note=None, baseline_release: str = "auto",
-                  raw_root: str = "") -> bool:
+                  raw_root: str = "", engine: str = "") -> bool:
     """KFP entry: writes into the artifacts' paths and stamps the lineage metadata. Drift
     is measured against `reference_stats` when given, else against the promoted release
     `baseline_release` pins (common.baseline), which must verify. `raw_root` (the pipeline's
@@ -54,7 +54,7 @@ def run_component(raw_path: str, config: str, policy: str, reference_stats: str 
     shared folder, so the task can be cached."""
     from kfp_llmops.components.common import baseline, integrity, records
 
-    cfg = DataValidationConfig.load(config, {"pii.policy": policy or None})
+    cfg = DataValidationConfig.load(config, {"pii.policy": policy or None, "engine": engine or None})
     if raw_root:
         integrity.verify("dataset", raw_path, raw_root)
     for artifact in (clean, quarantine, stats, metrics, report) + ((note,) if note is not None else ()):
@@ -83,7 +83,7 @@ def run_component(raw_path: str, config: str, policy: str, reference_stats: str 
     metrics.metadata["merkle_root"] = m["merkle_root"]
     if note is not None:        # the stats are the next release's drift reference: filed beside the note
         records.write(note.path, records.ValidateDataset(
-            params={"data_config": config, "pii_policy": policy},
+            params={"data_config": config, "pii_policy": policy, **({"data_engine": engine} if engine else {})},
             result="passed" if result.passed else "failed", reason="; ".join(result.gate_reasons) or None,
             outputs=records.ValidateOutputs(clean=records.CleanData(
                 root=m["merkle_root"], path=clean.path, merkle_file=CLEAN_NAME, rows=m["rows_out"],

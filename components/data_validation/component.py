@@ -21,6 +21,7 @@ def validate_dataset(
     reference_stats: Optional[Input[Artifact]] = None,
     baseline_release: str = "none",
     raw_root: str = "",
+    engine: str = "",
 ) -> bool:
     """Validate SFT JSONL: schema, PII redaction, dedup, drift; returns the gate verdict.
 
@@ -28,10 +29,12 @@ def validate_dataset(
     output of an earlier run, for drift; without it, the promoted release's stats are the
     reference (`baseline_release`: a pinned `<record.json>#sha256=<hex>`, a promoted.json,
     or none). `raw_root` is the raw data's Merkle root, checked before anything else.
+    `engine` (local or ray) overrides the config's; the outputs are the same either way.
     Touches no shared folder (`note` is the lineage note), so KFP may cache it: its key
     is the config, the raw data's root and the pinned baseline.
     """
     from kfp_llmops.components.data_validation import run_component
 
     return run_component(raw.path, config, policy, reference_stats.path if reference_stats else None,
-                         clean, quarantine, stats, metrics, report, note, baseline_release, raw_root)
+                         clean, quarantine, stats, metrics, report, note, baseline_release, raw_root,
+                         engine)

@@ -11,6 +11,7 @@ import os
 import sys
 
 from . import sharded
+from .reader import input_files
 from .config import DataValidationConfig
 
 TASK_RETRIES = 3
@@ -43,7 +44,7 @@ def validate_on_ray(input_path: str, outputs, config: DataValidationConfig, refe
             nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
             print(f"[validate] Ray {'at ' + address if address else 'started here'}: on {nodes} node(s), "
                   f"{workers} CPU(s)", file=sys.stderr, flush=True)
-        size = os.path.getsize(input_path) if os.path.isfile(input_path) else 0
+        size = input_files(input_path).size
         shard_bytes = max(1 << 20, min(config.ray.shard_mb << 20, size // (4 * workers) + 1))
         return sharded.run(input_path, outputs, config, reference_stats, submit, ray.get, shard_bytes=shard_bytes,
                            partitions=config.ray.partitions or workers,

@@ -23,6 +23,7 @@ from kfp_llmops.components.common.k8s import namespace as resolve_namespace
 from kfp_llmops.components.common.k8s_job import FollowedJob
 
 from .config import DataValidationConfig, KubeRaySettings
+from .reader import input_files
 
 LABELS = {"app.kubernetes.io/part-of": "kfp-llmops", "kfp-llmops/stage": "validate_dataset"}
 RUNS = "llmops-validate"                    # the runs' folder on the claim
@@ -89,11 +90,34 @@ class RayJob(FollowedJob):
 
 
 def _digest(path: str) -> str:
+    """The input's files, names and bytes, as one BLAKE3 digest."""
+    inputs = input_files(path)
     hasher = blake3()
-    with open(path, "rb") as handle:
-        while piece := handle.read(1 << 22):
-            hasher.update(piece)
+    for file in inputs.files:
+        hasher.update(inputs.name(file).encode() + b"\0")
+        with open(file, "rb") as handle:
+            while piece := handle.read(1 << 22):
+                hasher.update(piece)
+        hasher.update(b"\0")
     return hasher.hexdigest()
+
+
+def _holds(path: str, digest: str) -> bool:
+    """Whether `path` holds the input whose digest is `digest` (a retried task's copy)."""
+    try:
+        return _digest(path) == digest
+    except InputError:                  # not there, or a folder copy cut short
+        return False
+
+
+def _copy_input(source: str, dest: str) -> None:
+    """A file, or a folder's data files under the same names, copied to `dest`."""
+    inputs = input_files(source)
+    if not inputs.folder:
+        atomic.copy_file(source, dest)
+        return
+    for file in inputs.files:
+        atomic.copy_file(file, os.path.join(dest, inputs.name(file)))
 
 
 def validate_on_kuberay(input_path: str, outputs, config: DataValidationConfig, reference_stats: str | None,
@@ -107,18 +131,17 @@ def validate_on_kuberay(input_path: str, outputs, config: DataValidationConfig, 
     if not os.path.isdir(s.mount_path):
         raise InputError(f"ray.kuberay.mount_path: {s.mount_path} is not mounted here; the task and every Ray pod "
                          f"mount the claim {s.claim!r} there")
-    if not os.path.isfile(input_path):
-        raise InputError(f"{input_path}: no such file")
+    input_files(input_path)                         # refuses a missing input or a folder of other files
     job_config = config.model_copy(deep=True)
     job_config.ray.kuberay.enabled = False          # on the cluster, the sharded engine itself
     settings = job_config.model_dump(mode="json", by_alias=True)
     digest = _digest(input_path)
     name = "llmops-validate-" + blake3(json.dumps([digest, settings, bool(reference_stats)]).encode()).hexdigest()[:10]
     run = os.path.join(s.mount_path, RUNS, name)
-    data = os.path.join(run, os.path.basename(input_path))
-    if not os.path.isfile(data) or _digest(data) != digest:
-        atomic.copy_file(input_path, data)
-        if _digest(data) != digest:
+    data = os.path.join(run, os.path.basename(os.path.normpath(input_path)))
+    if not _holds(data, digest):
+        _copy_input(input_path, data)
+        if not _holds(data, digest):
             raise InputError(f"{input_path}: changed while it was copied to {data}; validate a copy that is "
                              "not being written")
     reference = None

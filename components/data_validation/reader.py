@@ -1,8 +1,11 @@
-"""Opening the input: plain or gzip JSONL, refused early when it cannot be data at all
-(missing, a directory, unreadable, empty, mostly binary). Lines are then read in bounded pieces,
-so neither a 2 GB file nor a 2 GB line is ever held whole."""
+"""Opening the input: a plain or gzip JSONL file, or a folder of them (part files, as
+Spark, Ray Data or `split` write them) read as one stream in name order; refused early
+when it cannot be data at all (missing, unreadable, empty, mostly binary, a folder with
+other files). Lines are then read in bounded pieces, so neither a 2 GB file nor a 2 GB
+line is ever held whole."""
 from __future__ import annotations
 
+import bisect
 import gzip
 import io
 import os
@@ -20,6 +23,76 @@ _PROBE = 64 * 1024
 BINARY_SHARE = 0.10
 _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 13))
 STREAM_ERRORS = (OSError, EOFError, zlib.error)
+DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json", ".json.gz")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What an input path holds: one file, or a folder's data files in name order."""
+    path: str
+    files: tuple[str, ...]
+    folder: bool
+
+    def name(self, file: str) -> str:
+        return os.path.relpath(file, self.path) if self.folder else os.path.basename(file)
+
+    @property
+    def size(self) -> int:
+        return sum(os.path.getsize(f) for f in self.files)
+
+
+def input_files(path: str) -> Inputs:
+    """`path` as a list of files. In a folder, names starting with "." or "_" are skipped
+    (_SUCCESS, .crc, hidden files) and so are empty files; any other file must be named
+    as data (DATA_SUFFIXES), so nothing is silently left out."""
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file or folder")
+    if not os.path.isdir(path):
+        return Inputs(path, (path,), False)
+    files = []
+    for folder, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+        for name in sorted(names):
+            full = os.path.join(folder, name)
+            if name.startswith((".", "_")) or os.path.getsize(full) == 0:
+                continue
+            if not name.endswith(DATA_SUFFIXES):
+                raise InputError(f"{full}: not a data file in the input folder (expected "
+                                 f"{', '.join(DATA_SUFFIXES)}); move it out or rename it")
+            files.append(full)
+    if not files:
+        raise InputError(f"{path}: the folder holds no data files ({', '.join(DATA_SUFFIXES)})")
+    return Inputs(path, tuple(sorted(files, key=lambda f: os.path.relpath(f, path))), True)
+
+
+class Lines:
+    """Line numbers count over the input's files as one stream; this says where one is:
+    its file and its line there (a single file's numbers are its own, unnamed)."""
+
+    def __init__(self):
+        self.names: list[str] = []
+        self.starts: list[int] = []
+        self._firsts = {1}
+
+    def begin(self, name: str, first_line: int) -> None:
+        """File `name` starts at `first_line`."""
+        self.names.append(name)
+        self.starts.append(first_line)
+        self._firsts.add(first_line)
+
+    def is_first(self, line: int) -> bool:
+        return line in self._firsts
+
+    def where(self, line: int) -> dict:
+        """{"line": n}, with "file" first when the input is a folder."""
+        if not self.names:
+            return {"line": line}
+        i = bisect.bisect_right(self.starts, line) - 1
+        return {"file": self.names[i], "line": line - self.starts[i] + 1}
+
+    def cite(self, line: int) -> str:
+        at = self.where(line)
+        return f"{at['file']} line {at['line']}" if "file" in at else f"line {line}"
 
 
 @dataclass
@@ -45,7 +118,7 @@ def open_input(path: str) -> InputStream:
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
     if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, expected a JSONL file")
+        raise InputError(f"{path}: is a folder, expected a JSONL file")
     try:
         raw = open(path, "rb", buffering=0)
     except OSError as exc:

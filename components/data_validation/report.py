@@ -15,6 +15,7 @@ def render(result: ValidationResult, input_name: str) -> str:
     verdict = "PASSED" if result.passed else "FAILED"
     lines = [f"# Data validation: {verdict}", "",
              f"Input `{input_name}` ({m['input_bytes']:,} bytes"
+             f"{' in ' + format(m['input_files'], ',') + ' files' if m.get('input_files') else ''}"
              f"{', gzip' if m['input_compressed'] else ''}), policy **{m['policy']}**.", ""]
     lines += _table(("rows in", "clean", "quarantined", "quarantine rate", "limit"),
                     [(f"{m['rows_in']:,}", f"{m['rows_out']:,}", f"{m['rows_quarantined']:,}",
@@ -49,7 +50,7 @@ def render(result: ValidationResult, input_name: str) -> str:
         lines += ["## First quarantined rows", "", "Raw lines are in the quarantine output "
                   "(they may hold PII; access to it should be restricted).", ""]
         lines += _table(("line", "reason", "field", "detail"),
-                        [(s["line"], s["reason"], s["field"] or "", s["detail"].replace("|", "\\|"))
-                         for s in result.samples[:10]])
+                        [(f"{s['file']}:{s['line']}" if "file" in s else s["line"], s["reason"], s["field"] or "",
+                          s["detail"].replace("|", "\\|")) for s in result.samples[:10]])
         lines.append("")
     return "\n".join(lines)

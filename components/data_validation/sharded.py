@@ -33,7 +33,7 @@ from kfp_llmops.components.common.errors import InputError
 
 from .config import DataValidationConfig
 from .dedup import fingerprint
-from .reader import open_input
+from .reader import Inputs, Lines, input_files, open_input
 
 SHIFT = 40                           # a row's position: its shard << SHIFT | its line in the shard
 _LOW = (1 << SHIFT) - 1
@@ -43,18 +43,28 @@ DRILL_KILL = "LLMOPS_DRILL_KILL_SHARD"   # "<shard>:<marker file>": the first tr
 
 @dataclass(frozen=True)
 class Shard:
-    index: int
+    index: int                        # over all the input's files, in their order
     start: int
     end: int                          # -1: the whole stream (gzip cannot be split)
+    path: str                         # its file
 
 
-def plan(path: str, shard_bytes: int) -> tuple[list[Shard], Any]:
+def plan(path: str, shard_bytes: int) -> tuple[list[Shard], Inputs]:
     """Shards of about `shard_bytes` that start at line starts (a line longer than a
-    shard stays whole in one), and the opened input's description."""
+    shard stays whole in one) over each of the input's files in order, and the input."""
+    inputs = input_files(path)
+    shards: list[Shard] = []
+    for file in inputs.files:
+        for start, end in _ranges(file, shard_bytes):
+            shards.append(Shard(len(shards), start, end, file))
+    return shards, inputs
+
+
+def _ranges(path: str, shard_bytes: int) -> list[tuple[int, int]]:
     src = open_input(path)             # refuses what cannot be data, as the single process does
     src.close()
     if src.compressed:
-        return [Shard(0, 0, -1)], src
+        return [(0, -1)]
     starts = [0]
     with open(path, "rb") as handle:
         nominal = shard_bytes
@@ -75,22 +85,21 @@ def plan(path: str, shard_bytes: int) -> tuple[list[Shard], Any]:
                 break
             starts.append(pos)
             nominal = pos + shard_bytes
-    ends = starts[1:] + [src.size]
-    return [Shard(i, a, b) for i, (a, b) in enumerate(zip(starts, ends))], src
+    return list(zip(starts, starts[1:] + [src.size]))
 
 
 class _Range:
     """A shard's lines through `readline`, hashed as read."""
 
-    def __init__(self, path: str, shard: Shard):
-        self.path, self.shard = path, shard
+    def __init__(self, shard: Shard):
+        self.path, self.shard = shard.path, shard
         self.digest = blake3()
         if shard.end < 0:
-            self._src = open_input(path)
+            self._src = open_input(self.path)
             self._read, self.left = self._src.reader.readline, None
             self.size = self._src.size
         else:
-            self._src = open(path, "rb", buffering=1 << 20)
+            self._src = open(self.path, "rb", buffering=1 << 20)
             self._src.seek(shard.start)
             self._read, self.left = self._src.readline, shard.end - shard.start
             self.size = self.left
@@ -122,12 +131,12 @@ def _light(config: DataValidationConfig) -> DataValidationConfig:
     return light
 
 
-def shard_keys(path: str, shard: Shard, config: DataValidationConfig, partitions: int) -> tuple:
+def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> tuple:
     """Pass 1: (lines, digest of the bytes read, then one (keys, positions) pair per partition)."""
     from .validate import Validator, _overlong, _Rejected, rest_of_line
 
     parser = Validator(_light(config))
-    src = _Range(path, shard)
+    src = _Range(shard)
     max_line = config.schema_.max_line_bytes
     keys: list[int] = []
     positions: list[int] = []
@@ -146,7 +155,7 @@ def shard_keys(path: str, shard: Shard, config: DataValidationConfig, partitions
             if not dedup:
                 continue
             try:
-                obj, fmt = parser.parse(line[:-1] if line.endswith(b"\n") else line, shard.index == 0 and local == 1)
+                obj, fmt = parser.parse(line[:-1] if line.endswith(b"\n") else line, shard.start == 0 and local == 1)
             except _Rejected:
                 continue
             keys.append(fingerprint(parser.dedup_text(obj, fmt)) & _KEY_MASK)
@@ -219,7 +228,7 @@ def _drill(shard: Shard) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def validate_shard(path: str, shard: Shard, first_lines: list[int], config: DataValidationConfig,
+def validate_shard(shard: Shard, first_lines: list[int], lines: Lines, config: DataValidationConfig,
                    *duplicates: tuple) -> dict:
     """Pass 3: the shard's clean and quarantine bytes, tallies and the digest of what it read."""
     from .validate import Validator, _stream
@@ -232,9 +241,9 @@ def validate_shard(path: str, shard: Shard, first_lines: list[int], config: Data
     cfg = config.model_copy(deep=True)
     cfg.dedup.near.enabled = False
     v = Validator(cfg, None, exact=_KnownDuplicates(first_by_line),
-                  names=_finder(config) if config.pii.names.enabled else None)
+                  names=_finder(config) if config.pii.names.enabled else None, lines=lines)
     clean, quarantine = _Bytes(), _Bytes()
-    src = _Range(path, shard)
+    src = _Range(shard)
     try:
         rows_in, rows_out = _stream(src, v, clean, quarantine, cfg, False, first_line=first_lines[shard.index])
     finally:
@@ -279,25 +288,28 @@ def run(path: str, outputs, config: DataValidationConfig, reference_stats: str |
     from .drift import DataStats
     from .validate import _finish, _Outputs
 
-    if config.dedup.near.enabled:
-        raise InputError("dedup.near: near-duplicate detection is not built for engine: ray yet; "
-                         "use engine: local or turn dedup.near off")
+    if config.ray_refusal():
+        raise InputError(config.ray_refusal())
     reference = DataStats.load(reference_stats) if reference_stats else None
     started = time.perf_counter()
-    shards, src = plan(path, shard_bytes)
-    stat = os.stat(path)
-    log(f"[validate] {len(shards)} shard(s) of {path} ({src.size / 2**20:.1f} MiB), {partitions} partition(s)")
-    keyed = [submit(shard_keys, path, s, config, partitions, num_returns=2 + partitions) for s in shards]
+    shards, inputs = plan(path, shard_bytes)
+    stamps = {f: os.stat(f).st_mtime_ns for f in inputs.files}
+    size = inputs.size
+    log(f"[validate] {len(shards)} shard(s) of {path} ({size / 2**20:.1f} MiB"
+        f"{f' in {len(inputs.files):,} files' if inputs.folder else ''}), {partitions} partition(s)")
+    keyed = [submit(shard_keys, s, config, partitions, num_returns=2 + partitions) for s in shards]
     counts = [get(k[0]) for k in keyed]
-    first_lines, line = [], 1
-    for n in counts:
+    first_lines, line, lines = [], 1, Lines()
+    for shard, n in zip(shards, counts):
+        if inputs.folder and shard.start == 0:
+            lines.begin(inputs.name(shard.path), line)
         first_lines.append(line)
         line += n
     reduced = [submit(first_occurrences, len(shards), *(k[2 + p] for k in keyed), num_returns=len(shards))
                for p in range(partitions)]
     if len(shards) == 1:
         reduced = [[r] for r in reduced]
-    done = [submit(validate_shard, path, s, first_lines, config, *(r[s.index] for r in reduced)) for s in shards]
+    done = [submit(validate_shard, s, first_lines, lines, config, *(r[s.index] for r in reduced)) for s in shards]
     out = _Outputs(outputs, config.chunk_size)
     totals = Totals(reference, DataStats(), Counter(), Counter(), Counter(), 0, [])
     rows_in = rows_out = read = 0
@@ -305,23 +317,24 @@ def run(path: str, outputs, config: DataValidationConfig, reference_stats: str |
     with out:
         for shard, handle in zip(shards, done):
             part = get(handle)
-            if part["digest"] != get(keyed[shard.index][1]) or os.stat(path).st_mtime_ns != stat.st_mtime_ns:
-                raise InputError(f"{path}: changed while being read (bytes {shard.start}-{shard.end} differ "
+            if part["digest"] != get(keyed[shard.index][1]) or \
+                    os.stat(shard.path).st_mtime_ns != stamps[shard.path]:
+                raise InputError(f"{shard.path}: changed while being read (bytes {shard.start}-{shard.end} differ "
                                  "between passes); validate a copy that is not being written")
             out.clean.write(part["clean"])
             out.quarantine.write(part["quarantine"])
             totals.add(part)
             rows_in += part["rows_in"]
             rows_out += part["rows_out"]
-            read += (shard.end if shard.end >= 0 else src.size) - shard.start
+            read += (shard.end if shard.end >= 0 else os.path.getsize(shard.path)) - shard.start
             elapsed = time.perf_counter() - started
             if elapsed - logged >= 5.0 or shard.index == len(shards) - 1:
                 logged = elapsed
                 log(f"[validate] {shard.index + 1}/{len(shards)} shards: {rows_in:,} rows, "
                     f"{read / 2**20 / max(elapsed, 1e-9):.1f} MB/s")
     root = out.commit()
-    return _finish(totals, config, src, outputs, rows_in, rows_out, root, out.clean.bytes,
-                   time.perf_counter() - started)
+    return _finish(totals, config, inputs, any(s.end < 0 for s in shards), outputs, rows_in, rows_out, root,
+                   out.clean.bytes, time.perf_counter() - started)
 
 
 def in_process(fn, *args, num_returns: int = 1):

@@ -26,7 +26,7 @@ from .candidates import may_hold_pii
 from .config import DataValidationConfig, RecordFormat
 from .dedup import FingerprintIndex, NearDuplicateIndex, fingerprint, normalize
 from .drift import DataStats, drift
-from .reader import STREAM_ERRORS, InputStream, open_input
+from .reader import STREAM_ERRORS, Inputs, InputStream, Lines, input_files, open_input
 
 CLEAN_NAME = integrity.DATASET_FILE
 
@@ -133,11 +133,13 @@ class _Outputs:
 
 class Validator:
     def __init__(self, config: DataValidationConfig, reference: DataStats | None = None, exact=None,
-                 names=None):
+                 names=None, lines: Lines | None = None):
         """`exact` replaces the exact-dedup index (an object with `add(key, line)`) and
         `names` the name finder: a shard of a sharded run passes the duplicates its
-        shuffle found and the finder its process already loaded."""
+        shuffle found and the finder its process already loaded. `lines` says which file
+        a line number is in (a folder's files are one stream)."""
         self.config = config
+        self.lines = lines or Lines()
         policy = pii.POLICIES[config.pii.policy.value]
         self.redact_types = frozenset(config.pii.redact) if config.pii.redact is not None \
             else policy.redact
@@ -221,12 +223,12 @@ class Validator:
         if self.exact is not None:
             first = self.exact.add(fingerprint(text), line_no)
             if first is not None:
-                raise _Rejected("duplicate", None, f"same text as line {first}")
+                raise _Rejected("duplicate", None, f"same text as {self.lines.cite(first)}")
         if self.near is not None:
             sig = self.near.signature(text)
             first = self.near.query(sig)
             if first is not None:
-                raise _Rejected("near_duplicate", None, f"similar to line {first}")
+                raise _Rejected("near_duplicate", None, f"similar to {self.lines.cite(first)}")
             self.near.add(sig, line_no)
 
     def _scan_patterns(self, obj: dict, fmt: RecordFormat, candidate: bool) -> "_Scan":
@@ -347,7 +349,7 @@ class Validator:
 
     def begin(self, raw: bytes, line_no: int) -> "_Scan":
         """Everything up to the NER model: decode, parse, schema, dedup, patterns."""
-        obj, fmt = self.parse(raw, line_no == 1)
+        obj, fmt = self.parse(raw, self.lines.is_first(line_no))
         self._dedup(obj, fmt, line_no)
         return self._scan_patterns(obj, fmt, may_hold_pii(raw))
 
@@ -454,24 +456,35 @@ def validate(input_path: str, outputs: OutputPaths, config: DataValidationConfig
     if config.engine == "ray":
         from .ray_engine import validate_on_ray
         return validate_on_ray(input_path, outputs, config, reference_stats, show_progress)
+    inputs = input_files(input_path)
+    compressed = False
+    for path in inputs.files:              # every file refused or accepted before any work
+        probe = open_input(path)
+        probe.close()
+        compressed |= probe.compressed
     reference = DataStats.load(reference_stats) if reference_stats else None
     validator = Validator(config, reference)
-    try:
-        src = open_input(input_path)
-    except InputError:
-        validator.close()
-        raise
     out = _Outputs(outputs, config.chunk_size)
     started = time.perf_counter()
+    rows_in = rows_out = 0
     try:
         with out:
-            rows_in, rows_out = _stream(src, validator, out.clean, out.quarantine, config, show_progress)
+            for path in inputs.files:
+                if inputs.folder:
+                    validator.lines.begin(inputs.name(path), rows_in + 1)
+                src = open_input(path)
+                try:
+                    n_in, n_out = _stream(src, validator, out.clean, out.quarantine, config, show_progress,
+                                          first_line=rows_in + 1)
+                finally:
+                    src.close()
+                rows_in, rows_out = rows_in + n_in, rows_out + n_out
     finally:
-        src.close()
         validator.close()
     root = out.commit()
     elapsed = time.perf_counter() - started
-    return _finish(validator, config, src, outputs, rows_in, rows_out, root, out.clean.bytes, elapsed)
+    return _finish(validator, config, inputs, compressed, outputs, rows_in, rows_out, root, out.clean.bytes,
+                   elapsed)
 
 
 def _stream(src: InputStream, validator: Validator, clean: _Sink, quarantine: _Sink,
@@ -492,11 +505,11 @@ def _stream(src: InputStream, validator: Validator, clean: _Sink, quarantine: _S
 
     def reject(rej: _Rejected, line_no: int, line: bytes) -> None:
         validator.by_reason[rej.reason] += 1
-        entry = {"line": line_no, "reason": rej.reason, "field": rej.field, "detail": rej.detail}
+        entry = {**validator.lines.where(line_no), "reason": rej.reason, "field": rej.field, "detail": rej.detail}
         entry.update(_raw_field(line))
         quarantine.write(orjson.dumps(entry) + b"\n")
         if len(validator.samples) < 20:
-            validator.samples.append({k: entry[k] for k in ("line", "reason", "field", "detail")})
+            validator.samples.append({k: v for k, v in entry.items() if k not in ("raw", "raw_b64")})
 
     def flush() -> None:
         nonlocal rows_out, doubtful
@@ -535,7 +548,7 @@ def _stream(src: InputStream, validator: Validator, clean: _Sink, quarantine: _S
             if overlong:
                 if pending:
                     flush()
-                _quarantine_overlong(src, quarantine, rows_in, line, max_line)
+                _quarantine_overlong(src, quarantine, validator.lines.where(rows_in), line, max_line)
                 validator.by_reason["line_too_long"] += 1
                 continue
             if batched:
@@ -583,10 +596,11 @@ def rest_of_line(readline, max_line: int):
         yield piece
 
 
-def _quarantine_overlong(src: InputStream, quarantine: _Sink, line_no: int, head: bytes,
+def _quarantine_overlong(src: InputStream, quarantine: _Sink, at: dict, head: bytes,
                          max_line: int) -> None:
-    """Stream an over-long line into quarantine as base64, never holding it whole."""
-    quarantine.write(orjson.dumps({"line": line_no, "reason": "line_too_long", "field": None,
+    """Stream an over-long line (`at`: its file and line) into quarantine as base64, never
+    holding it whole."""
+    quarantine.write(orjson.dumps({**at, "reason": "line_too_long", "field": None,
                                    "detail": f"longer than {max_line} bytes"})[:-1] + b',"raw_b64":"')
     pending, total = head, len(head)
     for piece in rest_of_line(src.reader.readline, max_line):
@@ -598,7 +612,7 @@ def _quarantine_overlong(src: InputStream, quarantine: _Sink, line_no: int, head
     quarantine.write(base64.b64encode(pending) + b'","bytes":' + str(total).encode() + b"}\n")
 
 
-def _finish(v: Validator, config: DataValidationConfig, src: InputStream, outputs: OutputPaths,
+def _finish(v: Validator, config: DataValidationConfig, inputs: Inputs, compressed: bool, outputs: OutputPaths,
             rows_in: int, rows_out: int, root: str, clean_bytes: int,
             elapsed: float) -> ValidationResult:
     rows_q = rows_in - rows_out
@@ -624,7 +638,8 @@ def _finish(v: Validator, config: DataValidationConfig, src: InputStream, output
         "rows_with_pii": v.rows_with_pii,
         "policy": config.pii.policy.value,
         "merkle_root": root, "chunk_size": config.chunk_size,
-        "clean_bytes": clean_bytes, "input_bytes": src.size, "input_compressed": src.compressed,
+        "clean_bytes": clean_bytes, "input_bytes": inputs.size, "input_compressed": compressed,
+        **({"input_files": len(inputs.files)} if inputs.folder else {}),
         "drift_psi": psi, "psi_threshold": config.drift.psi_threshold,
         "max_reject_rate": config.gate.max_reject_rate,
         "passed": not gate_reasons, "gate_reasons": gate_reasons, "checks": [c.to_json() for c in checks],

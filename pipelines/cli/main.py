@@ -26,7 +26,7 @@ def data() -> None:
 
 
 @data.command("validate")
-@click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False))
+@click.argument("input_path", metavar="INPUT", type=click.Path())
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Folder for clean.jsonl, quarantine.jsonl, metrics.json, stats.json, report.md.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
@@ -43,6 +43,9 @@ def data() -> None:
 def data_validate(input_path, out_dir, config_path, policy, reference_stats, near_dup, dvc_remote,
                   engine, workers, no_progress) -> None:
     """Validate JSONL (optionally gzip) SFT data INPUT into --out.
+
+    INPUT is a file, or a folder of them (part files: read in name order as one stream,
+    quarantine entries naming each row's file).
 
     Exit 0: gate passed. Exit 1: gate failed (quarantine rate or drift; outputs written).
     Exit 2: unusable input or config.

@@ -70,7 +70,8 @@ def _run(stage: str, work: str, p: dict, out) -> object:
         passed = data_validation.run_component(fetch(p["dataset_uri"], work, "dataset"), p.get("data_config", ""),
                                                p.get("pii_policy", "balanced"), None, out("clean"), out("quarantine"),
                                                stats, out("metrics"), out("report"), note,
-                                               pinned_baseline(work, rd, p.get("baseline_release", "auto")))
+                                               pinned_baseline(work, rd, p.get("baseline_release", "auto")),
+                                               engine=p.get("data_engine", ""))
         if rd:
             records.file_note(rd, note.path, stats.path)
         return passed

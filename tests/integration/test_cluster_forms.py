@@ -88,6 +88,8 @@ def test_only_side_effect_free_stages_are_cached_and_their_keys_hold_what_they_r
             return keyed[origin[2]]["taskInfo"]["name"]
         assert producer("baseline_release") == "pin-baseline"
         assert producer("raw_root" if stage == "validate-dataset" else "eval_root").startswith("fingerprint-")
+        if stage == "validate-dataset":          # the engine is a run's choice; the outputs do not depend on it
+            assert ir_check._origin(spec, parents, dag, given["engine"], "parameters") == ("pipeline", "data_engine")
     assert ir_check.cache_problems(spec) == []
     # Put back what the stages read before: the per-run release folder, an unpinned eval set.
     broken = copy.deepcopy(spec)

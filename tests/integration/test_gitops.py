@@ -65,6 +65,9 @@ def test_argo_target_is_a_valid_standalone_workflowtemplate_of_the_same_dag():
     assert by_name["train-zero3"]["container"]["image"] == images.TRAIN
     assert by_name["triton-canary-deploy"]["container"]["image"] == images.DEPLOY
     assert by_name["triton-canary-deploy"]["serviceAccountName"] == "llmops-deploy"
+    assert by_name["validate-dataset"]["serviceAccountName"] == "llmops-data"     # engine: ray creates a RayJob
+    args = by_name["validate-dataset"]["container"]["args"]
+    assert args[args.index("data_engine={{workflow.parameters.data_engine}}") - 1] == "--param"
     assert "serviceAccountName" not in by_name["evaluate-llm"]          # no API access where none is needed
     # The keys reach the pods only as mounted Secrets: no parameter carries them or their paths.
     assert {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v} == {"llmops-watermark-key",

@@ -24,7 +24,7 @@ def test_exit_codes_pass_gate_fail_and_unusable(tmp_path):
     assert rc == 1 and err.strip().startswith("error: reject_rate 0.3333 (needs <= 0.05): quarantine rate 33.3%")
     assert (tmp_path / "o2" / "clean.jsonl").exists()
     rc, out, err = llmops("data", "validate", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o3"))
-    assert rc == 2 and err.strip() == f"error: {tmp_path / 'missing.jsonl'}: no such file"
+    assert rc == 2 and err.strip() == f"error: {tmp_path / 'missing.jsonl'}: no such file or folder"
     assert "Traceback" not in err
 
 

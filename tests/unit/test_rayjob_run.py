@@ -108,6 +108,29 @@ def test_the_job_runs_and_its_outputs_are_the_local_engines(tmp_path, corpus):
     assert "[validate] rows_in=" in (claim / "llmops-validate" / body["metadata"]["name"] / "job.log").read_text()
 
 
+def test_a_folder_of_parts_is_copied_whole_and_validated_as_the_local_engine_does(tmp_path, corpus):
+    folder = tmp_path / "parts"
+    (folder / "b").mkdir(parents=True)
+    lines = corpus.read_bytes().splitlines(keepends=True)
+    (folder / "a.jsonl").write_bytes(b"".join(lines[:len(lines) // 2]))
+    (folder / "b" / "c.jsonl").write_bytes(b"".join(lines[len(lines) // 2:]))
+    (folder / "_SUCCESS").write_bytes(b"")
+    claim = tmp_path / "claim"
+    claim.mkdir()
+    api = KubeRayStandIn(Entrypoint)
+    out, result = _run(tmp_path, api, folder, _config(claim))
+    local_cfg = _config(claim)
+    local_cfg.engine = "local"
+    local = validation.OutputPaths.in_dir(str(tmp_path / "local"))
+    want = validation.validate(str(folder), local, local_cfg, show_progress=False)
+    for a, b in ((out.clean, local.clean), (out.quarantine, local.quarantine), (out.stats, local.stats)):
+        assert open(a, "rb").read() == open(b, "rb").read()
+    assert result.metrics["input_files"] == want.metrics["input_files"] == 2
+    (run,) = (claim / "llmops-validate").iterdir()
+    assert sorted(p.relative_to(run / "parts").as_posix() for p in (run / "parts").rglob("*") if p.is_file()) == \
+        ["a.jsonl", "b/c.jsonl"]                 # the data files copied under their names, the marker not
+
+
 def test_a_failed_job_says_its_reason_and_last_error(tmp_path, corpus):
     claim = tmp_path / "claim"
     claim.mkdir()

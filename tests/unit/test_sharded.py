@@ -5,6 +5,7 @@ worker is killed mid-task."""
 import gzip
 import importlib
 import json
+import os
 import random
 
 import pytest
@@ -129,6 +130,10 @@ def test_near_duplicates_are_refused_on_ray_with_one_line(tmp_path):
     cfg.dedup.near.enabled = True
     with pytest.raises(InputError, match="dedup.near"):
         _sharded(tmp_path, path, cfg, 2048, 2)
+    # The pipelines' data_engine parameter over a config with near-dup on: refused as the
+    # config is read, before any Ray starts.
+    with pytest.raises(InputError, match=r"^<inline config>: dedup.near: near-duplicate detection is not built"):
+        DataValidationConfig.load("dedup:\n  near: {enabled: true}\n", {"engine": "ray"})
 
 
 def test_ray_with_1_2_and_4_workers_and_a_killed_worker(tmp_path, monkeypatch):
@@ -149,3 +154,65 @@ def test_ray_with_1_2_and_4_workers_and_a_killed_worker(tmp_path, monkeypatch):
     cfg.ray.workers = 2
     assert _local(tmp_path, path, cfg, name="ray-killed") == want
     assert marker.exists()                     # the drill did kill a worker, and the retry gave the same bytes
+
+
+def _folder(tmp_path) -> tuple:
+    """A folder of part files as a writer leaves it (a gzip part, an empty part, a
+    _SUCCESS marker, a hidden checksum file, a nested partition, a part without a final
+    newline, a BOM at a part's start, duplicates across parts), and the same rows as one file."""
+    whole = tmp_path / "whole.jsonl"
+    _corpus(whole, rows=600)
+    lines = whole.read_bytes().removeprefix(b"\xef\xbb\xbf").split(b"\n")
+    parts = [lines[:150], lines[150:300], lines[300:450], lines[450:]]
+    folder = tmp_path / "parts"
+    (folder / "part-3").mkdir(parents=True)
+    (folder / "part-0.jsonl").write_bytes(b"\xef\xbb\xbf" + b"\n".join(parts[0]) + b"\n")
+    (folder / "part-1.jsonl.gz").write_bytes(gzip.compress(b"\n".join(parts[1]) + b"\n"))
+    (folder / "part-2.jsonl").write_bytes(b"\n".join(parts[2]))                     # no final newline
+    (folder / "part-3" / "data.jsonl").write_bytes(b"\xef\xbb\xbf" + b"\n".join(parts[3]))
+    (folder / "part-9.jsonl").write_bytes(b"")
+    (folder / "_SUCCESS").write_bytes(b"")
+    (folder / ".part-0.jsonl.crc").write_bytes(b"\x00\x01")
+    joined = tmp_path / "joined.jsonl"
+    joined.write_bytes(b"\n".join(b"\n".join(p) for p in parts))
+    return folder, joined, [len(p) for p in parts]
+
+
+def test_a_folder_of_parts_is_one_stream_in_name_order_on_either_engine(tmp_path):
+    folder, joined, counts = _folder(tmp_path)
+    cfg = _config(False)
+    want = _local(tmp_path, folder, cfg, name="folder")
+    whole = _local(tmp_path, joined, cfg, name="joined")
+    # Rows, order and the clean file (so its root) are the concatenation's; a file's BOM is its own.
+    assert want[0] == whole[0] and want[3]["merkle_root"] == whole[3]["merkle_root"]
+    assert want[3]["rows_in"] == whole[3]["rows_in"] == sum(counts) and want[3]["input_files"] == 4
+    quarantined = [json.loads(line) for line in want[1].splitlines()]
+    # Each entry names its file and its line there: the joined file's line, counted back.
+    names = ["part-0.jsonl", "part-1.jsonl.gz", "part-2.jsonl", "part-3/data.jsonl"]
+    starts = dict(zip(names, [0, counts[0], sum(counts[:2]), sum(counts[:3])]))
+    in_whole = [json.loads(line) for line in whole[1].splitlines()]
+    assert [starts[q["file"]] + q["line"] for q in quarantined] == [q["line"] for q in in_whole]
+    assert [q["reason"] for q in quarantined] == [q["reason"] for q in in_whole]
+    assert any(q["reason"] == "duplicate" and " line " in q["detail"] and ".jsonl" in q["detail"]
+               for q in quarantined)     # a duplicate cites its first occurrence's file and line
+    for shard_bytes, partitions in ((1 << 20, 1), (4096, 3), (300, 2)):
+        got = _sharded(tmp_path, folder, cfg, shard_bytes, partitions, name=f"f{shard_bytes}")
+        for i, what in enumerate(("clean", "quarantine", "stats", "metrics", "samples")):
+            assert got[i] == want[i], (shard_bytes, what)
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda f: None, "holds no data files"),
+    (lambda f: (f / "notes.txt").write_text("x"), r"notes.txt: not a data file in the input folder"),
+    (lambda f: (f / "a.jsonl").write_bytes(b"\x00\x01\x02\x03binary"), r"a.jsonl: binary data"),
+])
+def test_a_folder_with_what_cannot_be_data_is_one_line_naming_the_file(tmp_path, make, message):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "_SUCCESS").write_bytes(b"")
+    make(folder)
+    for run in (lambda: _local(tmp_path, folder, _config(False)),
+                lambda: _sharded(tmp_path, folder, _config(False), 4096, 2)):
+        with pytest.raises(InputError, match=message):
+            run()
+    assert not (tmp_path / "local").exists() or not os.listdir(tmp_path / "local")

@@ -133,7 +133,7 @@ def test_bom_and_crlf_are_accepted(tmp_path):
 
 @pytest.mark.parametrize("make,message", [
     (lambda p: None, "no such file"),
-    (lambda p: p.mkdir(), "is a directory"),
+    (lambda p: p.mkdir(), "the folder holds no data files"),
     (lambda p: p.write_bytes(b""), "empty file"),
     (lambda p: p.write_bytes(b"\x00\x01\x02binary"), "binary data"),
     (lambda p: p.write_bytes(gzip.compress(b"")), "empty file"),
