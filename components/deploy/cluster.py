@@ -74,14 +74,17 @@ def render_inference_service(cfg: DeployConfig, repository_root: str, canary_per
     }
 
 
-def render_httproute(cfg: DeployConfig, canary_percent: int) -> dict:
+def render_httproute(cfg: DeployConfig, canary_percent: int, model_root: str | None = None) -> dict:
+    """`model_root`: the model production serves through this route (the promoted one),
+    kept as an annotation so the next release knows what it replaces."""
     c = cfg.cluster
     canary = {"group": "", "kind": "Service", "name": c.canary_service, "port": c.port}
     stable = {"group": "", "kind": "Service", "name": c.stable_service, "port": c.port}
     return {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",
-        "metadata": {"name": c.service_name, "namespace": namespace(c.namespace), "labels": dict(LABELS)},
+        "metadata": {"name": c.service_name, "namespace": namespace(c.namespace), "labels": dict(LABELS),
+                     **({"annotations": {MODEL_ROOT_ANNOTATION: model_root}} if model_root else {})},
         "spec": {
             "parentRefs": [{"name": c.gateway_name}],
             "hostnames": [c.hostname],
@@ -144,6 +147,7 @@ class ClusterTarget:
         self.model_root = ""
         self.storage_uri = ""
         self.live: dict | None = None            # the InferenceService before this rollout
+        self.route_root: str | None = None       # the model the HTTPRoute served before it (gateway)
         self.stable: str | None = None           # "cluster" when something already serves
         self.stable_at_start: dict | None = None
 
@@ -209,6 +213,8 @@ class ClusterTarget:
         self.storage_uri = storage.upload(canary_repo, self.cfg.cluster.storage_uri, self.cfg.cluster.pvc_mounts,
                                           self.log)
         self.live = self._get("InferenceService") if self.cfg.target == "kserve" else None
+        route = self._get("HTTPRoute") if self.cfg.target == "gateway" else None
+        self.route_root = (route or {}).get("metadata", {}).get("annotations", {}).get(MODEL_ROOT_ANNOTATION)
         if self.cfg.target == "gateway" or self.live is not None:
             self.stable = "cluster"
             annotations = (self.live or {}).get("metadata", {}).get("annotations", {})
@@ -219,19 +225,17 @@ class ClusterTarget:
         pass
 
     def production_root(self) -> tuple[bool, str | None]:
-        """(known, the model root serving now): the InferenceService's annotation; unknown
-        behind a Gateway route or on a service an older release wrote without it."""
-        if self.cfg.target == "gateway":
-            return False, None
-        live = self._get("InferenceService")
+        """(known, the model root serving now): the InferenceService's (or the HTTPRoute's)
+        annotation; unknown on one an older release wrote without it."""
+        live = self._get("HTTPRoute" if self.cfg.target == "gateway" else "InferenceService")
         if live is None:
             return True, None
         root = live.get("metadata", {}).get("annotations", {}).get(MODEL_ROOT_ANNOTATION)
         return (True, root) if root else (False, None)
 
     def set_canary_percent(self, percent: int) -> None:
-        if self.cfg.target == "gateway":
-            self._apply(render_httproute(self.cfg, percent))
+        if self.cfg.target == "gateway":       # the route names the model that takes all of it
+            self._apply(render_httproute(self.cfg, percent, self.model_root if percent >= 100 else self.route_root))
             return
         first = self.stable is None
         self._apply(render_inference_service(self.cfg, self.repository_root,
@@ -308,7 +312,7 @@ class ClusterTarget:
 
     def rollback(self) -> dict:
         if self.cfg.target == "gateway":
-            self._apply(render_httproute(self.cfg, 0))
+            self._apply(render_httproute(self.cfg, 0, self.route_root))
         elif self.live is not None:
             self._apply(self.live_manifest())      # the spec that served before, canary removed
             self._wait_ready()

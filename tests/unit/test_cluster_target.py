@@ -86,8 +86,8 @@ class RecordingApi:
         return obj
 
 
-def _target(tmp_path, api, text=""):
-    cfg = DeployConfig.load(f"target: kserve\ncluster: {{namespace: team-a, storage_uri: 'file://{tmp_path}/s3', "
+def _target(tmp_path, api, text="", kind="kserve"):
+    cfg = DeployConfig.load(f"target: {kind}\ncluster: {{namespace: team-a, storage_uri: 'file://{tmp_path}/s3', "
                             f"ready_timeout_s: 30}}\n{text}")
     return ClusterTarget(cfg, api=api, log=lambda *_: None)
 
@@ -131,6 +131,31 @@ def test_canary_steps_promote_by_leaving_the_field_out_and_rollback_restores_the
     assert restored["spec"]["predictor"]["model"]["storageUri"].endswith("cd" * 32)
     assert restored["metadata"]["annotations"]["kfp-llmops/model-root"] == "ef" * 32
     assert "canaryTrafficPercent" not in restored["spec"]["predictor"]
+
+
+def test_a_gateway_route_names_the_promoted_model_for_the_next_release(tmp_path, monkeypatch):
+    """Behind a Gateway the HTTPRoute carries the production model's root: kept while the
+    canary takes part of the traffic, the canary's once it takes all, the old one again
+    on rollback; the next release reads it as the production it replaces."""
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    repo, _ = _repo(tmp_path)
+    api = RecordingApi()
+    first = _target(tmp_path, api, kind="gateway")
+    assert first.production_root() == (True, None)                  # no route yet: a first release
+    first.start(repo, {"model_root": "ef" * 32})
+    first.promote({})
+    assert first.production_root() == (True, "ef" * 32)
+    second = _target(tmp_path, api, kind="gateway")
+    second.start(repo, {"model_root": "12" * 32})
+    second.set_canary_percent(25)
+    assert api.calls[-1][0]["metadata"]["annotations"]["kfp-llmops/model-root"] == "ef" * 32
+    assert second.production_root() == (True, "ef" * 32)            # mid-rollout, production is still the old
+    second.rollback()
+    assert second.production_root() == (True, "ef" * 32)
+    second.promote({})
+    assert second.production_root() == (True, "12" * 32)
+    del api.objects[next(k for k in api.objects if k[0] == "httproutes")]["metadata"]["annotations"]
+    assert _target(tmp_path, api, kind="gateway").production_root() == (False, None)      # written by an older release
 
 
 def test_an_inference_service_that_never_gets_ready_fails_with_its_own_reason(tmp_path, monkeypatch):
