@@ -25,13 +25,23 @@ def validate_dataset(
 ) -> bool:
     """Validate SFT JSONL: schema, PII redaction, dedup, drift; returns the gate verdict.
 
-    `config` is the stage's YAML (empty for defaults); `reference_stats` is the `stats`
-    output of an earlier run, for drift; without it, the promoted release's stats are the
-    reference (`baseline_release`: a pinned `<record.json>#sha256=<hex>`, a promoted.json,
-    or none). `raw_root` is the raw data's Merkle root, checked before anything else.
-    `engine` (local or ray) overrides the config's; the outputs are the same either way.
     Touches no shared folder (`note` is the lineage note), so KFP may cache it: its key
     is the config, the raw data's root and the pinned baseline.
+
+    Args:
+        raw: The raw SFT data: a JSONL file (optionally gzip) or a folder of them.
+        clean: The accepted rows, PII redacted; metadata merkle_root, chunk_size, rows.
+        quarantine: The rejected rows with line, reason, field and detail (raw PII kept).
+        stats: Length and PII-density histograms: the next release's drift reference.
+        metrics: Row counts, quarantine reasons, PII found, drift, the gate's checks.
+        report: The validation report (Markdown).
+        note: This stage's lineage note, filed by the file-validate-note task.
+        config: Stage config as YAML or one-line JSON; empty for the defaults.
+        policy: PII policy: strict, balanced or permissive.
+        reference_stats: An earlier run's stats, for drift; else the pinned release's.
+        baseline_release: The pinned promoted release (<record.json>#sha256=<hex>), a promoted.json, or none.
+        raw_root: The raw data's Merkle root, checked before anything else; empty skips the check.
+        engine: local or ray; overrides the config's engine (the outputs are the same); empty keeps it.
     """
     from kfp_llmops.components.data_validation import run_component
 

@@ -24,12 +24,24 @@ def triton_canary_deploy(
 ) -> str:
     """Build the Triton repository from exactly the blessed model, roll it out as a canary
     (steps, SLA analysis against stable, smoke tests with watermark detection), and
-    promote or roll back. The watermark is served with the parameters `watermarked`
-    (verify_watermark's output) records. Returns `promoted` or `rolled_back`; fails on rollback unless
-    `fail_on_rollback: false`. `state_dir` (local target) holds the promoted repositories.
-    `default_target` applies when the config names no `target` (the cluster forms: kserve).
-    `public_key_file`: the model must be signed by its pair; the repository is signed with
-    `signing_key_file` and verified before traffic moves (both from a mounted Secret).
+    promote or roll back. Returns `promoted` or `rolled_back`; fails on rollback unless
+    `fail_on_rollback: false`.
+
+    Args:
+        model: The trained model; deployed only if its root is the blessed one.
+        blessing: evaluate_llm's blessing: the root it blessed and the decoding it judged.
+        watermarked: verify_watermark's output: the watermark parameters the model is served with.
+        repository: The Triton model repository built from the blessed model, sealed and signed.
+        record: The rollout record: every interval's figures, the decision and why.
+        metrics: The rollout's summary figures.
+        report: The rollout report with its traffic and latency timeline (HTML).
+        config: Stage config as YAML or one-line JSON; empty for the defaults.
+        default_target: The target when the config names none: local, kserve or gateway.
+        key_file: File with the watermark key (a mounted Secret); else $LLMOPS_WATERMARK_KEY.
+        state_dir: Folder of the promoted repositories (local target).
+        release_dir: Folder of the release record and lineage notes.
+        signing_key_file: PEM private key that signs the repository (a mounted Secret).
+        public_key_file: PEM public key: the model and repository must be signed by its pair.
     """
     from kfp_llmops.components.deploy import run_component
 

@@ -27,15 +27,25 @@ def evaluate_llm(
     """Generate, score (exact match, degenerate-output checks, BERTScore, Detoxify +
     alt-profanity-check, perplexity) and bless.
 
-    `baseline_metrics` is the metrics JSON of the model now in production; without it the
-    promoted release's blessed metrics are the baseline (`baseline_release`: a pinned
-    `<record.json>#sha256=<hex>`, a promoted.json, or none); a first release skips the
-    change thresholds and says so. `model_root` (else the model's metadata) and
-    `eval_root` are checked before anything else. Touches no shared folder (`note` is the
-    lineage note), so KFP may cache it: its key is the model, the roots, the config and
-    the pinned baseline. `base_model`, the model training started from (its root pinned
-    by `base_model_root`, else its metadata), is what the forgetting check compares the
-    candidate's perplexity on held-out prose with.
+    Touches no shared folder (`note` is the lineage note), so KFP may cache it: its key is
+    the model, the roots, the config and the pinned baseline. A first release skips the
+    change thresholds and says so.
+
+    Args:
+        model: The candidate model (a sealed Hugging Face folder).
+        eval_dataset: Held-out prompts with reference responses (JSONL).
+        responses: Every prompt, the candidate's answer and its reference (JSONL).
+        metrics: The scores: exact match, BERTScore, toxicity, perplexity and the rest.
+        blessing: Every check with its value, bound and verdict, the decoding judged and the baseline compared with.
+        report: The evaluation report (HTML).
+        note: This stage's lineage note, filed by the file-evaluate-note task.
+        config: Stage config as YAML or one-line JSON; empty for the defaults.
+        baseline_metrics: The production model's metrics; else the pinned release's blessed metrics.
+        baseline_release: The pinned promoted release (<record.json>#sha256=<hex>), a promoted.json, or none.
+        model_root: The model's Merkle root, checked first; empty: the model's metadata.
+        eval_root: The eval set's Merkle root, checked first; empty skips the check.
+        base_model: The model training started from: the forgetting check's reference.
+        base_model_root: The base model's Merkle root; empty: its metadata.
     """
     from kfp_llmops.components.evaluation import run_component
 

@@ -13,8 +13,17 @@ def write_release_record(status: dsl.PipelineTaskFinalStatus, record: Output[Art
                          pipeline_spec_sha256: str = "") -> str:
     """Runs whatever happened: collects every stage's lineage note from `release_dir`
     into record.json and record.md, and, when a model was produced, an in-toto SLSA
-    provenance statement signed (DSSE) with `signing_key_file` (a mounted Secret). Check
-    either with `llmops lineage verify`."""
+    provenance statement signed (DSSE). Check either with `llmops lineage verify`.
+
+    Args:
+        status: The pipeline's final status (KFP sets it for an exit handler).
+        record: The release record: every stage's inputs, outputs and roots (JSON).
+        report: The release record for people (Markdown).
+        provenance: The signed in-toto SLSA provenance statement (DSSE), when a model was produced.
+        release_dir: Folder of the lineage notes and the release record.
+        signing_key_file: PEM private key that signs the provenance (a mounted Secret).
+        pipeline_spec_sha256: SHA-256 of the compiled pipeline spec, recorded in the provenance.
+    """
     from kfp_llmops.components.release import run_component
 
     return run_component(status, release_dir, record, report, provenance, signing_key_file, pipeline_spec_sha256)
@@ -28,7 +37,11 @@ def write_release_record(status: dsl.PipelineTaskFinalStatus, record: Output[Art
 
 @dsl.component(base_image=images.BASE, install_kfp_package=False)
 def fingerprint_dataset(dataset: Input[Dataset]) -> str:
-    """The dataset file's Merkle root (BLAKE3), which a cached stage's key then holds."""
+    """The dataset's Merkle root (BLAKE3), which a cached stage's key then holds.
+
+    Args:
+        dataset: A dataset file, or a folder of them (every file hashed under its name).
+    """
     from kfp_llmops.components.common import integrity
 
     return integrity.seal("dataset", dataset.path)
@@ -37,7 +50,12 @@ def fingerprint_dataset(dataset: Input[Dataset]) -> str:
 @dsl.component(base_image=images.BASE, install_kfp_package=False)
 def pin_baseline(release_dir: str = "", baseline_release: str = "auto") -> str:
     """The promoted release now, verified and pinned as `<record.json>#sha256=<hex>` (or
-    "none"): what the stages compare with, fixed for the whole run and in their cache keys."""
+    "none"): what the stages compare with, fixed for the whole run and in their cache keys.
+
+    Args:
+        release_dir: Folder of the release records (promoted.json beside them).
+        baseline_release: auto (the last promoted release), none, or the path of a promoted.json.
+    """
     from kfp_llmops.components.common import baseline
 
     return baseline.pin(release_dir, baseline_release)
@@ -46,7 +64,13 @@ def pin_baseline(release_dir: str = "", baseline_release: str = "auto") -> str:
 @dsl.component(base_image=images.BASE, install_kfp_package=False)
 def file_note(note: Input[Artifact], release_dir: str = "", stats: Optional[Input[Artifact]] = None) -> str:
     """A cached stage's lineage note (and the data statistics it names) into the release
-    folder, whether the stage ran now or its result came from the cache."""
+    folder, whether the stage ran now or its result came from the cache.
+
+    Args:
+        note: The stage's lineage note.
+        release_dir: Folder of the release record and lineage notes.
+        stats: The data statistics the note names (validate_dataset's), filed beside it.
+    """
     from kfp_llmops.components.common import records
 
     if not release_dir:

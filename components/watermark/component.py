@@ -19,9 +19,18 @@ def verify_watermark(
 ) -> bool:
     """Generate with the KGW watermark, measure TPR, FPR and robustness, and gate.
 
-    The key is read from `key_file` (mount the Secret there) or $LLMOPS_WATERMARK_KEY;
-    it never appears in the pipeline YAML. The quality cost is measured under the
-    decoding `blessing` (evaluate_llm's) records: the answers served.
+    The key never appears in the pipeline YAML.
+
+    Args:
+        model: The blessed model.
+        eval_dataset: Held-out prompts (the same eval set evaluate_llm used).
+        blessing: evaluate_llm's blessing: the quality cost is measured under the decoding it records.
+        watermarked: The watermark parameters verified, and the watermarked answers.
+        metrics: TPR, FPR, robustness and the quality cost.
+        report: The watermark report (HTML).
+        config: Stage config as YAML or one-line JSON; empty for the defaults.
+        key_file: File with the watermark key (a mounted Secret); else $LLMOPS_WATERMARK_KEY.
+        release_dir: Folder of the release record and lineage notes.
     """
     from kfp_llmops.components.watermark import run_component
 

@@ -207,6 +207,21 @@ def test_parameters_are_described_named_alike_and_only_where_they_apply(name):
     assert local == {p.name for p in P.for_pipeline(name, "local")} and local_only & local
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_every_component_input_is_described_in_the_ir(name):
+    """The Kubeflow UI shows a component's inputs with the descriptions its docstring's
+    `Args:` gave; a component composed into someone else's pipeline has no other help."""
+    spec = _ir(name)[0]
+    executors = spec["deploymentSpec"]["executors"]
+    bare = [(comp_name, inp) for comp_name, comp in spec["components"].items()
+            if "executorLabel" in comp and "importer" not in executors[comp["executorLabel"]]
+            for kind in ("parameters", "artifacts")
+            for inp, definition in comp.get("inputDefinitions", {}).get(kind, {}).items()
+            if not definition.get("description")]
+    assert not bare, bare
+    assert len({c for c in spec["components"] if "executorLabel" in spec["components"][c]}) >= 5
+
+
 def test_config_parameters_accept_one_line_json_as_well_as_yaml():
     from kfp_llmops.components.data_validation.config import DataValidationConfig
     from kfp_llmops.components.deploy import DeployConfig
