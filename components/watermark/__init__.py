@@ -1,5 +1,7 @@
-"""Stage 4, verify_watermark: the KGW text watermark (`kgw.py`), its key (`keys.py`), and
-the verification stage (`verify.py`) with its gate, and the weight watermark (`weights.py`).
+"""Stage 4, verify_watermark: the verification stage (`verify.py`) with its gate and
+report. The watermark itself is shared with serving, so it lives in `common/watermark/`:
+the KGW text watermark (`kgw.py`), its key (`keys.py`), its parameters (`params.py`) and
+the weight watermark (`weights.py`).
 
 `run_to_dir` serves the CLI, `run_component` the KFP component; both call `verify`.
 """
