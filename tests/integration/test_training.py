@@ -310,6 +310,9 @@ def test_verify_cli_exit_codes_json_and_files(reference, tmp_path):
     assert main(["checkpoint", "verify", tag_dir, "--files", other]) == 1
     assert main(["checkpoint", "verify", tag_dir, "--root", "ab" * 32]) == 1
     assert main(["checkpoint", "verify", str(tmp_path / "nope")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert main(["checkpoint", "verify", str(tmp_path / "empty")]) == 2                # no tags in it
+    assert main(["checkpoint", "verify", ckpt, "--tag", "step-99999999"]) == 2        # no such tag
 
 
 def test_verify_cli_json_lists_bad_ranges(reference, tmp_path, capsys):
