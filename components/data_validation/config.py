@@ -158,8 +158,8 @@ class DataValidationConfig(StageConfig):
                 if spec.min_chars > spec.max_chars:
                     raise ValueError(f"schema format {fmt.name!r} field {name!r}: "
                                      "min_chars exceeds max_chars")
-        if self.engine == "ray" and self.ray_refusal():
-            raise ValueError(self.ray_refusal())
+        if self.engine == "ray" and (refusal := self.ray_refusal()):
+            raise ValueError(refusal)
         return self
 
     def ray_refusal(self) -> str | None:

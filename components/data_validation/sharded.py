@@ -288,8 +288,8 @@ def run(path: str, outputs, config: DataValidationConfig, reference_stats: str |
     from .drift import DataStats
     from .validate import _finish, _Outputs
 
-    if config.ray_refusal():
-        raise InputError(config.ray_refusal())
+    if refusal := config.ray_refusal():
+        raise InputError(refusal)
     reference = DataStats.load(reference_stats) if reference_stats else None
     started = time.perf_counter()
     shards, inputs = plan(path, shard_bytes)
