@@ -64,13 +64,27 @@ def free_space(path: str) -> str:
     return f"{_size(usage.free)} free of {_size(usage.total)} on {mount}"
 
 
+def _environment_cause(exc: BaseException | None) -> OSError | None:
+    """The full disk (or the like) behind `exc`: itself, or what it was raised while
+    handling. torch's zip writer, cleaning up after a write that failed, raises its own
+    RuntimeError ("unexpected pos ...") over the writer's OSError."""
+    for _ in range(8):
+        if exc is None:
+            return None
+        if isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRNOS:
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def environment_problem(exc: BaseException, path: str | None = None,
                         operation: str = "writing") -> EnvironmentProblem | None:
     """`exc` as one line naming the operation, the path and the free space, when it is one
     of ENVIRONMENT_ERRNOS; else None (the caller re-raises it)."""
     if isinstance(exc, EnvironmentProblem):
         return exc
-    if not isinstance(exc, OSError) or exc.errno not in ENVIRONMENT_ERRNOS:
+    exc = _environment_cause(exc)
+    if exc is None:
         return None
     path = path or exc.filename
     where = f" {path}" if path else ""

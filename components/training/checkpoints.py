@@ -30,6 +30,25 @@ def read_latest(ckpt_root: str) -> str | None:
         return None
 
 
+def resolve_tag(ckpt_dir: str, tag: str | None = None) -> str:
+    """The folder of checkpoint `tag` in `ckpt_dir`; without a tag, the one `latest`
+    names, else the newest; `ckpt_dir` itself when it is one checkpoint's folder."""
+    from kfp_llmops.components.common.errors import LlmopsError
+
+    if not os.path.isdir(ckpt_dir):
+        raise LlmopsError(f"{ckpt_dir}: no such checkpoint directory")
+    if tag is None and os.path.isfile(os.path.join(ckpt_dir, integrity.MANIFEST_NAME)):
+        return ckpt_dir
+    tags = [t for _, t in integrity.list_tags(ckpt_dir)]
+    tag = tag or read_latest(ckpt_dir) or (tags[0] if tags else None)
+    if tag is None:
+        raise LlmopsError(f"{ckpt_dir}: no checkpoint tags")
+    tag_dir = os.path.join(ckpt_dir, tag)
+    if not os.path.isdir(tag_dir):
+        raise LlmopsError(f"{tag_dir}: no such checkpoint tag")
+    return tag_dir
+
+
 def write_latest(ckpt_root: str, tag: str, durable: bool) -> None:
     atomic.write_text(os.path.join(ckpt_root, "latest"), tag, durable)
 

@@ -67,6 +67,12 @@ class HashingWriter(io.RawIOBase):
         self.close()
         return self._hasher.finish(rel_path)
 
+    def abandon(self) -> None:
+        """After a failed save: let go of the file and the helper thread."""
+        self._pool.shutdown()
+        self._file.close()
+        self.close()
+
     def _hash_back(self, fd: int) -> None:
         """Hash the file as written, from the page cache (pread: the fsync thread shares
         the descriptor, not an offset)."""
@@ -101,15 +107,19 @@ class HashingCheckpointEngine(TorchCheckpointEngine):
         rel = os.path.relpath(path, self.base).replace(os.sep, "/")
         crc = torch.serialization.get_crc32_options()
         torch.serialization.set_crc32_options(self.zip_crc32)
+        writer = None
         try:
             writer = HashingWriter(path, self.chunk_size, self.durable)
             torch.save(state_dict, writer)
             self.digests[rel] = writer.finish(rel)
-        except OSError as exc:
-            # The writer's OSError comes through torch.save as it is: a full disk is said
-            # with the file and the free space. The save fails either way, and the run
-            # stops: no training on without it.
+        except Exception as exc:
+            # A full disk is said with the file and the free space, whether the writer's
+            # OSError comes through torch.save as it is or under the RuntimeError torch's
+            # zip writer raises while closing after it. The save fails either way, and the
+            # run stops: no training on without it.
             from kfp_llmops.components.common.errors import environment_problem
+            if writer is not None:
+                writer.abandon()
             problem = environment_problem(exc, path, "writing checkpoint")
             if problem is None:
                 raise

@@ -170,6 +170,9 @@ def rank_env(cfg: TrainConfig, cuda: bool) -> dict[str, str]:
     return env
 
 
+_PROBLEM = re.compile(rb"EnvironmentProblem: (.+)")
+
+
 def run_ranks(cmd: list[str], spec: dict, env: dict, out_dir: str) -> dict:
     """Run a launcher command for the ranks, show their progress, and read rank 0's result."""
     from kfp_llmops.components.common.errors import EnvironmentProblem, environment_problem
@@ -178,21 +181,25 @@ def run_ranks(cmd: list[str], spec: dict, env: dict, out_dir: str) -> dict:
     unlogged = None                 # the log's volume filled: the ranks' own error still counts
     with open(log_path, "ab", buffering=0) as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.PIPE)
-        tail = bytearray()
+        tail, line = bytearray(), b""
+        said: list[str] = []          # every rank's full-disk line, however much output follows it
+        shown = Progress(sys.stderr.buffer)
         while chunk := os.read(proc.stderr.fileno(), 65536):   # live progress, and keep the tail
             if unlogged is None:
                 try:
                     log.write(chunk)
                 except OSError as exc:
                     unlogged = exc
-            if shows_progress(chunk):
-                sys.stderr.buffer.write(chunk)
-                sys.stderr.flush()
+            shown.feed(chunk)
             tail = (tail + chunk)[-20000:]
+            *ended, line = (line + chunk).split(b"\n")
+            said += [m.decode(errors="replace") for piece in ended for m in _PROBLEM.findall(piece)]
+            line = line[-65536:]
+        shown.close()
+        said += [m.decode(errors="replace") for m in _PROBLEM.findall(line)]
         proc.wait()
-    said = re.findall(r"EnvironmentProblem: (.+)", tail.decode(errors="replace"))
-    if proc.returncode != 0 and said:         # a full disk: the rank's own one line, exit 2
-        raise EnvironmentProblem(said[-1] + "; rerun the same command once there is room: it resumes from the "
+    if proc.returncode != 0 and said:         # a full disk: the first rank's own one line, exit 2
+        raise EnvironmentProblem(said[0] + "; rerun the same command once there is room: it resumes from the "
                                  "last verified checkpoint")
     unlogged = environment_problem(unlogged, log_path) if unlogged is not None else None
     if unlogged is not None:
@@ -224,6 +231,30 @@ def read_result(spec: dict) -> dict:
 def shows_progress(chunk: bytes) -> bool:
     """The progress bar and our own messages; DeepSpeed's chatter stays in ranks.log."""
     return chunk.startswith((b"\r", b"train", b"[train]")) or b"train:" in chunk
+
+
+class Progress:
+    """The ranks' stderr passed on a line (or a progress bar's refresh, ended by "\r") at
+    a time, whole: the pipe cuts writes anywhere, and an unbuffered rank writes a message
+    and its newline apart, so a chunk is no unit to judge or show."""
+
+    def __init__(self, out):
+        self.out, self.pending = out, b""
+
+    def feed(self, chunk: bytes) -> None:
+        pieces = re.split(rb"(?<=[\n\r])", self.pending + chunk)
+        self.pending = pieces.pop()            # the unended rest waits for its end
+        self._show(pieces)
+
+    def close(self) -> None:
+        self._show([self.pending])
+        self.pending = b""
+
+    def _show(self, pieces: list[bytes]) -> None:
+        shown = b"".join(p for p in pieces if p and shows_progress(p))
+        if shown:
+            self.out.write(shown)
+            self.out.flush()
 
 
 def last_error(text: str) -> str:

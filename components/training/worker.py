@@ -1,5 +1,5 @@
-"""One rank of train_zero3, started by torchrun (`launch.py`). Reads top to bottom:
-set up, resume from the newest intact checkpoint, train, checkpoint, export."""
+"""One rank of train_zero3, started by torchrun or mpirun (`launch.py`): a `Trainer` that
+sets up, resumes from the newest intact checkpoint, trains, checkpoints and exports."""
 from __future__ import annotations
 
 import json
@@ -51,197 +51,251 @@ def set_rng_state(torch, state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def main(spec_path: str) -> None:
-    with open(spec_path, encoding="utf-8") as handle:
-        spec = json.load(handle)
-    import deepspeed
-    import torch
-    import torch.distributed as dist
-    from deepspeed.utils import logger as ds_logger
-    from transformers import AutoModelForCausalLM
+class Trainer:
+    """One rank's run: set up (`__init__`), `resume()` from the newest checkpoint every
+    rank's share verifies, then `run()`: `train_step()` to the stop, `save()` at each
+    interval, `export()` at the end. Every rank runs the same calls in the same order
+    (they meet in collectives); rank 0 alone writes the log, commits and exports."""
 
-    from kfp_llmops.components.training import checkpoints, lora, partitioned_load
-    from kfp_llmops.components.training.ckpt_engine import HashingCheckpointEngine
-    from kfp_llmops.components.training.config import TrainConfig, hidden_size
-    from kfp_llmops.components.training.data import Sampler, pack, packed_batch
+    def __init__(self, spec: dict):
+        import deepspeed
+        import torch
+        import torch.distributed as dist
+        from deepspeed.utils import logger as ds_logger
+        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
 
-    ds_logger.setLevel(logging.WARNING)
-    from transformers.utils import logging as hf_logging
-    hf_logging.disable_progress_bar()
-    cfg = TrainConfig.model_validate(spec["config"])
-    ranks_from_mpi(os.environ)
-    cuda = torch.cuda.is_available()
-    deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    hosts = [None] * world
-    dist.all_gather_object(hosts, socket.gethostname())
-    if rank == 0:
-        print(f"[train] {world} ranks on {len(set(hosts))} host(s): {', '.join(sorted(set(hosts)))}",
-              file=sys.stderr, flush=True)
-    torch.set_num_threads(cfg.threads_per_rank)
-    random.seed(cfg.seed + rank)
-    np.random.seed(cfg.seed + rank)
-    torch.manual_seed(cfg.seed + rank)
+        from kfp_llmops.components.training import lora, partitioned_load
+        from kfp_llmops.components.training.ckpt_engine import HashingCheckpointEngine
+        from kfp_llmops.components.training.config import TrainConfig, hidden_size
+        from kfp_llmops.components.training.data import Sampler
 
-    # memory-mapped [N, seq_len] int32: each batch's rows are read when it is taken
-    input_ids, labels, lengths = (np.load(spec["tokens"][name], mmap_mode="r")
-                                  for name in ("input_ids", "labels", "lengths"))
-    from transformers import AutoConfig
-    ds_config = cfg.deepspeed_config(hidden_size(AutoConfig.from_pretrained(spec["base_model"])))
-    model = partitioned_load.load(AutoModelForCausalLM, spec["base_model"], ds_config, rank)
-    if cfg.return_freed_memory:     # initialize's copies and the gathered layers come and go without growing the heap
-        partitioned_load.map_large_allocations()
-    if cfg.lora.enabled:
-        model = lora.wrap(model, cfg.lora)
-        if rank == 0:
+        ds_logger.setLevel(logging.WARNING)
+        hf_logging.disable_progress_bar()
+        self.spec, self.torch, self.dist = spec, torch, dist
+        self.cfg = cfg = TrainConfig.model_validate(spec["config"])
+        ranks_from_mpi(os.environ)
+        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+        self.rank, self.world = rank, world = dist.get_rank(), dist.get_world_size()
+        hosts = [None] * world
+        dist.all_gather_object(hosts, socket.gethostname())
+        self.say(f"{world} ranks on {len(set(hosts))} host(s): {', '.join(sorted(set(hosts)))}")
+        torch.set_num_threads(cfg.threads_per_rank)
+        random.seed(cfg.seed + rank)
+        np.random.seed(cfg.seed + rank)
+        torch.manual_seed(cfg.seed + rank)
+
+        # memory-mapped [N, seq_len] int32: each batch's rows are read when it is taken
+        self.input_ids, self.labels, self.lengths = (np.load(spec["tokens"][name], mmap_mode="r")
+                                                     for name in ("input_ids", "labels", "lengths"))
+        ds_config = cfg.deepspeed_config(hidden_size(AutoConfig.from_pretrained(spec["base_model"])))
+        model = partitioned_load.load(AutoModelForCausalLM, spec["base_model"], ds_config, rank)
+        if cfg.return_freed_memory:     # initialize's copies and the gathered layers come and go without growing the heap
+            partitioned_load.map_large_allocations()
+        if cfg.lora.enabled:
+            model = lora.wrap(model, cfg.lora)
             train_params, total = lora.trainable(model)
-            print(f"[train] LoRA: {train_params:,} of {total:,} parameters train ({train_params / total:.2%})",
-                  file=sys.stderr, flush=True)
-    model.train()
-    watermark_loss = attach_weight_watermark(model, cfg)
-    engine, _, _, scheduler = deepspeed.initialize(
-        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-        config=ds_config,
-        lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg)))
-    hce = HashingCheckpointEngine(cfg.chunk_size, cfg.durable)
-    engine.checkpoint_engine = hce
+            self.say(f"LoRA: {train_params:,} of {total:,} parameters train ({train_params / total:.2%})")
+        model.train()
+        self.watermark_loss = attach_weight_watermark(model, cfg)
+        self.engine, _, _, self.scheduler = deepspeed.initialize(
+            model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+            config=ds_config,
+            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg)))
+        self.hce = HashingCheckpointEngine(cfg.chunk_size, cfg.durable)
+        self.engine.checkpoint_engine = self.hce
 
-    ckpt_root = spec["checkpoint_dir"]
-    os.makedirs(ckpt_root, exist_ok=True)
-    step, sampler, prev_root = 0, Sampler(len(input_ids), cfg.seed), None
-    resumed = {"tag": None, "skipped": [], "verify_seconds": 0.0}
+        self.ckpt_root = spec["checkpoint_dir"]
+        os.makedirs(self.ckpt_root, exist_ok=True)
+        self.step, self.sampler, self.prev_root = 0, Sampler(len(self.input_ids), cfg.seed), None
+        self.resumed = {"tag": None, "skipped": [], "verify_seconds": 0.0}
+        self.stop = min(cfg.steps, spec.get("stop_after") or cfg.steps)
+        self.saves, self.step_times = [], []
+        self.tokens_seen = self.tokens_processed = self.examples_seen = 0
+        self.log = None
 
-    # -- resume: the newest checkpoint that every rank's share verifies --------------------
-    started = time.perf_counter()
-    for _, tag in integrity.list_tags(ckpt_root):
-        ok, summary = verify_shared(os.path.join(ckpt_root, tag), rank, world, dist)
-        if ok:
-            _, client = engine.load_checkpoint(ckpt_root, tag)
-            state = client["llmops"]
-            step, sampler = state["step"], Sampler.from_state(state["sampler"])
-            prev_root = integrity.load_checkpoint(os.path.join(ckpt_root, tag))[1]["root"]   # the chain continues here
-            set_rng_state(torch, state["rng"][rank])
-            resumed["tag"] = tag
-            break
-        resumed["skipped"].append(f"{tag}: {summary}")
-        if rank == 0:
-            print(f"[train] refusing checkpoint {tag}: {summary}", file=sys.stderr, flush=True)
-    resumed["verify_seconds"] = time.perf_counter() - started
-    if rank == 0 and resumed["tag"]:
-        print(f"[train] resumed from {resumed['tag']} (step {step}, verified in "
-              f"{resumed['verify_seconds']:.2f} s)", file=sys.stderr, flush=True)
+    def say(self, message: str) -> None:
+        """A line in the job's log, once (rank 0's)."""
+        if self.rank == 0:
+            print(f"[train] {message}", file=sys.stderr, flush=True)
 
-    log_path = spec["train_log"]
-    if rank == 0:
-        keep = []
-        if os.path.exists(log_path):
-            with open(log_path, encoding="utf-8") as handle:
-                keep = [line for line in handle if json.loads(line)["step"] <= step]
-        log = open(log_path, "w", encoding="utf-8")
-        log.writelines(keep)
-        log.flush()
+    def resume(self) -> None:
+        """Load the newest checkpoint that every rank's share verifies; refuse the rest."""
+        from kfp_llmops.components.training.data import Sampler
 
-    global_batch = cfg.micro_batch * cfg.grad_accum * world
-    stop = min(cfg.steps, spec.get("stop_after") or cfg.steps)
-    saves, step_times, tokens_seen, tokens_processed, examples_seen = [], [], 0, 0, 0
-    bar = None
-    if rank == 0 and step < stop:
-        from kfp_llmops.components.common.progress import progress
-        bar = progress(stop, "train", unit="step")
-        bar.update(step)
+        started = time.perf_counter()
+        for _, tag in integrity.list_tags(self.ckpt_root):
+            ok, summary = verify_shared(os.path.join(self.ckpt_root, tag), self.rank, self.world, self.dist)
+            if ok:
+                _, client = self.engine.load_checkpoint(self.ckpt_root, tag)
+                state = client["llmops"]
+                self.step, self.sampler = state["step"], Sampler.from_state(state["sampler"])
+                # the hash chain continues from this checkpoint
+                self.prev_root = integrity.load_checkpoint(os.path.join(self.ckpt_root, tag))[1]["root"]
+                set_rng_state(self.torch, state["rng"][self.rank])
+                self.resumed["tag"] = tag
+                break
+            self.resumed["skipped"].append(f"{tag}: {summary}")
+            self.say(f"refusing checkpoint {tag}: {summary}")
+        self.resumed["verify_seconds"] = time.perf_counter() - started
+        if self.resumed["tag"]:
+            self.say(f"resumed from {self.resumed['tag']} (step {self.step}, verified in "
+                     f"{self.resumed['verify_seconds']:.2f} s)")
 
-    def save(step: int) -> None:
-        nonlocal prev_root
-        tag = checkpoints.tag_for(step)
-        staging = os.path.join(ckpt_root, f".staging-{tag}")
+    def _open_log(self) -> None:
+        """Rank 0's step log, cut back to the step training resumes from."""
+        if self.rank != 0:
+            return
+        path, keep = self.spec["train_log"], []
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                keep = [line for line in handle if json.loads(line)["step"] <= self.step]
+        self.log = open(path, "w", encoding="utf-8")
+        self.log.writelines(keep)
+        self.log.flush()
+
+    def train_step(self) -> float:
+        """One optimizer step over the global batch; the loss averaged over the ranks.
+        Every rank plans the whole step from the same sampler state, then takes its rows."""
+        from kfp_llmops.components.training.data import pack, packed_batch
+
+        cfg, torch, rank, world = self.cfg, self.torch, self.rank, self.world
+        input_ids, labels, lengths, device = self.input_ids, self.labels, self.lengths, self.engine.device
+        t0 = time.perf_counter()
+        global_batch = cfg.micro_batch * cfg.grad_accum * world
+        plan = pack(self.sampler, lengths, global_batch, cfg.seq_len) if cfg.packing \
+            else self.sampler.take(global_batch)
+        losses = []
+        for micro in range(cfg.grad_accum):
+            lo = (micro * world + rank) * cfg.micro_batch
+            rows = plan[lo:lo + cfg.micro_batch]
+            if cfg.packing:
+                inputs = {k: torch.from_numpy(v).to(device) for k, v in
+                          packed_batch(rows, input_ids, labels, lengths, self.spec["tokens"]["pad_id"]).items()}
+            else:           # padded to the batch's longest example: what follows it is padding
+                width = int(lengths[rows].max())
+                inputs = {"input_ids": torch.from_numpy(input_ids[rows, :width].astype(np.int64)).to(device),
+                          "labels": torch.from_numpy(labels[rows, :width].astype(np.int64)).to(device)}
+            out = self.engine(**inputs)
+            self.engine.backward(out.loss + self.watermark_loss())
+            self.engine.step()
+            losses.append(out.loss.detach().float())
+        loss = torch.stack(losses).mean()
+        self.dist.all_reduce(loss)
+        self.step += 1
+        self.step_times.append(time.perf_counter() - t0)
+        examples = [i for row in plan for i in row] if cfg.packing else plan
+        self.tokens_seen += int((labels[examples] != -100).sum()) - (int((labels[examples, 0] != -100).sum())
+                                                                      if cfg.packing else 0)
+        self.tokens_processed += processed_tokens(plan, lengths, cfg)
+        self.examples_seen += len(examples)
+        return float(loss) / world
+
+    def save(self) -> None:
+        """Checkpoint this step: every rank writes its share into a staging folder, hashed
+        as written; rank 0 commits the tag with the manifest of every rank's digests."""
+        from kfp_llmops.components.training import checkpoints
+
+        dist, rank, world, tag = self.dist, self.rank, self.world, checkpoints.tag_for(self.step)
+        staging = os.path.join(self.ckpt_root, f".staging-{tag}")
         if rank == 0 and os.path.exists(staging):
             import shutil
             shutil.rmtree(staging)
         dist.barrier()
         t0 = time.perf_counter()
         rngs = [None] * world
-        dist.all_gather_object(rngs, rng_state(torch))
-        client = {"llmops": {"step": step, "sampler": sampler.state(), "rng": rngs}}
-        hce.begin(os.path.join(staging, tag))
-        engine.save_checkpoint(staging, tag=tag, client_state=client, save_latest=False)
+        dist.all_gather_object(rngs, rng_state(self.torch))
+        client = {"llmops": {"step": self.step, "sampler": self.sampler.state(), "rng": rngs}}
+        self.hce.begin(os.path.join(staging, tag))
+        try:
+            self.engine.save_checkpoint(staging, tag=tag, client_state=client, save_latest=False)
+        except Exception as exc:
+            # Our engine names the file it could not write; DeepSpeed's own writes into
+            # the folder (its recovery scripts) are named by the folder.
+            from kfp_llmops.components.common.errors import environment_problem
+            problem = environment_problem(exc, staging + os.sep, "writing checkpoint")
+            if problem is None:
+                raise
+            raise problem from None
         save_s = time.perf_counter() - t0
         digests = [None] * world
-        dist.all_gather_object(digests, [d.to_json() for d in hce.digests.values()])
+        dist.all_gather_object(digests, [d.to_json() for d in self.hce.digests.values()])
         result = [None]
         if rank == 0:
             from kfp_llmops.components.common import merkle
-            meta = dict(spec["meta"], step=step, tag=tag, previous_root=prev_root)
-            res = checkpoints.commit(ckpt_root, staging, tag,
+            cfg = self.cfg
+            meta = dict(self.spec["meta"], step=self.step, tag=tag, previous_root=self.prev_root)
+            res = checkpoints.commit(self.ckpt_root, staging, tag,
                                      [merkle.FileDigest.from_json(d) for part in digests for d in part],
                                      cfg.chunk_size, meta, cfg.durable, cfg.keep_last)
             result = [{"tag": tag, "root": res.root, "bytes": res.bytes, "files": res.files,
                        "save_seconds": save_s, "commit_seconds": res.commit_seconds}]
         dist.broadcast_object_list(result, src=0)
-        prev_root = result[0]["root"]
-        saves.append(result[0])
+        self.prev_root = result[0]["root"]
+        self.saves.append(result[0])
 
-    while step < stop:
-        t0 = time.perf_counter()
-        # every rank plans the whole step from the same sampler state, then takes its rows
-        plan = pack(sampler, lengths, global_batch, cfg.seq_len) if cfg.packing else sampler.take(global_batch)
-        losses = []
-        for micro in range(cfg.grad_accum):
-            lo = (micro * world + rank) * cfg.micro_batch
-            rows = plan[lo:lo + cfg.micro_batch]
-            if cfg.packing:
-                inputs = {k: torch.from_numpy(v).to(engine.device) for k, v in
-                          packed_batch(rows, input_ids, labels, lengths, spec["tokens"]["pad_id"]).items()}
-            else:           # padded to the batch's longest example: what follows it is padding
-                width = int(lengths[rows].max())
-                inputs = {"input_ids": torch.from_numpy(input_ids[rows, :width].astype(np.int64)).to(engine.device),
-                          "labels": torch.from_numpy(labels[rows, :width].astype(np.int64)).to(engine.device)}
-            out = engine(**inputs)
-            engine.backward(out.loss + watermark_loss())
-            engine.step()
-            losses.append(out.loss.detach().float())
-        loss = torch.stack(losses).mean()
-        dist.all_reduce(loss)
-        loss = float(loss) / world
-        step += 1
-        elapsed = time.perf_counter() - t0
-        step_times.append(elapsed)
-        examples = [i for row in plan for i in row] if cfg.packing else plan
-        tokens_seen += int((labels[examples] != -100).sum()) - (int((labels[examples, 0] != -100).sum())
-                                                                 if cfg.packing else 0)
-        tokens_processed += processed_tokens(plan, lengths, cfg)
-        examples_seen += len(examples)
-        if rank == 0:
-            log.write(json.dumps({"step": step, "loss": loss, "lr": scheduler.get_last_lr()[0],
-                                  "epoch": sampler.epoch, "step_time_s": round(elapsed, 4)}) + "\n")
-            log.flush()
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}")
-        if step % cfg.checkpoint_interval == 0 or step == stop:
-            save(step)
-    if bar is not None:
-        bar.close()
+    def export(self) -> str | None:
+        """The trained model, consolidated on rank 0 (LoRA merged) and sealed; its root."""
+        from transformers import AutoModelForCausalLM
 
-    model_root = None
-    if step >= cfg.steps and spec.get("model_dir"):
-        state = engine._zero3_consolidated_16bit_state_dict()
-        if rank == 0:
-            if cfg.lora.enabled:
-                state = lora.merged_state(AutoModelForCausalLM, spec["base_model"], cfg.lora, state)
-            model_root = export(AutoModelForCausalLM, spec, state)
-    if rank == 0:
-        log.close()
-        timed = step_times[1:] or step_times
-        result = {"step": step, "done": step >= cfg.steps, "final_loss": _last_loss(log_path),
-                  "tokens_per_s": tokens_seen / sum(step_times) if step_times else None,
-                  "processed_tokens_per_s": tokens_processed / sum(step_times) if step_times else None,
-                  "examples_per_step": examples_seen / len(step_times) if step_times else None,
-                  "step_time_s": sum(timed) / len(timed) if timed else None, "saves": saves,
-                  "resumed_from": resumed["tag"], "skipped_checkpoints": resumed["skipped"],
-                  "resume_verify_seconds": resumed["verify_seconds"], "model_root": model_root,
-                  "checkpoint_root": prev_root, "world_size": world}
-        with open(spec["result"], "w", encoding="utf-8") as handle:
+        from kfp_llmops.components.training import lora
+
+        state = self.engine._zero3_consolidated_16bit_state_dict()
+        if self.rank != 0:
+            return None
+        if self.cfg.lora.enabled:
+            state = lora.merged_state(AutoModelForCausalLM, self.spec["base_model"], self.cfg.lora, state)
+        return export(AutoModelForCausalLM, self.spec, state)
+
+    def run(self) -> None:
+        """Train from the resumed step to the stop, then export and write the result."""
+        cfg = self.cfg
+        self._open_log()
+        bar = None
+        if self.rank == 0 and self.step < self.stop:
+            from kfp_llmops.components.common.progress import progress
+            bar = progress(self.stop, "train", unit="step")
+            bar.update(self.step)
+        while self.step < self.stop:
+            loss = self.train_step()
+            if self.rank == 0:
+                self.log.write(json.dumps({"step": self.step, "loss": loss, "lr": self.scheduler.get_last_lr()[0],
+                                           "epoch": self.sampler.epoch,
+                                           "step_time_s": round(self.step_times[-1], 4)}) + "\n")
+                self.log.flush()
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}")
+            if self.step % cfg.checkpoint_interval == 0 or self.step == self.stop:
+                self.save()
+        if bar is not None:
+            bar.close()
+        model_root = self.export() if self.step >= cfg.steps and self.spec.get("model_dir") else None
+        if self.rank == 0:
+            self.log.close()
+            self._write_result(model_root)
+
+    def _write_result(self, model_root: str | None) -> None:
+        times, path = self.step_times, self.spec["train_log"]
+        timed = times[1:] or times
+        result = {"step": self.step, "done": self.step >= self.cfg.steps, "final_loss": _last_loss(path),
+                  "tokens_per_s": self.tokens_seen / sum(times) if times else None,
+                  "processed_tokens_per_s": self.tokens_processed / sum(times) if times else None,
+                  "examples_per_step": self.examples_seen / len(times) if times else None,
+                  "step_time_s": sum(timed) / len(timed) if timed else None, "saves": self.saves,
+                  "resumed_from": self.resumed["tag"], "skipped_checkpoints": self.resumed["skipped"],
+                  "resume_verify_seconds": self.resumed["verify_seconds"], "model_root": model_root,
+                  "checkpoint_root": self.prev_root, "world_size": self.world}
+        with open(self.spec["result"], "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2)
-    dist.barrier()
+
+
+def main(spec_path: str) -> None:
+    with open(spec_path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    trainer = Trainer(spec)
+    trainer.resume()
+    trainer.run()
+    trainer.dist.barrier()
     # Every output is written and fsynced; leave now. Tearing down gloo and DeepSpeed's
     # CPU communication threads at interpreter exit sometimes aborts a rank
     # ("terminate called without an active exception"), failing a finished run.

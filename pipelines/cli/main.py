@@ -348,18 +348,7 @@ def checkpoint_verify(ckpt_dir, tag, expected_root, only, as_json) -> None:
     from kfp_llmops.components.common import integrity
     from kfp_llmops.components.training import checkpoints
 
-    if not os.path.isdir(ckpt_dir):
-        raise LlmopsError(f"{ckpt_dir}: no such checkpoint directory")
-    if tag is None and os.path.isfile(os.path.join(ckpt_dir, "manifest.json")):
-        tag_dir = ckpt_dir
-    else:
-        tags = [t for _, t in integrity.list_tags(ckpt_dir)]
-        tag = tag or checkpoints.read_latest(ckpt_dir) or (tags[0] if tags else None)
-        if tag is None:
-            raise LlmopsError(f"{ckpt_dir}: no checkpoint tags")
-        tag_dir = os.path.join(ckpt_dir, tag)
-        if not os.path.isdir(tag_dir):
-            raise LlmopsError(f"{tag_dir}: no such checkpoint tag")
+    tag_dir = checkpoints.resolve_tag(ckpt_dir, tag)
     report = integrity.verify_checkpoint(tag_dir, expected_root, list(only) or None)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))

@@ -310,6 +310,9 @@ def test_verify_cli_exit_codes_json_and_files(reference, tmp_path):
     assert main(["checkpoint", "verify", tag_dir, "--files", other]) == 1
     assert main(["checkpoint", "verify", tag_dir, "--root", "ab" * 32]) == 1
     assert main(["checkpoint", "verify", str(tmp_path / "nope")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert main(["checkpoint", "verify", str(tmp_path / "empty")]) == 2                # no tags in it
+    assert main(["checkpoint", "verify", ckpt, "--tag", "step-99999999"]) == 2        # no such tag
 
 
 def test_verify_cli_json_lists_bad_ranges(reference, tmp_path, capsys):
@@ -505,10 +508,11 @@ def test_a_full_disk_stops_training_at_the_checkpoint_with_one_line_and_the_reru
     proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True,
                           env={**os.environ, "LLMOPS_NO_PROGRESS": "1"}, timeout=500)
     lines = proc.stdout.splitlines()
-    err = [ln for ln in open(tmp_path / "err1").read().splitlines() if ln.startswith("error:")]
+    said = open(tmp_path / "err1").read()
+    err = [ln for ln in said.splitlines() if ln.startswith("error:")]
     assert lines[0] == "rc1=2" and lines[1].strip() == "4", proc.stdout + proc.stderr   # stopped at step 4
     assert len(err) == 1 and err[0].startswith(f"error: writing checkpoint {vol}/out/checkpoints/.staging-step-"
-                                               "00000004/"), err
+                                               "00000004/"), said[-3000:]
     assert re.search(rf"no space left on device \(\S+ K?i?B free of 512\.0 KiB on {vol}\); rerun the same", err[0])
     assert lines[2] == "rc2=0", proc.stdout + proc.stderr
     resumed = [(row["step"], row["loss"]) for row in map(json.loads, lines[3:])]

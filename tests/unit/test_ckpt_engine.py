@@ -1,11 +1,15 @@
 """The hashing checkpoint engine: what it writes loads unchanged, its digest is the
 file's Merkle hash, and the zip CRC-32 it skips is one torch never checks."""
+import errno
+import io
+import os
 import zipfile
 
 import pytest
 import torch
 
 from kfp_llmops.components.common import merkle
+from kfp_llmops.components.common.errors import environment_problem
 from kfp_llmops.components.training.ckpt_engine import HashingCheckpointEngine
 
 STATE = {"w": torch.arange(70_000, dtype=torch.float32), "step": 3}
@@ -48,3 +52,33 @@ def test_zip_crc_can_be_kept(tmp_path):
     engine, path = _save(tmp_path, zip_crc32=True)
     assert zipfile.ZipFile(path).testzip() is None
     assert engine.digests["rank0.pt"].root == merkle.hash_file(path, "rank0.pt", 4096).root
+
+
+class _Volume(io.RawIOBase):
+    """A volume with `room` bytes left: the write that would pass it fails as a full disk does."""
+
+    def __init__(self, room: int):
+        super().__init__()
+        self.room, self.used = room, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        size = memoryview(data).nbytes
+        if self.used + size > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.used += size
+        return size
+
+
+@pytest.mark.parametrize("room", [0, 1000, 200_000])
+def test_a_full_disk_under_torchs_zip_writer_is_still_said_as_a_full_disk(room):
+    """torch's zip writer, closing after a failed write, raises its own RuntimeError
+    ("unexpected pos") over the OSError; the one-line full-disk error must see through it."""
+    with pytest.raises(Exception) as raised:
+        torch.save(STATE, _Volume(room))
+    assert isinstance(raised.value, OSError if room == 0 else RuntimeError)     # what torch does
+    problem = environment_problem(raised.value, "/ckpt/rank0.pt", "writing checkpoint")
+    assert problem is not None and str(problem).startswith("writing checkpoint /ckpt/rank0.pt: no space left")
+    assert environment_problem(RuntimeError("unexpected pos 704 vs 598")) is None   # no disk behind it

@@ -53,3 +53,24 @@ def test_seq_len_that_cuts_more_than_one_percent_of_the_examples_is_warned_about
     assert capsys.readouterr().err == ""
     warn_truncation({"truncated": 12, "rows": 100, "seq_len": 64})
     assert "seq_len 64 cuts 12 of 100 examples (12.0%)" in capsys.readouterr().err
+
+
+def test_the_ranks_progress_is_passed_on_in_whole_lines_whatever_the_pipe_cuts():
+    """An unbuffered rank writes a message and its newline apart and the pipe cuts
+    anywhere: our lines and the bar's refreshes are shown whole, DeepSpeed's chatter not."""
+    import io
+
+    from kfp_llmops.components.training.launch import Progress
+
+    out = io.BytesIO()
+    stream = (b"[train] 2 ranks on 1 host(s): vm\n[2026-12-02 INFO] [deepspeed] chatter\n"
+              b"\rtrain:  50%|#####     | 3/6\rtrain: 100%|##########| 6/6\n[tr" b"ain] done\nDeepSpeed bye")
+    for cut in (1, 2, 3, 7, 33, 34, 200):          # every chunking of the same bytes shows the same
+        out.seek(0)
+        out.truncate()
+        shown = Progress(out)
+        for i in range(0, len(stream), cut):
+            shown.feed(stream[i:i + cut])
+        shown.close()
+        assert out.getvalue() == (b"[train] 2 ranks on 1 host(s): vm\n\rtrain:  50%|#####     | 3/6\r"
+                                  b"train: 100%|##########| 6/6\n[train] done\n"), cut
