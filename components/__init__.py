@@ -1,4 +1,5 @@
 """kfp-llmops components: one package per release stage, plus the shared `common` helpers."""
+
 from importlib import metadata as _metadata
 
 try:

@@ -7,6 +7,7 @@ A platform team's own registry replaces the default without editing anything:
 one) pins each by digest, so a GitOps compile references immutable images.
 `llmops compile --registry/--tag/--digests` sets them for one compile.
 """
+
 import json
 import os
 
@@ -27,6 +28,7 @@ def _digests() -> dict:
             found = json.load(handle)
     except (OSError, ValueError) as exc:
         from kfp_llmops.components.common.errors import InputError
+
         raise InputError(f"{path}: unreadable image digests ($LLMOPS_IMAGE_DIGESTS): {exc}") from None
     return {k: v for k, v in found.items() if isinstance(v, str) and v.startswith("sha256:")}
 

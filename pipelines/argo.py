@@ -17,6 +17,7 @@ Built as plain dicts and checked against Argo's own JSON schema with unknown fie
 rejected (tests); Hera was not adopted: it would add a dependency to the base image for
 models the schema test already enforces.
 """
+
 from __future__ import annotations
 
 from kfp_llmops.components import images
@@ -24,41 +25,89 @@ from kfp_llmops.components.common import records
 from kfp_llmops.components.common.k8s import DEFAULT_NAMESPACE
 
 from . import params as P
-from .release import (CHECKPOINT_MOUNT, FIXED_SIZE, KEY_MOUNT, KEY_SECRET, PULL_SECRET, RELEASE_MOUNT,
-                      SIGNING_MOUNT, SIGNING_SECRET,
-                      STORAGE_ENV, STORAGE_SECRET, STORAGE_TASKS, TIMEOUT)
+from .release import (
+    CHECKPOINT_MOUNT,
+    FIXED_SIZE,
+    KEY_MOUNT,
+    KEY_SECRET,
+    PULL_SECRET,
+    RELEASE_MOUNT,
+    SIGNING_MOUNT,
+    SIGNING_SECRET,
+    STORAGE_ENV,
+    STORAGE_SECRET,
+    STORAGE_TASKS,
+    TIMEOUT,
+)
 
 RUN = f"{RELEASE_MOUNT}/{{{{workflow.name}}}}"
 WORK = f"{RUN}/work"
 EXECUTOR_SA = "llmops-argo-executor"
-SERVICE_ACCOUNTS = {"validate_dataset": "llmops-data", "train_zero3": "llmops-train",
-                    "triton_canary_deploy": "llmops-deploy"}
-SECURITY = {"runAsNonRoot": True, "runAsUser": images.UID, "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": False, "capabilities": {"drop": ["ALL"]}}
+SERVICE_ACCOUNTS = {
+    "validate_dataset": "llmops-data",
+    "train_zero3": "llmops-train",
+    "triton_canary_deploy": "llmops-deploy",
+}
+SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": images.UID,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": False,
+    "capabilities": {"drop": ["ALL"]},
+}
 # stage -> image, the parameters it reads, pod size parameters (or None: fixed); task
 # names come from the stage table
 _IMAGES = {
-    "validate_dataset": (images.DATA, ["dataset_uri", "data_config", "pii_policy", "data_engine", "baseline_release"], None),
+    "validate_dataset": (
+        images.DATA,
+        ["dataset_uri", "data_config", "pii_policy", "data_engine", "baseline_release"],
+        None,
+    ),
     "build_base_model": (images.TRAIN, ["base_model_uri", "base_model_root", "base_model_size"], None),
-    "train_zero3": (images.TRAIN, ["train_config", "gpu_count", "model_uri", "model_root", "checkpoint_uri"],
-                    ("train_cpu", "train_memory")),
-    "evaluate_llm": (images.EVAL, ["eval_dataset_uri", "eval_config", "model_uri", "model_root", "baseline_release"],
-                     ("eval_cpu", "eval_memory")),
-    "verify_watermark": (images.EVAL, ["eval_dataset_uri", "watermark_config", "model_uri", "model_root"],
-                         ("eval_cpu", "eval_memory")),
-    "triton_canary_deploy": (images.DEPLOY, ["deploy_config", "model_uri", "model_root"],
-                             ("deploy_cpu", "deploy_memory")),
+    "train_zero3": (
+        images.TRAIN,
+        ["train_config", "gpu_count", "model_uri", "model_root", "checkpoint_uri"],
+        ("train_cpu", "train_memory"),
+    ),
+    "evaluate_llm": (
+        images.EVAL,
+        ["eval_dataset_uri", "eval_config", "model_uri", "model_root", "baseline_release"],
+        ("eval_cpu", "eval_memory"),
+    ),
+    "verify_watermark": (
+        images.EVAL,
+        ["eval_dataset_uri", "watermark_config", "model_uri", "model_root"],
+        ("eval_cpu", "eval_memory"),
+    ),
+    "triton_canary_deploy": (
+        images.DEPLOY,
+        ["deploy_config", "model_uri", "model_root"],
+        ("deploy_cpu", "deploy_memory"),
+    ),
 }
 STAGES = {s.name: (s.task, *_IMAGES[s.name]) for s in records.STAGES}
 # pipeline -> its stages in order, each with the stage whose `result` must be "true" first
 FLOWS = {
-    "release": [("validate_dataset", None), ("build_base_model", "validate_dataset"), ("train_zero3", None),
-                ("evaluate_llm", None), ("verify_watermark", "evaluate_llm"),
-                ("triton_canary_deploy", "verify_watermark")],
-    "continue-training": [("validate_dataset", None), ("train_zero3", "validate_dataset"), ("evaluate_llm", None),
-                          ("verify_watermark", "evaluate_llm"), ("triton_canary_deploy", "verify_watermark")],
-    "evaluate-deploy": [("evaluate_llm", None), ("verify_watermark", "evaluate_llm"),
-                        ("triton_canary_deploy", "verify_watermark")],
+    "release": [
+        ("validate_dataset", None),
+        ("build_base_model", "validate_dataset"),
+        ("train_zero3", None),
+        ("evaluate_llm", None),
+        ("verify_watermark", "evaluate_llm"),
+        ("triton_canary_deploy", "verify_watermark"),
+    ],
+    "continue-training": [
+        ("validate_dataset", None),
+        ("train_zero3", "validate_dataset"),
+        ("evaluate_llm", None),
+        ("verify_watermark", "evaluate_llm"),
+        ("triton_canary_deploy", "verify_watermark"),
+    ],
+    "evaluate-deploy": [
+        ("evaluate_llm", None),
+        ("verify_watermark", "evaluate_llm"),
+        ("triton_canary_deploy", "verify_watermark"),
+    ],
 }
 
 
@@ -77,8 +126,12 @@ def _container(stage: str, image: str, names: list[str], declared: set[str], ext
         args += ["--param", f"watermark_key_file={KEY_MOUNT}/key"]
         mounts.append({"name": "watermark-key", "mountPath": KEY_MOUNT, "readOnly": True})
     if stage in ("train_zero3", "triton_canary_deploy", "release_record"):
-        args += ["--param", f"signing_key_file={SIGNING_MOUNT}/private.pem",
-                 "--param", f"signing_public_key_file={SIGNING_MOUNT}/public.pem"]
+        args += [
+            "--param",
+            f"signing_key_file={SIGNING_MOUNT}/private.pem",
+            "--param",
+            f"signing_public_key_file={SIGNING_MOUNT}/public.pem",
+        ]
         mounts.append({"name": "signing-key", "mountPath": SIGNING_MOUNT, "readOnly": True})
     if stage == "triton_canary_deploy":
         args += ["--param", "default_target=kserve"]
@@ -86,10 +139,18 @@ def _container(stage: str, image: str, names: list[str], declared: set[str], ext
         args += ["--param", f"checkpoint_dir={CHECKPOINT_MOUNT}/{{{{workflow.name}}}}"]
         mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT})
     if stage.replace("_", "-") in STORAGE_TASKS:
-        env += [{"name": var, "valueFrom": {"secretKeyRef": {"name": STORAGE_SECRET, "key": key}}}
-                for key, var in STORAGE_ENV.items()]
-    return {"image": image, "command": ["llmops"], "args": args + (extra or []), "volumeMounts": mounts,
-            "env": env, "securityContext": dict(SECURITY)}
+        env += [
+            {"name": var, "valueFrom": {"secretKeyRef": {"name": STORAGE_SECRET, "key": key}}}
+            for key, var in STORAGE_ENV.items()
+        ]
+    return {
+        "image": image,
+        "command": ["llmops"],
+        "args": args + (extra or []),
+        "volumeMounts": mounts,
+        "env": env,
+        "securityContext": dict(SECURITY),
+    }
 
 
 def _size(task: str, size: tuple[str, str] | None) -> dict:
@@ -102,8 +163,12 @@ def _template(stage: str, declared: set[str]) -> dict:
     task, image, names, size = STAGES[stage]
     container = _container(stage, image, names, declared)
     container["resources"] = _size(task, size)
-    t = {"name": task, "activeDeadlineSeconds": str(TIMEOUT[task]), "container": container,
-         "outputs": {"parameters": [{"name": "result", "valueFrom": {"path": f"{WORK}/{stage}/result"}}]}}
+    t = {
+        "name": task,
+        "activeDeadlineSeconds": str(TIMEOUT[task]),
+        "container": container,
+        "outputs": {"parameters": [{"name": "result", "valueFrom": {"path": f"{WORK}/{stage}/result"}}]},
+    }
     if stage == "train_zero3":
         t["retryStrategy"] = {"limit": "2", "retryPolicy": "OnFailure"}
         container["resources"]["limits"][_param("gpu_type")] = _param("gpu_count")
@@ -127,20 +192,33 @@ def workflow_template(pipeline: str, name: str, namespace: str = DEFAULT_NAMESPA
             entry["when"] = f"'{{{{tasks.{STAGES[gate][0]}.outputs.parameters.result}}}}' == 'true'"
         tasks.append(entry)
         previous = entry["name"]
-    record = {"name": "release-record", "activeDeadlineSeconds": str(TIMEOUT["release-record"]),
-              "container": _container("release_record", images.BASE, ["pipeline_spec_sha256"], names, [
-                  "--param", "status={{workflow.status}}", "--param", "run={{workflow.name}}"])}
+    record = {
+        "name": "release-record",
+        "activeDeadlineSeconds": str(TIMEOUT["release-record"]),
+        "container": _container(
+            "release_record",
+            images.BASE,
+            ["pipeline_spec_sha256"],
+            names,
+            ["--param", "status={{workflow.status}}", "--param", "run={{workflow.name}}"],
+        ),
+    }
     record["container"]["resources"] = _size("release-record", None)
-    volumes = [{"name": "release", "persistentVolumeClaim": {"claimName": _param("release_pvc")}},
-               {"name": "watermark-key", "secret": {"secretName": KEY_SECRET}},
-               {"name": "signing-key", "secret": {"secretName": SIGNING_SECRET}}]
+    volumes = [
+        {"name": "release", "persistentVolumeClaim": {"claimName": _param("release_pvc")}},
+        {"name": "watermark-key", "secret": {"secretName": KEY_SECRET}},
+        {"name": "signing-key", "secret": {"secretName": SIGNING_SECRET}},
+    ]
     if "checkpoint_pvc" in names:
         volumes.insert(1, {"name": "checkpoints", "persistentVolumeClaim": {"claimName": _param("checkpoint_pvc")}})
     return {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "WorkflowTemplate",
-        "metadata": {"name": name, "namespace": namespace,
-                     "labels": {"app.kubernetes.io/part-of": "kfp-llmops", "app.kubernetes.io/version": images.TAG}},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/part-of": "kfp-llmops", "app.kubernetes.io/version": images.TAG},
+        },
         "spec": {
             "entrypoint": "main",
             "onExit": "release-record",
@@ -148,11 +226,15 @@ def workflow_template(pipeline: str, name: str, namespace: str = DEFAULT_NAMESPA
             "automountServiceAccountToken": False,
             "executor": {"serviceAccountName": EXECUTOR_SA},
             "imagePullSecrets": [{"name": PULL_SECRET}],
-            "arguments": {"parameters": [{"name": p.name, "description": p.help,
-                                          **({} if p.default is None else {"value": p.default})}
-                                         for p in declared]},
+            "arguments": {
+                "parameters": [
+                    {"name": p.name, "description": p.help, **({} if p.default is None else {"value": p.default})}
+                    for p in declared
+                ]
+            },
             "volumes": volumes,
             "templates": [{"name": "main", "dag": {"tasks": tasks}}]
-                         + [_template(stage, names) for stage, _ in FLOWS[pipeline]] + [record],
+            + [_template(stage, names) for stage, _ in FLOWS[pipeline]]
+            + [record],
         },
     }

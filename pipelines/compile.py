@@ -5,6 +5,7 @@ Targets: `kfp` (KFP IR, `compiled/<name>.yaml`: upload in the UI, `kfp run submi
 `k8s` (`Pipeline` + `PipelineVersion` for KFP's Kubernetes-native mode,
 `compiled/k8s/<name>.yaml`), `argo` (a standalone Argo WorkflowTemplate,
 `compiled/argo/<name>.yaml`)."""
+
 from __future__ import annotations
 
 import difflib
@@ -57,7 +58,7 @@ def spec_digest(name: str) -> str:
 
 def version_name(name: str) -> str:
     """`<pipeline>-<package version>-<spec digest>`: one name never means two specs."""
-    tag = re.sub(r'[^a-z0-9]+', '-', images.TAG.lower()).strip('-')
+    tag = re.sub(r"[^a-z0-9]+", "-", images.TAG.lower()).strip("-")
     return f"{resource_name(name)}-{tag}-{spec_digest(name)}"
 
 
@@ -65,8 +66,10 @@ def _resolvable(name: str, text: str) -> str:
     """Refuse to hand out IR the KFP driver could not resolve (`ir_check`)."""
     found = ir_check.check_documents([d for d in yaml.safe_load_all(text) if d])
     if found:
-        raise RuntimeError(f"{name}: compiled IR the KFP driver cannot resolve: {found[0]}"
-                           + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
+        raise RuntimeError(
+            f"{name}: compiled IR the KFP driver cannot resolve: {found[0]}"
+            + (f" (and {len(found) - 1} more)" if len(found) > 1 else "")
+        )
     return text
 
 
@@ -75,12 +78,23 @@ def compile_one(name: str, target: str = "kfp") -> str | None:
     if target == "kfp":
         return _resolvable(name, _kfp(name))
     if target == "k8s":
-        return _resolvable(name, _kfp(name, kubernetes_manifest_format=True, kubernetes_manifest_options=KubernetesManifestOptions(
-            pipeline_name=resource_name(name), pipeline_version_name=version_name(name), namespace=DEFAULT_NAMESPACE,
-            include_pipeline_manifest=True)))
+        return _resolvable(
+            name,
+            _kfp(
+                name,
+                kubernetes_manifest_format=True,
+                kubernetes_manifest_options=KubernetesManifestOptions(
+                    pipeline_name=resource_name(name),
+                    pipeline_version_name=version_name(name),
+                    namespace=DEFAULT_NAMESPACE,
+                    include_pipeline_manifest=True,
+                ),
+            ),
+        )
     if target == "argo":
-        return yaml.dump(argo.workflow_template(name, resource_name(name)), Dumper=_NoAliases, sort_keys=False,
-                         width=120)
+        return yaml.dump(
+            argo.workflow_template(name, resource_name(name)), Dumper=_NoAliases, sort_keys=False, width=120
+        )
     raise ValueError(f"unknown target {target!r}")
 
 
@@ -102,8 +116,14 @@ def compile_all(out_dir: str = COMPILED_DIR, check: bool = False, targets: tuple
                 continue
             stale.append(os.path.relpath(path, out_dir))
             if check:
-                diff = difflib.unified_diff((current or "").splitlines(), text.splitlines(),
-                                            f"committed/{name}.yaml", f"compiled/{name}.yaml", lineterm="", n=1)
+                diff = difflib.unified_diff(
+                    (current or "").splitlines(),
+                    text.splitlines(),
+                    f"committed/{name}.yaml",
+                    f"compiled/{name}.yaml",
+                    lineterm="",
+                    n=1,
+                )
                 print("\n".join(list(diff)[:40]))
             else:
                 os.makedirs(os.path.dirname(path), exist_ok=True)

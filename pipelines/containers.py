@@ -10,6 +10,7 @@ root filesystem bootstrapped from Debian's packages (debootstrap) where none doe
 the sources it was built from, so an unchanged tree reuses its images and a stale image
 is named, not run. dockerd runs them (kfp.local's DockerRunner): `podman save | docker load`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,15 +26,19 @@ from kfp_llmops.components.common.errors import InputError, LlmopsError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STAGES = ["base", "data", "train", "eval", "deploy"]
-PINNED_PYTHON = "docker.io/library/python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7"
+PINNED_PYTHON = (
+    "docker.io/library/python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7"
+)
 DEBIAN_PYTHON = "localhost/kfp-llmops/python:3.11-bookworm"
 DEBIAN_PACKAGES = "python3.11,python3.11-venv,python3-venv,libpython3.11,ca-certificates,passwd"
 LABEL_VERSION, LABEL_SOURCE = "io.kfp-llmops.version", "io.kfp-llmops.source"
 SOURCES = ("pyproject.toml", "README.md", "components", "pipelines", "images")
-CONTAINERS_CONF = ('[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n'
-                   '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n')
+CONTAINERS_CONF = (
+    '[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n'
+    '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n'
+)
 DOCKER_SOCKET = "/var/run/docker.sock"
-WORK = os.path.join(ROOT, "build", "images")      # build logs, pip.conf, containers.conf, digests
+WORK = os.path.join(ROOT, "build", "images")  # build logs, pip.conf, containers.conf, digests
 
 
 def _run(cmd: list[str], what: str, env: dict | None = None, stdin=None, log_to: str | None = None) -> str:
@@ -67,9 +72,16 @@ def source_digest() -> str:
     h = hashlib.sha256()
     for top in SOURCES:
         base = os.path.join(ROOT, top)
-        paths = [base] if os.path.isfile(base) else sorted(
-            os.path.join(d, f) for d, dirs, files in os.walk(base) for f in files
-            if "__pycache__" not in d and not f.endswith(".pyc"))
+        paths = (
+            [base]
+            if os.path.isfile(base)
+            else sorted(
+                os.path.join(d, f)
+                for d, dirs, files in os.walk(base)
+                for f in files
+                if "__pycache__" not in d and not f.endswith(".pyc")
+            )
+        )
         for path in paths:
             h.update(os.path.relpath(path, ROOT).encode() + b"\0")
             with open(path, "rb") as handle:
@@ -94,7 +106,7 @@ def pip_settings(work: str) -> tuple[str, list[str]]:
         for item in values.get(name, "").split():
             path = item.removeprefix("file://").rstrip("/")
             if name.endswith("index-url") and os.path.basename(path) == "simple":
-                path = os.path.dirname(path)           # its pages link to files beside simple/
+                path = os.path.dirname(path)  # its pages link to files beside simple/
             if path.startswith("/") and os.path.exists(path):
                 mounts.append(path)
     conf = os.path.join(work, "pip.conf")
@@ -106,10 +118,12 @@ def pip_settings(work: str) -> tuple[str, list[str]]:
 def _scrub(image: str, mounts: list[str], work: str, env: dict) -> None:
     """Remove what the build-time mounts left: empty mount-point files and folders (and
     folders made only to hold them). Files a base image already had are not empty: kept."""
-    rm = " ; ".join(f"if [ -f {p} ] && [ ! -s {p} ]; then rm -f {p}; fi ; "
-                    f"if [ -d {p} ]; then find {p} -depth -type d -empty -delete; fi ; "
-                    f"d=$(dirname {p}); while [ \"$d\" != / ] && rmdir \"$d\" 2>/dev/null; do d=$(dirname \"$d\"); done"
-                    for p in mounts)
+    rm = " ; ".join(
+        f"if [ -f {p} ] && [ ! -s {p} ]; then rm -f {p}; fi ; "
+        f"if [ -d {p} ]; then find {p} -depth -type d -empty -delete; fi ; "
+        f'd=$(dirname {p}); while [ "$d" != / ] && rmdir "$d" 2>/dev/null; do d=$(dirname "$d"); done'
+        for p in mounts
+    )
     containerfile = os.path.join(work, "Containerfile.scrub")
     with open(containerfile, "w", encoding="utf-8") as handle:
         handle.write(f"FROM {image}\nUSER 0:0\nRUN {rm}\nUSER {images.UID}:{images.UID}\n")
@@ -117,16 +131,21 @@ def _scrub(image: str, mounts: list[str], work: str, env: dict) -> None:
 
 
 def image_labels(engine: list[str], image: str, env: dict | None = None) -> dict | None:
-    done = subprocess.run([*engine, "image", "inspect", "--format", "{{json .Config.Labels}}", image],
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [*engine, "image", "inspect", "--format", "{{json .Config.Labels}}", image],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if done.returncode != 0:
         return None
     return json.loads(done.stdout.strip() or "null") or {}
 
 
 def registry_reachable(env: dict) -> bool:
-    done = subprocess.run(["podman", "pull", "--quiet", PINNED_PYTHON], capture_output=True, text=True, env=env,
-                          timeout=120)
+    done = subprocess.run(
+        ["podman", "pull", "--quiet", PINNED_PYTHON], capture_output=True, text=True, env=env, timeout=120
+    )
     return done.returncode == 0
 
 
@@ -137,23 +156,43 @@ def debian_python_base(work: str, env: dict, log=print) -> str:
     rootfs = tempfile.mkdtemp(prefix="rootfs-", dir=work)
     try:
         log(f"[images] bootstrapping {DEBIAN_PYTHON} from Debian packages (debootstrap)")
-        _run(["debootstrap", "--variant=minbase", f"--include={DEBIAN_PACKAGES}", "bookworm", rootfs,
-              "http://deb.debian.org/debian"], "debootstrap")
+        _run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={DEBIAN_PACKAGES}",
+                "bookworm",
+                rootfs,
+                "http://deb.debian.org/debian",
+            ],
+            "debootstrap",
+        )
         _run(["chroot", rootfs, "python3.11", "-m", "venv", "/opt/venv"], "creating /opt/venv")
         for junk in ("var/lib/apt/lists", "var/cache/apt/archives"):
             shutil.rmtree(os.path.join(rootfs, junk), ignore_errors=True)
         tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
-        _run(["podman", "import", "--change",
-              "ENV=PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-              "-", DEBIAN_PYTHON], "podman import", env=env, stdin=tar.stdout)
+        _run(
+            [
+                "podman",
+                "import",
+                "--change",
+                "ENV=PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "-",
+                DEBIAN_PYTHON,
+            ],
+            "podman import",
+            env=env,
+            stdin=tar.stdout,
+        )
         tar.wait()
     finally:
         shutil.rmtree(rootfs, ignore_errors=True)
     return DEBIAN_PYTHON
 
 
-def build(base_source: str = "auto", stages: list[str] | None = None, work: str | None = None,
-          log=print) -> dict[str, dict]:
+def build(
+    base_source: str = "auto", stages: list[str] | None = None, work: str | None = None, log=print
+) -> dict[str, dict]:
     """Build (or reuse) each stage image; returns {stage: {image, seconds, bytes, reused}}."""
     work = work or WORK
     env = podman_env(work)
@@ -171,8 +210,23 @@ def build(base_source: str = "auto", stages: list[str] | None = None, work: str 
     for v in volumes:
         common += ["-v", v]
     # The base's dependency stage: the stage images build on it (cached unless pyproject.toml changes).
-    _run(["podman", "build", *common, "--target", "deps", "-f", os.path.join(ROOT, "images", "Dockerfile.base"),
-          "-t", deps, ROOT], f"building {deps}", env=env, log_to=os.path.join(work, "deps.log"))
+    _run(
+        [
+            "podman",
+            "build",
+            *common,
+            "--target",
+            "deps",
+            "-f",
+            os.path.join(ROOT, "images", "Dockerfile.base"),
+            "-t",
+            deps,
+            ROOT,
+        ],
+        f"building {deps}",
+        env=env,
+        log_to=os.path.join(work, "deps.log"),
+    )
     for stage in stages or STAGES:
         image = images.image(stage, pinned=False)
         labels = image_labels(["podman"], image, env)
@@ -181,13 +235,25 @@ def build(base_source: str = "auto", stages: list[str] | None = None, work: str 
             continue
         log(f"[images] building {image} ({base_source} base)")
         t0 = time.monotonic()
-        cmd = ["podman", "build", *common, "-f", os.path.join(ROOT, "images", f"Dockerfile.{stage}"), "-t", image,
-               "--label", f"{LABEL_VERSION}={images.VERSION}", "--label", f"{LABEL_SOURCE}={source}",
-               "--build-arg", f"BASE={deps}"]
+        cmd = [
+            "podman",
+            "build",
+            *common,
+            "-f",
+            os.path.join(ROOT, "images", f"Dockerfile.{stage}"),
+            "-t",
+            image,
+            "--label",
+            f"{LABEL_VERSION}={images.VERSION}",
+            "--label",
+            f"{LABEL_SOURCE}={source}",
+            "--build-arg",
+            f"BASE={deps}",
+        ]
         _run(cmd + [ROOT], f"building {image}", env=env, log_to=os.path.join(work, f"{stage}.log"))
         _scrub(image, ["/etc/pip.conf", *mounts], work, env)
         report[stage] = {"image": image, "seconds": round(time.monotonic() - t0, 1), "reused": False}
-    for stage, entry in report.items():
+    for entry in report.values():
         size = _run(["podman", "image", "inspect", "--format", "{{.Size}}", entry["image"]], "inspect", env=env)
         entry["bytes"] = int(size.strip() or 0)
     return report
@@ -195,26 +261,36 @@ def build(base_source: str = "auto", stages: list[str] | None = None, work: str 
 
 def docker_ready(start: bool = False, timeout: float = 60.0) -> None:
     """dockerd answers on its socket (started here when `start` and it is not running)."""
+
     def ok() -> bool:
         return subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True).returncode == 0
+
     if shutil.which("docker") is None:
         raise LlmopsError("docker: not installed (run `make images`, which installs docker.io)")
     if ok():
         return
     if not start:
-        raise LlmopsError(f"dockerd is not running ({DOCKER_SOCKET}); start it: "
-                          "dockerd --host unix:///var/run/docker.sock --storage-driver overlay2 &")
+        raise LlmopsError(
+            f"dockerd is not running ({DOCKER_SOCKET}); start it: "
+            "dockerd --host unix:///var/run/docker.sock --storage-driver overlay2 &"
+        )
     dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
     log = open(os.path.join(tempfile.gettempdir(), "kfp-llmops-dockerd.log"), "ab")
-    subprocess.Popen([dockerd, "--host", f"unix://{DOCKER_SOCKET}", "--storage-driver", "overlay2"],
-                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    subprocess.Popen(
+        [dockerd, "--host", f"unix://{DOCKER_SOCKET}", "--storage-driver", "overlay2"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     log.close()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ok():
             return
         time.sleep(0.5)
-    raise LlmopsError(f"dockerd did not start within {timeout:.0f} s (log: {tempfile.gettempdir()}/kfp-llmops-dockerd.log)")
+    raise LlmopsError(
+        f"dockerd did not start within {timeout:.0f} s (log: {tempfile.gettempdir()}/kfp-llmops-dockerd.log)"
+    )
 
 
 def load_into_docker(stages: list[str] | None = None, work: str | None = None, log=print) -> None:
@@ -250,14 +326,16 @@ def check_runnable(stages: list[str] | None = None) -> None:
         if labels is None:
             raise InputError(f"{image}: no such image in dockerd ({fix})")
         if labels.get(LABEL_VERSION) != images.VERSION:
-            raise InputError(f"{image}: built from package version {labels.get(LABEL_VERSION)}, "
-                             f"this is {images.VERSION} ({fix})")
+            raise InputError(
+                f"{image}: built from package version {labels.get(LABEL_VERSION)}, this is {images.VERSION} ({fix})"
+            )
         if labels.get(LABEL_SOURCE) != source:
             raise InputError(f"{image}: built from other sources than this tree ({fix})")
 
 
-def push(registry: str, tag: str | None = None, digests_file: str | None = None, work: str | None = None,
-         log=print) -> dict[str, str]:
+def push(
+    registry: str, tag: str | None = None, digests_file: str | None = None, work: str | None = None, log=print
+) -> dict[str, str]:
     """Tag each image under `registry` and push it; returns {stage: digest} (written to
     `digests_file` as JSON for `llmops compile --digests`)."""
     work = work or WORK

@@ -8,6 +8,7 @@ from the task's own inputs. The SDK can compile IR that breaks these rules (kube
 pipelines #11957, #12617), so `llmops compile` runs `problems` on everything it writes,
 and `cache_problems`: cached tasks whose key the driver would build without what they read.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,7 @@ def problems(spec: dict, platform: dict | None = None) -> list[str]:
     """Everything the driver would fail on, one line each (empty: resolvable)."""
     components = spec.get("components", {})
     executors = spec.get("deploymentSpec", {}).get("executors", {})
-    k8s = ((platform or {}).get("platforms", {}).get("kubernetes", {})
-           .get("deploymentSpec", {}).get("executors", {}))
+    k8s = (platform or {}).get("platforms", {}).get("kubernetes", {}).get("deploymentSpec", {}).get("executors", {})
     out: list[str] = []
     dags = {"root": spec["root"], **{n: c for n, c in components.items() if "dag" in c}}
     for dag_name, dag in dags.items():
@@ -93,16 +93,21 @@ def problems(spec: dict, platform: dict | None = None) -> list[str]:
             for text in _strings(executor):
                 for name in _PLACEHOLDER.findall(text):
                     if name not in given_p and name not in _declared(comp, "parameters"):
-                        out.append(f"{where}: {label} uses {{{{$.inputs.parameters['{name}']}}}}, "
-                                   "which the task is not given")
+                        out.append(
+                            f"{where}: {label} uses {{{{$.inputs.parameters['{name}']}}}}, which the task is not given"
+                        )
             for name in _walk(k8s.get(label, {}), "componentInputParameter"):
                 if name not in params:
-                    out.append(f"{where}: kubernetes setting of {label} reads {name!r}, "
-                               f"which its parent DAG {dag_name} does not have")
+                    out.append(
+                        f"{where}: kubernetes setting of {label} reads {name!r}, "
+                        f"which its parent DAG {dag_name} does not have"
+                    )
             for src in _walk(k8s.get(label, {}), "taskOutputParameter"):
                 if src.get("producerTask") not in tasks:
-                    out.append(f"{where}: kubernetes setting of {label} reads task {src.get('producerTask')!r}, "
-                               f"which is not in {dag_name}")
+                    out.append(
+                        f"{where}: kubernetes setting of {label} reads task {src.get('producerTask')!r}, "
+                        f"which is not in {dag_name}"
+                    )
         for name, src in (dag["dag"].get("outputs", {}).get("parameters", {}) or {}).items():
             for sel in src.get("valueFromParameter", {}) and [src["valueFromParameter"]] or []:
                 if sel.get("producerSubtask") not in tasks:
@@ -128,25 +133,33 @@ def _producer_output(where, src, tasks, components, kind, key_field) -> list[str
 def _parameter_source(where, name, src, params, tasks, components, given) -> list[str]:
     if "componentInputParameter" in src:
         if src["componentInputParameter"] not in params:
-            return [f"{where}: input {name!r} reads {src['componentInputParameter']!r}, "
-                    "which its parent DAG does not have"]
+            return [
+                f"{where}: input {name!r} reads {src['componentInputParameter']!r}, which its parent DAG does not have"
+            ]
     elif "taskOutputParameter" in src:
-        return _producer_output(where, src["taskOutputParameter"], tasks, components, "parameters",
-                                "outputParameterKey")
+        return _producer_output(
+            where, src["taskOutputParameter"], tasks, components, "parameters", "outputParameterKey"
+        )
     elif "taskFinalStatus" in src:
         if src["taskFinalStatus"].get("producerTask") not in tasks:
             return [f"{where}: final status of missing task {src['taskFinalStatus'].get('producerTask')!r}"]
     elif "runtimeValue" in src:
-        return [f"{where}: input {name!r} uses {{{{$.inputs.parameters['{ref}']}}}}, which the task is not given"
-                for text in _strings(src["runtimeValue"]) for ref in _PLACEHOLDER.findall(text) if ref not in given]
+        return [
+            f"{where}: input {name!r} uses {{{{$.inputs.parameters['{ref}']}}}}, which the task is not given"
+            for text in _strings(src["runtimeValue"])
+            for ref in _PLACEHOLDER.findall(text)
+            if ref not in given
+        ]
     return []
 
 
 def _artifact_source(where, name, src, artifacts, tasks, components) -> list[str]:
     if "componentInputArtifact" in src:
         if src["componentInputArtifact"] not in artifacts:
-            return [f"{where}: input artifact {name!r} reads {src['componentInputArtifact']!r}, "
-                    "which its parent DAG does not have"]
+            return [
+                f"{where}: input artifact {name!r} reads {src['componentInputArtifact']!r}, "
+                "which its parent DAG does not have"
+            ]
     elif "taskOutputArtifact" in src:
         return _producer_output(where, src["taskOutputArtifact"], tasks, components, "artifacts", "outputArtifactKey")
     return []
@@ -160,8 +173,12 @@ def check_documents(docs: list[dict]) -> list[str]:
     for doc in docs:
         if doc.get("kind") == "PipelineVersion":
             out += cache_problems(doc["spec"]["pipelineSpec"])
-            out += problems(doc["spec"]["pipelineSpec"], {"platforms": doc["spec"].get("platformSpec", {}).get(
-                "platforms", {})} if doc["spec"].get("platformSpec") else None)
+            out += problems(
+                doc["spec"]["pipelineSpec"],
+                {"platforms": doc["spec"].get("platformSpec", {}).get("platforms", {})}
+                if doc["spec"].get("platformSpec")
+                else None,
+            )
     return out
 
 
@@ -218,8 +235,10 @@ def cache_problems(spec: dict) -> list[str]:
         return "importer" in executors.get(label, {})
 
     def origins(dag_name, task, kind):
-        return {name: _origin(spec, parents, dag_name, src, kind)
-                for name, src in (task.get("inputs", {}).get(kind, {}) or {}).items()}
+        return {
+            name: _origin(spec, parents, dag_name, src, kind)
+            for name, src in (task.get("inputs", {}).get(kind, {}) or {}).items()
+        }
 
     out = []
     for dag_name, dag in dags.items():
@@ -237,17 +256,23 @@ def cache_problems(spec: dict) -> list[str]:
                 # pinned by a root: an uncached task read the same artifact and handed its value on,
                 # or the importer's metadata and this task take the same pipeline parameter
                 source = task_of(origin)
-                pinned = {o[1] for n, o in origins(origin[1], source, "parameters").items()
-                          if n == "metadata" and o[0] == "pipeline"} & {o[1] for o in params.values()
-                                                                         if o[0] == "pipeline"}
+                pinned = {
+                    o[1]
+                    for n, o in origins(origin[1], source, "parameters").items()
+                    if n == "metadata" and o[0] == "pipeline"
+                } & {o[1] for o in params.values() if o[0] == "pipeline"}
                 for o in params.values():
                     if o[0] == "task":
                         reader = task_of(o)
-                        if not reader.get("cachingOptions", {}).get("enableCache") and origin in \
-                                origins(o[1], reader, "artifacts").values():
+                        if (
+                            not reader.get("cachingOptions", {}).get("enableCache")
+                            and origin in origins(o[1], reader, "artifacts").values()
+                        ):
                             pinned.add(o[2])
                 if not pinned:
-                    out.append(f"{where}: input {name!r} is imported ({source['taskInfo']['name']}): its artifact "
-                               "name stays the same when the bytes at its URI change, so the cached result would "
-                               "be reused; give the task the artifact's root")
+                    out.append(
+                        f"{where}: input {name!r} is imported ({source['taskInfo']['name']}): its artifact "
+                        "name stays the same when the bytes at its URI change, so the cached result would "
+                        "be reused; give the task the artifact's root"
+                    )
     return out

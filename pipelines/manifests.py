@@ -2,6 +2,7 @@
 Kubernetes API, NetworkPolicies, serving and training templates rendered by the same
 code the stages use, and the GitOps pieces. `llmops compile` writes the generated files;
 `--check` fails when they drift."""
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ from .argo import EXECUTOR_SA
 
 MANIFESTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "manifests")
 NS = DEFAULT_NAMESPACE
-REPOSITORY_ROOT = "REPOSITORY_ROOT"      # replaced per release by the deploy stage
+REPOSITORY_ROOT = "REPOSITORY_ROOT"  # replaced per release by the deploy stage
 PART_OF = {"app.kubernetes.io/part-of": "kfp-llmops"}
 REPO_URL = "https://github.com/kfp-llmops/kfp-llmops.git"
 
@@ -28,8 +29,12 @@ def _meta(name: str, **labels) -> dict:
 
 
 def _sa(name: str, component: str) -> dict:
-    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, **{"kfp-llmops/component": component}),
-            "automountServiceAccountToken": component not in ("pipeline", "argo-executor")}
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(name, **{"kfp-llmops/component": component}),
+        "automountServiceAccountToken": component not in ("pipeline", "argo-executor"),
+    }
 
 
 def _role(name: str, rules: list[dict]) -> dict:
@@ -37,61 +42,104 @@ def _role(name: str, rules: list[dict]) -> dict:
 
 
 def _binding(name: str) -> dict:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(name),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name}]}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(name),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name}],
+    }
 
 
 def rbac() -> list[dict]:
     """Only the deploy, training and data components talk to the API, each to its own kinds."""
     deploy_rules = [
-        {"apiGroups": ["serving.kserve.io"], "resources": ["inferenceservices"],
-         "verbs": ["get", "list", "watch", "patch", "update"]},
-        {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes"],
-         "verbs": ["get", "list", "watch", "patch", "update"]},
+        {
+            "apiGroups": ["serving.kserve.io"],
+            "resources": ["inferenceservices"],
+            "verbs": ["get", "list", "watch", "patch", "update"],
+        },
+        {
+            "apiGroups": ["gateway.networking.k8s.io"],
+            "resources": ["httproutes"],
+            "verbs": ["get", "list", "watch", "patch", "update"],
+        },
         # one rollout per served model: the Lease `<service>-rollout` (deploy/rollout_lock.py)
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     ]
     # train_zero3 with multinode.nodes > 1: creates its TrainJob, follows its pods and the launcher's log.
-    train_rules = [{"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
-                    "verbs": ["create", "get", "list", "watch", "delete"]},
-                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
-                   {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]
+    train_rules = [
+        {
+            "apiGroups": ["trainer.kubeflow.org"],
+            "resources": ["trainjobs"],
+            "verbs": ["create", "get", "list", "watch", "delete"],
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    ]
     # validate_dataset with engine: ray and ray.kuberay.enabled: creates its RayJob, follows
     # the submitter's log and the Ray pods' ends.
-    data_rules = [{"apiGroups": ["ray.io"], "resources": ["rayjobs"],
-                   "verbs": ["create", "get", "list", "watch", "delete"]},
-                  {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
-                  {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]
+    data_rules = [
+        {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    ]
     # Argo's executor (the standalone form's `executor.serviceAccountName`) reports each
     # task's outputs as WorkflowTaskResults; without this no `when` gate sees a result.
-    executor_rules = [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
-                       "verbs": ["create", "patch"]}]
-    return [_sa("llmops-pipeline", "pipeline"),
-            _sa("llmops-deploy", "deploy"), _role("llmops-deploy", deploy_rules), _binding("llmops-deploy"),
-            _sa("llmops-train", "train"), _role("llmops-train", train_rules), _binding("llmops-train"),
-            _sa("llmops-data", "data"), _role("llmops-data", data_rules), _binding("llmops-data"),
-            _sa(EXECUTOR_SA, "argo-executor"), _role(EXECUTOR_SA, executor_rules), _binding(EXECUTOR_SA)]
+    executor_rules = [
+        {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]}
+    ]
+    return [
+        _sa("llmops-pipeline", "pipeline"),
+        _sa("llmops-deploy", "deploy"),
+        _role("llmops-deploy", deploy_rules),
+        _binding("llmops-deploy"),
+        _sa("llmops-train", "train"),
+        _role("llmops-train", train_rules),
+        _binding("llmops-train"),
+        _sa("llmops-data", "data"),
+        _role("llmops-data", data_rules),
+        _binding("llmops-data"),
+        _sa(EXECUTOR_SA, "argo-executor"),
+        _role(EXECUTOR_SA, executor_rules),
+        _binding(EXECUTOR_SA),
+    ]
 
 
 # PVCs the cluster forms mount: name -> (access mode, size, what it holds)
-VOLUMES = {"llmops-release": ("ReadWriteMany", "50Gi", "release records, lineage notes, the standalone form's "
-                                                      "artifacts, the local target's serving state"),
-           "llmops-checkpoints": ("ReadWriteOnce", "500Gi", "training checkpoints, a folder per run (ReadWriteMany "
-                                                            "for multi-node training)")}
+VOLUMES = {
+    "llmops-release": (
+        "ReadWriteMany",
+        "50Gi",
+        "release records, lineage notes, the standalone form's artifacts, the local target's serving state",
+    ),
+    "llmops-checkpoints": (
+        "ReadWriteOnce",
+        "500Gi",
+        "training checkpoints, a folder per run (ReadWriteMany for multi-node training)",
+    ),
+}
 
 
 def volumes() -> list[dict]:
-    return [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-             "metadata": {**_meta(name), "annotations": {"kfp-llmops/holds": holds}},
-             "spec": {"accessModes": [mode], "resources": {"requests": {"storage": size}}}}
-            for name, (mode, size, holds) in VOLUMES.items()]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {**_meta(name), "annotations": {"kfp-llmops/holds": holds}},
+            "spec": {"accessModes": [mode], "resources": {"requests": {"storage": size}}},
+        }
+        for name, (mode, size, holds) in VOLUMES.items()
+    ]
 
 
 def network_policies() -> list[dict]:
     def policy(name, selector, ingress, egress=None):
-        spec = {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress"] + (["Egress"] if egress is not None else []),
-                "ingress": ingress}
+        spec = {
+            "podSelector": {"matchLabels": selector},
+            "policyTypes": ["Ingress"] + (["Egress"] if egress is not None else []),
+            "ingress": ingress,
+        }
         if egress is not None:
             spec["egress"] = egress
         return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(name), "spec": spec}
@@ -102,9 +150,17 @@ def network_policies() -> list[dict]:
     pipeline_pods = [{"podSelector": {"matchLabels": {"app.kubernetes.io/part-of": "kfp-llmops"}}}]
     return [
         policy("llmops-stages-deny-ingress", {"app.kubernetes.io/part-of": "kfp-llmops"}, []),
-        policy("llmops-serving", serving, [
-            {"from": gateway + pipeline_pods, "ports": [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8001}]},
-            {"from": monitoring + pipeline_pods, "ports": [{"protocol": "TCP", "port": 8002}]}]),
+        policy(
+            "llmops-serving",
+            serving,
+            [
+                {
+                    "from": gateway + pipeline_pods,
+                    "ports": [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8001}],
+                },
+                {"from": monitoring + pipeline_pods, "ports": [{"protocol": "TCP", "port": 8002}]},
+            ],
+        ),
     ]
 
 
@@ -112,15 +168,28 @@ def serving() -> dict[str, list[dict]]:
     kserve = render_inference_service(DeployConfig(), REPOSITORY_ROOT, None)
     gw_cfg = DeployConfig.load("target: gateway\n")
     route = render_httproute(gw_cfg, 0)
-    services = [{"apiVersion": "v1", "kind": "Service", "metadata": _meta(name, **LABELS),
-                 "spec": {"selector": {"kfp-llmops/track": track}, "ports": [
-                     {"name": "http", "port": 8000, "targetPort": 8000, "protocol": "TCP"},
-                     {"name": "metrics", "port": 8002, "targetPort": 8002, "protocol": "TCP"}]}}
-                for name, track in ((gw_cfg.cluster.stable_service, "stable"), (gw_cfg.cluster.canary_service, "canary"))]
+    services = [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(name, **LABELS),
+            "spec": {
+                "selector": {"kfp-llmops/track": track},
+                "ports": [
+                    {"name": "http", "port": 8000, "targetPort": 8000, "protocol": "TCP"},
+                    {"name": "metrics", "port": 8002, "targetPort": 8002, "protocol": "TCP"},
+                ],
+            },
+        }
+        for name, track in ((gw_cfg.cluster.stable_service, "stable"), (gw_cfg.cluster.canary_service, "canary"))
+    ]
     for doc in (kserve, route):
         doc["metadata"].pop("namespace", None)
-    return {"serving/kserve/inferenceservice.yaml": [kserve],
-            "serving/gateway/httproute.yaml": [route], "serving/gateway/services.yaml": services}
+    return {
+        "serving/kserve/inferenceservice.yaml": [kserve],
+        "serving/gateway/httproute.yaml": [route],
+        "serving/gateway/services.yaml": services,
+    }
 
 
 def training() -> list[dict]:
@@ -134,15 +203,23 @@ def training() -> list[dict]:
 
 def argocd_applications() -> list[dict]:
     def app(name, path):
-        return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-                "metadata": {"name": name, "namespace": "argocd", "labels": dict(PART_OF)},
-                "spec": {"project": "default",
-                         "source": {"repoURL": REPO_URL, "targetRevision": "main", "path": path},
-                         "destination": {"server": "https://kubernetes.default.svc", "namespace": NS},
-                         # No prune: a PipelineVersion is immutable and runs refer to it; an
-                         # older version leaves only when someone deletes it on purpose.
-                         "syncPolicy": {"automated": {"prune": False, "selfHeal": True},
-                                        "syncOptions": ["ServerSideApply=true"]}}}
+        return {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Application",
+            "metadata": {"name": name, "namespace": "argocd", "labels": dict(PART_OF)},
+            "spec": {
+                "project": "default",
+                "source": {"repoURL": REPO_URL, "targetRevision": "main", "path": path},
+                "destination": {"server": "https://kubernetes.default.svc", "namespace": NS},
+                # No prune: a PipelineVersion is immutable and runs refer to it; an
+                # older version leaves only when someone deletes it on purpose.
+                "syncPolicy": {
+                    "automated": {"prune": False, "selfHeal": True},
+                    "syncOptions": ["ServerSideApply=true"],
+                },
+            },
+        }
+
     return [app("kfp-llmops-platform", "manifests"), app("kfp-llmops-pipelines", "pipelines/compiled/k8s")]
 
 

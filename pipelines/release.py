@@ -20,6 +20,7 @@ each), the watermark-key Secret, object-storage credentials and the registry pul
 come from kfp-kubernetes, and the deploy stage targets KServe. `LOCAL_PIPELINES` are the
 same DAGs for kfp.local, with local folders instead. Parameters: `params.py`.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -30,8 +31,7 @@ from kfp.dsl.pipeline_channel import PipelineChannel
 from kfp_llmops.components.data_validation.component import validate_dataset
 from kfp_llmops.components.deploy.component import triton_canary_deploy
 from kfp_llmops.components.evaluation.component import evaluate_llm
-from kfp_llmops.components.release.component import (file_note, fingerprint_dataset, pin_baseline,
-                                                      write_release_record)
+from kfp_llmops.components.release.component import file_note, fingerprint_dataset, pin_baseline, write_release_record
 from kfp_llmops.components.training.component import build_base_model, train_zero3
 from kfp_llmops.components.training.config import CHECKPOINT_MOUNT
 from kfp_llmops.components.watermark.component import verify_watermark
@@ -53,21 +53,43 @@ RELEASE_MOUNT = "/mnt/release"
 SERVING_STATE = f"{RELEASE_MOUNT}/serving"
 # Pod sizes of the tasks whose size is not a parameter, and every task's deadline (s).
 SMALL = ("1", "1Gi")
-FIXED_SIZE = {"validate-dataset": ("2", "4Gi"), "build-base-model": ("2", "4Gi"), "release-record": SMALL,
-              "pin-baseline": SMALL, "fingerprint-dataset": SMALL, "fingerprint-eval-dataset": SMALL,
-              "file-validate-note": SMALL, "file-evaluate-note": SMALL}
-TIMEOUT = {"validate-dataset": 4 * 3600, "build-base-model": 3600, "train-zero3": 72 * 3600,
-           "evaluate-llm": 12 * 3600, "verify-watermark": 12 * 3600, "triton-canary-deploy": 6 * 3600,
-           "release-record": 1800, "pin-baseline": 600, "fingerprint-dataset": 2 * 3600,
-           "fingerprint-eval-dataset": 3600, "file-validate-note": 600, "file-evaluate-note": 600}
+FIXED_SIZE = {
+    "validate-dataset": ("2", "4Gi"),
+    "build-base-model": ("2", "4Gi"),
+    "release-record": SMALL,
+    "pin-baseline": SMALL,
+    "fingerprint-dataset": SMALL,
+    "fingerprint-eval-dataset": SMALL,
+    "file-validate-note": SMALL,
+    "file-evaluate-note": SMALL,
+}
+TIMEOUT = {
+    "validate-dataset": 4 * 3600,
+    "build-base-model": 3600,
+    "train-zero3": 72 * 3600,
+    "evaluate-llm": 12 * 3600,
+    "verify-watermark": 12 * 3600,
+    "triton-canary-deploy": 6 * 3600,
+    "release-record": 1800,
+    "pin-baseline": 600,
+    "fingerprint-dataset": 2 * 3600,
+    "fingerprint-eval-dataset": 3600,
+    "file-validate-note": 600,
+    "file-evaluate-note": 600,
+}
 # KFP may reuse these tasks' results: they read nothing outside their cache key (the pinned
 # baseline, the inputs' roots) and write nothing but their outputs. Every other task has a
 # side effect (checkpoints, the release folder, serving) and always runs.
 CACHED = ("validate-dataset", "evaluate-llm")
 # The small uncached tasks around them (components/release/component.py). Argo has no cache:
 # its stage runner pins and files in the stage's own pod instead.
-CACHE_TASKS = ("pin-baseline", "fingerprint-dataset", "fingerprint-eval-dataset", "file-validate-note",
-               "file-evaluate-note")
+CACHE_TASKS = (
+    "pin-baseline",
+    "fingerprint-dataset",
+    "fingerprint-eval-dataset",
+    "file-validate-note",
+    "file-evaluate-note",
+)
 
 
 class _Form:
@@ -80,11 +102,15 @@ class _Form:
         """A parameter of the other form has a fixed value here (never a UI field)."""
         if name in self.p:
             return self.p[name]
-        return {"checkpoint_dir": f"{CHECKPOINT_MOUNT}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}",
-                "release_dir": f"{RELEASE_MOUNT}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}",
-                "serving_state_dir": SERVING_STATE, "watermark_key_file": f"{KEY_MOUNT}/key",
-                "signing_key_file": f"{SIGNING_MOUNT}/private.pem",
-                "signing_public_key_file": f"{SIGNING_MOUNT}/public.pem", "gpu_count": "0"}[name]
+        return {
+            "checkpoint_dir": f"{CHECKPOINT_MOUNT}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}",
+            "release_dir": f"{RELEASE_MOUNT}/{dsl.PIPELINE_JOB_ID_PLACEHOLDER}",
+            "serving_state_dir": SERVING_STATE,
+            "watermark_key_file": f"{KEY_MOUNT}/key",
+            "signing_key_file": f"{SIGNING_MOUNT}/private.pem",
+            "signing_public_key_file": f"{SIGNING_MOUNT}/public.pem",
+            "gpu_count": "0",
+        }[name]
 
     def size(self, task, cpu, memory):
         """Requests equal limits: a quota'd namespace admits the pod, and it is not evicted first.
@@ -101,6 +127,7 @@ class _Form:
         if not self.enabled:
             return task
         from kfp import kubernetes
+
         self.size(task, *(size or FIXED_SIZE[name]))
         kubernetes.set_timeout(task, TIMEOUT[name])
         kubernetes.set_image_pull_secrets(task, [PULL_SECRET])
@@ -118,9 +145,10 @@ class _Form:
         if not self.enabled:
             return task
         from kfp import kubernetes
+
         gpu_type, gpu_count = self.p["gpu_type"], self.p["gpu_count"]
         task.set_accelerator_type(gpu_type).set_accelerator_limit(gpu_count)
-        task.register_pipeline_channels([gpu_type, gpu_count])      # see `size`
+        task.register_pipeline_channels([gpu_type, gpu_count])  # see `size`
         kubernetes.add_toleration(task, key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
         kubernetes.mount_pvc(task, pvc_name=self.p["checkpoint_pvc"], mount_path=CHECKPOINT_MOUNT)
         return task
@@ -136,38 +164,69 @@ def _tail(f: _Form, model, eval_set, pinned, model_root="", base_model=None, bas
     kwargs = {"base_model": base_model} if base_model is not None else {}
     if base_model_root is not None:
         kwargs["base_model_root"] = base_model_root
-    evaluated = evaluate_llm(model=model, eval_dataset=eval_set, config=f.p["eval_config"],
-                             baseline_release=pinned, model_root=model_root, eval_root=eval_root, **kwargs)
+    evaluated = evaluate_llm(
+        model=model,
+        eval_dataset=eval_set,
+        config=f.p["eval_config"],
+        baseline_release=pinned,
+        model_root=model_root,
+        eval_root=eval_root,
+        **kwargs,
+    )
     f.task(evaluated, "evaluate-llm", size=f.eval_size())
     f.task(file_note(note=evaluated.outputs["note"], release_dir=f.get("release_dir")), "file-evaluate-note")
     with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712
-        marked = verify_watermark(model=model, eval_dataset=eval_set, blessing=evaluated.outputs["blessing"],
-                                  config=f.p["watermark_config"],
-                                  key_file=f.get("watermark_key_file"), release_dir=f.get("release_dir"))
+        marked = verify_watermark(
+            model=model,
+            eval_dataset=eval_set,
+            blessing=evaluated.outputs["blessing"],
+            config=f.p["watermark_config"],
+            key_file=f.get("watermark_key_file"),
+            release_dir=f.get("release_dir"),
+        )
         f.task(marked, "verify-watermark", key=True, size=f.eval_size())
         with dsl.If(marked.outputs["Output"] == True, name="verified"):  # noqa: E712
             deployed = triton_canary_deploy(
-                model=model, blessing=evaluated.outputs["blessing"], watermarked=marked.outputs["watermarked"],
+                model=model,
+                blessing=evaluated.outputs["blessing"],
+                watermarked=marked.outputs["watermarked"],
                 config=f.p["deploy_config"],
-                default_target="kserve" if f.enabled else "local", key_file=f.get("watermark_key_file"),
-                state_dir=f.get("serving_state_dir"), release_dir=f.get("release_dir"),
-                signing_key_file=f.get("signing_key_file"), public_key_file=f.get("signing_public_key_file"))
-            f.task(deployed, "triton-canary-deploy", key=True, signing=True,
-                   size=(f.p.get("deploy_cpu"), f.p.get("deploy_memory")))
+                default_target="kserve" if f.enabled else "local",
+                key_file=f.get("watermark_key_file"),
+                state_dir=f.get("serving_state_dir"),
+                release_dir=f.get("release_dir"),
+                signing_key_file=f.get("signing_key_file"),
+                public_key_file=f.get("signing_public_key_file"),
+            )
+            f.task(
+                deployed,
+                "triton-canary-deploy",
+                key=True,
+                signing=True,
+                size=(f.p.get("deploy_cpu"), f.p.get("deploy_memory")),
+            )
 
 
 def _pin(f: _Form):
     """The promoted release this run compares with, pinned before any stage reads it."""
-    return f.task(pin_baseline(release_dir=f.get("release_dir"), baseline_release=f.p["baseline_release"]),
-                  "pin-baseline").output
+    return f.task(
+        pin_baseline(release_dir=f.get("release_dir"), baseline_release=f.p["baseline_release"]), "pin-baseline"
+    ).output
 
 
 def _train(f: _Form, dataset, base_model, resume_from=None):
     """train_zero3 with its retry policy; checkpoints on the PVC survive the retries."""
     kwargs = {"resume_from": resume_from} if resume_from is not None else {}
-    trained = train_zero3(dataset=dataset, base_model=base_model, config=f.p["train_config"],
-                          checkpoint_dir=f.get("checkpoint_dir"), gpus=f.get("gpu_count"),
-                          release_dir=f.get("release_dir"), signing_key_file=f.get("signing_key_file"), **kwargs)
+    trained = train_zero3(
+        dataset=dataset,
+        base_model=base_model,
+        config=f.p["train_config"],
+        checkpoint_dir=f.get("checkpoint_dir"),
+        gpus=f.get("gpu_count"),
+        release_dir=f.get("release_dir"),
+        signing_key_file=f.get("signing_key_file"),
+        **kwargs,
+    )
     trained.set_retry(num_retries=2)
     return f.training(trained)
 
@@ -175,17 +234,29 @@ def _train(f: _Form, dataset, base_model, resume_from=None):
 def _validate(f: _Form, raw, pinned):
     """validate_dataset, keyed by the raw data's root; its `Output` is the data gate."""
     raw_root = f.task(fingerprint_dataset(dataset=raw), "fingerprint-dataset").output
-    validated = validate_dataset(raw=raw, config=f.p["data_config"], policy=f.p["pii_policy"],
-                                 baseline_release=pinned, raw_root=raw_root, engine=f.p["data_engine"])
+    validated = validate_dataset(
+        raw=raw,
+        config=f.p["data_config"],
+        policy=f.p["pii_policy"],
+        baseline_release=pinned,
+        raw_root=raw_root,
+        engine=f.p["data_engine"],
+    )
     f.task(validated, "validate-dataset")
-    f.task(file_note(note=validated.outputs["note"], release_dir=f.get("release_dir"),
-                     stats=validated.outputs["stats"]), "file-validate-note")
+    f.task(
+        file_note(note=validated.outputs["note"], release_dir=f.get("release_dir"), stats=validated.outputs["stats"]),
+        "file-validate-note",
+    )
     return validated
 
 
 def _import(uri, cls, name: str, root=None):
-    task = dsl.importer(artifact_uri=uri, artifact_class=cls, reimport=False,
-                        metadata={"merkle_root": root} if root is not None else None)
+    task = dsl.importer(
+        artifact_uri=uri,
+        artifact_class=cls,
+        reimport=False,
+        metadata={"merkle_root": root} if root is not None else None,
+    )
     return task.set_display_name(name)
 
 
@@ -195,9 +266,13 @@ def _release(f: _Form) -> None:
     pinned = _pin(f)
     validated = _validate(f, raw.output, pinned)
     with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
-        base = build_base_model(dataset=validated.outputs["clean"], size=f.p["base_model_size"],
-                                base_model_uri=f.p["base_model_uri"], base_model_root=f.p["base_model_root"],
-                                release_dir=f.get("release_dir"))
+        base = build_base_model(
+            dataset=validated.outputs["clean"],
+            size=f.p["base_model_size"],
+            base_model_uri=f.p["base_model_uri"],
+            base_model_root=f.p["base_model_root"],
+            release_dir=f.get("release_dir"),
+        )
         f.task(base, "build-base-model")
         trained = _train(f, validated.outputs["clean"], base.outputs["base_model"])
         _tail(f, trained.outputs["model"], eval_set.output, pinned, base_model=base.outputs["base_model"])
@@ -212,8 +287,14 @@ def _continue_training(f: _Form) -> None:
     validated = _validate(f, raw.output, pinned)
     with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712
         trained = _train(f, validated.outputs["clean"], model.output, ckpt.output)
-        _tail(f, trained.outputs["model"], eval_set.output, pinned, base_model=model.output,
-              base_model_root=f.p["model_root"])
+        _tail(
+            f,
+            trained.outputs["model"],
+            eval_set.output,
+            pinned,
+            base_model=model.output,
+            base_model_root=f.p["model_root"],
+        )
 
 
 def _evaluate_deploy(f: _Form) -> None:
@@ -223,15 +304,24 @@ def _evaluate_deploy(f: _Form) -> None:
 
 
 SHAPES = {
-    "release": ("llmops-release", _release,
-                "Validate SFT data, train with DeepSpeed ZeRO-3 and Merkle-verified checkpoints, evaluate, verify "
-                "the watermark, and roll out to Triton as a canary."),
-    "continue-training": ("llmops-continue-training", _continue_training,
-                          "Validate new data and continue training a model from a verified checkpoint, then "
-                          "evaluate, verify the watermark and deploy."),
-    "evaluate-deploy": ("llmops-evaluate-deploy", _evaluate_deploy,
-                        "Evaluate an existing model (its Merkle root pinned), verify its watermark and roll it out "
-                        "to Triton as a canary."),
+    "release": (
+        "llmops-release",
+        _release,
+        "Validate SFT data, train with DeepSpeed ZeRO-3 and Merkle-verified checkpoints, evaluate, verify "
+        "the watermark, and roll out to Triton as a canary.",
+    ),
+    "continue-training": (
+        "llmops-continue-training",
+        _continue_training,
+        "Validate new data and continue training a model from a verified checkpoint, then "
+        "evaluate, verify the watermark and deploy.",
+    ),
+    "evaluate-deploy": (
+        "llmops-evaluate-deploy",
+        _evaluate_deploy,
+        "Evaluate an existing model (its Merkle root pinned), verify its watermark and roll it out "
+        "to Triton as a canary.",
+    ),
 }
 
 
@@ -241,15 +331,26 @@ def _pipeline(key: str, cluster: bool):
     declared = P.for_pipeline(key, "cluster" if cluster else "local")
 
     def fn(*values):
-        f = _Form(cluster, dict(zip([p.name for p in declared], values)))
-        record = write_release_record(release_dir=f.get("release_dir"), signing_key_file=f.get("signing_key_file"),
-                                      pipeline_spec_sha256=f.p["pipeline_spec_sha256"])
+        f = _Form(cluster, dict(zip([p.name for p in declared], values, strict=False)))
+        record = write_release_record(
+            release_dir=f.get("release_dir"),
+            signing_key_file=f.get("signing_key_file"),
+            pipeline_spec_sha256=f.p["pipeline_spec_sha256"],
+        )
         with dsl.ExitHandler(f.task(record, "release-record", signing=True), name="release"):
             body(f)
 
-    fn.__signature__ = inspect.Signature([
-        inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str,
-                          default=inspect.Parameter.empty if p.default is None else p.default) for p in declared])
+    fn.__signature__ = inspect.Signature(
+        [
+            inspect.Parameter(
+                p.name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                annotation=str,
+                default=inspect.Parameter.empty if p.default is None else p.default,
+            )
+            for p in declared
+        ]
+    )
     fn.__name__ = fn.__qualname__ = key.replace("-", "_")
     fn.__doc__ = P.docstring(description, declared)
     return dsl.pipeline(name=name, description=description)(fn)

@@ -3,14 +3,17 @@
 tokenizer of realistic vocabulary (>= 32 k) and a ChatML chat template, saved as sharded
 safetensors. The tokenizer is trained on the demo corpus plus synthetic words, so demo
 text tokenizes into real merges and the vocabulary still reaches its size."""
+
 from __future__ import annotations
 
 import os
 import random
 
-CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-          "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-          "{% endif %}")
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% endif %}"
+)
 SPECIAL = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": "<|im_start|>"}
 ARCHITECTURES = ("llama", "qwen2", "mistral", "gpt2")
 _TOKENIZERS: dict = {}
@@ -38,8 +41,12 @@ def tokenizer(vocab: int = 32_000, chat: bool = True):
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=list(dict.fromkeys(SPECIAL.values())),
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab,
+            special_tokens=list(dict.fromkeys(SPECIAL.values())),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
         tok.train_from_iterator(corpus(), trainer=trainer)
         fast = PreTrainedTokenizerFast(tokenizer_object=tok, **SPECIAL)
         if chat:
@@ -55,13 +62,29 @@ def config(arch: str, vocab: int, tok, hidden: int = 64, layers: int = 2, contex
     if arch == "gpt2":
         return tf.GPT2Config(vocab_size=vocab, n_positions=context, n_embd=hidden, n_layer=layers, n_head=4, **ids)
     cls = {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config, "mistral": tf.MistralConfig}[arch]
-    return cls(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
-               tie_word_embeddings=False, **ids)
+    return cls(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        tie_word_embeddings=False,
+        **ids,
+    )
 
 
-def save_model(out_dir: str, arch: str = "llama", vocab: int = 32_000, seed: int = 0, chat: bool = True,
-               hidden: int = 64, layers: int = 2, shard: str = "4MB") -> str:
+def save_model(
+    out_dir: str,
+    arch: str = "llama",
+    vocab: int = 32_000,
+    seed: int = 0,
+    chat: bool = True,
+    hidden: int = 64,
+    layers: int = 2,
+    shard: str = "4MB",
+) -> str:
     """A random-initialised `arch` model and its tokenizer in `out_dir` (not sealed)."""
     import torch
     from transformers import AutoModelForCausalLM

@@ -2,6 +2,7 @@
 Hugging Face Llama (no downloads): the model's tensors under GGUF's names (Q and K rows
 permuted as llama.cpp stores them), its byte-level BPE tokenizer (tokens, types, merges)
 and its chat template in the header, F32 tensors so an import can be compared exactly."""
+
 from __future__ import annotations
 
 import json
@@ -10,15 +11,26 @@ import os
 import numpy as np
 
 # Hugging Face Llama tensor names -> GGUF's (llama.cpp's gguf-py tensor map).
-_LAYER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-          "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
-          "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+_LAYER = {
+    "input_layernorm": "attn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
 
 
 def _permute(weights: np.ndarray, heads: int) -> np.ndarray:
     """llama.cpp's rotary layout of a Q or K projection (what transformers undoes on load)."""
-    return (weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:])
-            .swapaxes(1, 2).reshape(weights.shape))
+    return (
+        weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
 
 
 def _name(hf: str) -> str:
@@ -70,8 +82,7 @@ def write_llama_gguf(hf_dir: str, path: str, architecture: str = "llama") -> str
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(words)
-    writer.add_token_types([gguf.TokenType.CONTROL if i in added else gguf.TokenType.NORMAL
-                            for i in range(len(words))])
+    writer.add_token_types([gguf.TokenType.CONTROL if i in added else gguf.TokenType.NORMAL for i in range(len(words))])
     writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]])
     index = {w: i for i, w in enumerate(words)}
     writer.add_bos_token_id(index[tok_cfg["bos_token"]])

@@ -15,8 +15,12 @@ def write_lines(path, lines):
 
 def llmops(*args):
     """The CLI in a child process, as a user runs it: (exit code, stdout, stderr)."""
-    proc = subprocess.run([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", *args],
-                          capture_output=True, text=True, env={"LLMOPS_NO_PROGRESS": "1", "PATH": ""})
+    proc = subprocess.run(
+        [sys.executable, "-m", "kfp_llmops.pipelines.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env={"LLMOPS_NO_PROGRESS": "1", "PATH": ""},
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -40,8 +44,10 @@ def tiny_model(root, rows: int = 40):
     """A tiny tokenizer + model built on a few fixed pairs: (rows, clean path, model dir, model root)."""
     from kfp_llmops.components.training.base_model import build_base_model
 
-    pairs = [{"prompt": f"Tell me about item {i} and its color.", "response": f"Item {i} is blue and round."}
-             for i in range(rows)]
+    pairs = [
+        {"prompt": f"Tell me about item {i} and its color.", "response": f"Item {i} is blue and round."}
+        for i in range(rows)
+    ]
     clean = os.path.join(str(root), "clean.jsonl")
     write_lines(clean, pairs)
     model = os.path.join(str(root), "model")
@@ -76,8 +82,17 @@ def flip_byte(path, offset: int) -> None:
         handle.write(bytes([byte[0] ^ 1]))
 
 
-__all__ = ["write_lines", "validate_lines", "read_jsonl", "sft", "tiny_model", "training_inputs", "losses", "flip_byte",
-           "os"]
+__all__ = [
+    "write_lines",
+    "validate_lines",
+    "read_jsonl",
+    "sft",
+    "tiny_model",
+    "training_inputs",
+    "losses",
+    "flip_byte",
+    "os",
+]
 
 
 def docker(*args, check=True) -> subprocess.CompletedProcess:

@@ -2,6 +2,7 @@
 job must pass strict validation (unknown fields refused); what runs is `start(job)`; its
 pods carry their containers' exit codes and reasons; the log pod's lines come with the
 kubelet's RFC 3339 timestamps. A subclass names its API, its status and its pods."""
+
 from __future__ import annotations
 
 import threading
@@ -9,6 +10,7 @@ import time
 from types import SimpleNamespace
 
 from kubernetes.client.exceptions import ApiException
+
 from strict_schema import validate as strict
 
 
@@ -40,9 +42,9 @@ class Run:
 
 
 class JobStandIn:
-    API: tuple[str, str, str]          # (group, version, plural)
-    LOG_ROLE: str                      # the pod whose log the job's follower reads
-    LOG_CONTAINER: str                 # and its container
+    API: tuple[str, str, str]  # (group, version, plural)
+    LOG_ROLE: str  # the pod whose log the job's follower reads
+    LOG_CONTAINER: str  # and its container
 
     def __init__(self, start):
         self.start = start
@@ -99,9 +101,16 @@ class JobStandIn:
                 if not self.select(label_selector, name, role):
                     continue
                 terminated = None if code is None else SimpleNamespace(exit_code=code, reason=reason)
-                items.append(SimpleNamespace(metadata=SimpleNamespace(name=pod), status=SimpleNamespace(
-                    container_statuses=[SimpleNamespace(name=self.container(role),
-                                                        state=SimpleNamespace(terminated=terminated))])))
+                items.append(
+                    SimpleNamespace(
+                        metadata=SimpleNamespace(name=pod),
+                        status=SimpleNamespace(
+                            container_statuses=[
+                                SimpleNamespace(name=self.container(role), state=SimpleNamespace(terminated=terminated))
+                            ]
+                        ),
+                    )
+                )
         return SimpleNamespace(items=items)
 
     def read_namespaced_pod_log(self, name, namespace, container=None, timestamps=False, since_seconds=None):
@@ -121,6 +130,7 @@ class ProcessRun(Run):
 
     def follow(self, command: list[str], **popen) -> None:
         import subprocess
+
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()

@@ -3,6 +3,7 @@ RayJobs, CoreV1Api for their pods and the submitter's log), answering as KubeRay
 in K8sJobMode: its status is KubeRay's (jobDeploymentStatus Running, then Complete with
 jobStatus SUCCEEDED, or Failed with FAILED and reason AppFailed); the submitter Job's pod
 carries the job's log."""
+
 from __future__ import annotations
 
 from job_standin import JobStandIn, Run
@@ -20,8 +21,12 @@ class KubeRayStandIn(JobStandIn):
             return {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}
         if code == 0:
             return {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}
-        return {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "reason": "AppFailed",
-                "message": f"Job entrypoint command failed with exit code {code}"}
+        return {
+            "jobDeploymentStatus": "Failed",
+            "jobStatus": "FAILED",
+            "reason": "AppFailed",
+            "message": f"Job entrypoint command failed with exit code {code}",
+        }
 
     def get_namespaced_custom_object(self, group, version, namespace, plural, name):
         job = super().get_namespaced_custom_object(group, version, namespace, plural, name)

@@ -2,6 +2,7 @@
 loaded the way train_zero3 loads it, every parameter is gathered and compared with what
 `from_pretrained` reads (in fp32), and the rank's own share of the weights is counted.
 Writes one JSON line per folder to `<out>.rank<r>`."""
+
 import json
 import os
 import sys
@@ -33,11 +34,25 @@ def main(out: str, *folders: str) -> None:
                 own += param.ds_tensor.numel()
                 total += param.ds_numel
                 with deepspeed.zero.GatheredParameters([param]):
-                    if (name not in reference or param.dtype != torch.float32
-                            or not torch.equal(param.data, reference[name].data)):
+                    if (
+                        name not in reference
+                        or param.dtype != torch.float32
+                        or not torch.equal(param.data, reference[name].data)
+                    ):
                         mismatched.append(name)
-            report.write(json.dumps({"folder": folder, "mismatched": mismatched, "own": own, "total": total,
-                                     "names": sorted(names), "reference": sorted(reference)}) + "\n")
+            report.write(
+                json.dumps(
+                    {
+                        "folder": folder,
+                        "mismatched": mismatched,
+                        "own": own,
+                        "total": total,
+                        "names": sorted(names),
+                        "reference": sorted(reference),
+                    }
+                )
+                + "\n"
+            )
 
 
 if __name__ == "__main__":

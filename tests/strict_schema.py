@@ -4,6 +4,7 @@ otherwise, the server refuses them. Each object schema that lists `properties` a
 nothing about others gets `additionalProperties: false`, except where the schema opts
 out (`x-kubernetes-preserve-unknown-fields`). A custom resource's `metadata` is checked
 as ObjectMeta, which the server validates whatever the CRD says."""
+
 from __future__ import annotations
 
 import copy
@@ -15,18 +16,41 @@ import jsonschema
 import yaml
 
 SCHEMAS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "schemas")
-OWN_SCHEMAS = os.path.join(os.path.dirname(__file__), "schemas")      # what the shared ones lack
-OBJECT_META = {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
-    k: {} for k in ("name", "generateName", "namespace", "labels", "annotations", "finalizers", "ownerReferences",
-                    "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
-                    "deletionGracePeriodSeconds", "managedFields", "selfLink")}}
-CRDS = {("serving.kserve.io/v1beta1", "InferenceService"): "kserve-v0.20.0-inferenceservices.crd.yaml",
-        ("gateway.networking.k8s.io/v1", "HTTPRoute"): "gateway-api-v1.6.1-httproutes.crd.yaml",
-        ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "kubeflow-trainer-v2.3.0-trainjobs.crd.yaml",
-        ("ray.io/v1", "RayJob"): "kuberay-v1.7.0-rayjobs.crd.yaml",
-        ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"): "kubeflow-trainer-v2.3.0-trainingruntimes.crd.json",
-        ("pipelines.kubeflow.org/v2beta1", "Pipeline"): "kfp-pipelines.kubeflow.org_pipelines.crd.yaml",
-        ("pipelines.kubeflow.org/v2beta1", "PipelineVersion"): "kfp-pipelines.kubeflow.org_pipelineversions.crd.yaml"}
+OWN_SCHEMAS = os.path.join(os.path.dirname(__file__), "schemas")  # what the shared ones lack
+OBJECT_META = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name"],
+    "properties": {
+        k: {}
+        for k in (
+            "name",
+            "generateName",
+            "namespace",
+            "labels",
+            "annotations",
+            "finalizers",
+            "ownerReferences",
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "managedFields",
+            "selfLink",
+        )
+    },
+}
+CRDS = {
+    ("serving.kserve.io/v1beta1", "InferenceService"): "kserve-v0.20.0-inferenceservices.crd.yaml",
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"): "gateway-api-v1.6.1-httproutes.crd.yaml",
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "kubeflow-trainer-v2.3.0-trainjobs.crd.yaml",
+    ("ray.io/v1", "RayJob"): "kuberay-v1.7.0-rayjobs.crd.yaml",
+    ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"): "kubeflow-trainer-v2.3.0-trainingruntimes.crd.json",
+    ("pipelines.kubeflow.org/v2beta1", "Pipeline"): "kfp-pipelines.kubeflow.org_pipelines.crd.yaml",
+    ("pipelines.kubeflow.org/v2beta1", "PipelineVersion"): "kfp-pipelines.kubeflow.org_pipelineversions.crd.yaml",
+}
 ARGO = "argo-workflows-v4.1.2.schema.json"
 
 
@@ -37,13 +61,16 @@ def closed(schema):
     if not isinstance(schema, dict):
         return schema
     out = {k: (closed(v) if k not in ("enum", "required", "default", "example") else v) for k, v in schema.items()}
-    if "properties" in out and "additionalProperties" not in out \
-            and not out.get("x-kubernetes-preserve-unknown-fields"):
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _crd(file: str, version: str) -> dict:
     folder = OWN_SCHEMAS if os.path.exists(os.path.join(OWN_SCHEMAS, file)) else SCHEMAS
     crd = yaml.safe_load(open(os.path.join(folder, file)))
@@ -53,15 +80,18 @@ def _crd(file: str, version: str) -> dict:
     return schema
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _argo(kind: str) -> dict:
     full = json.load(open(os.path.join(SCHEMAS, ARGO)))
     return {"$ref": f"#/definitions/io.argoproj.workflow.v1alpha1.{kind}", "definitions": closed(full["definitions"])}
 
 
 def knows(doc: dict) -> bool:
-    return (doc.get("apiVersion"), doc.get("kind")) in CRDS or doc.get("apiVersion") == "argoproj.io/v1alpha1" \
+    return (
+        (doc.get("apiVersion"), doc.get("kind")) in CRDS
+        or doc.get("apiVersion") == "argoproj.io/v1alpha1"
         and doc.get("kind") in ("WorkflowTemplate", "Workflow", "CronWorkflow")
+    )
 
 
 def validate(doc: dict) -> None:
@@ -73,4 +103,5 @@ def validate(doc: dict) -> None:
         jsonschema.validate(doc, _argo(key[1]))
     else:
         import kubernetes_validate
+
         kubernetes_validate.validate(doc, "1.32", strict=True)

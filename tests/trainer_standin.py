@@ -4,6 +4,7 @@ Kubeflow Trainer v2.3 with JobSet does: a created TrainJob must pass strict vali
 (unknown fields refused) and name a known runtime; its pods are what `start(job)` runs;
 its conditions are JobSet's, copied as Trainer copies them; the launcher's log comes
 with the kubelet's RFC 3339 timestamps."""
+
 from __future__ import annotations
 
 from kubernetes.client.exceptions import ApiException
@@ -12,10 +13,18 @@ from job_standin import JobStandIn, Run, stamp
 
 __all__ = ["TrainerStandIn", "Run", "stamp", "COMPLETE", "FAILED"]
 
-COMPLETE = {"type": "Complete", "status": "True", "reason": "AllJobsCompleted",
-            "message": "jobset completed successfully"}
-FAILED = {"type": "Failed", "status": "True", "reason": "FailedJobs",
-          "message": "jobset failed due to one or more job failures"}
+COMPLETE = {
+    "type": "Complete",
+    "status": "True",
+    "reason": "AllJobsCompleted",
+    "message": "jobset completed successfully",
+}
+FAILED = {
+    "type": "Failed",
+    "status": "True",
+    "reason": "FailedJobs",
+    "message": "jobset failed due to one or more job failures",
+}
 
 
 class TrainerStandIn(JobStandIn):
@@ -41,5 +50,7 @@ class TrainerStandIn(JobStandIn):
 
     def select(self, selector, name, role):
         want = dict(part.split("=", 1) for part in selector.split(","))
-        return want.get("jobset.sigs.k8s.io/jobset-name") == name and \
-            want.get("jobset.sigs.k8s.io/replicatedjob-name", role) == role
+        return (
+            want.get("jobset.sigs.k8s.io/jobset-name") == name
+            and want.get("jobset.sigs.k8s.io/replicatedjob-name", role) == role
+        )

@@ -12,6 +12,7 @@ says nothing. All are computed on the decoded text, so any tokenizer compares al
 - empty_rate: responses with no text;
 - unfinished_rate: responses cut at max_new_tokens without ending (no EOS).
 """
+
 from __future__ import annotations
 
 import re
@@ -33,7 +34,7 @@ def tokens(text: str) -> list[str]:
 
 
 def _ngrams(toks: Sequence[str], n: int) -> list[tuple[str, ...]]:
-    return [tuple(toks[i:i + n]) for i in range(len(toks) - n + 1)]
+    return [tuple(toks[i : i + n]) for i in range(len(toks) - n + 1)]
 
 
 def repetition(text: str, n: int = 3) -> float:
@@ -51,16 +52,23 @@ def exact_match(response: str, reference: str) -> bool:
 
 
 def per_sample(response: str, reference: str, ended: bool) -> dict:
-    return {"exact_match": exact_match(response, reference), "repetition": repetition(response),
-            "empty": not response.strip(), "unfinished": not ended}
+    return {
+        "exact_match": exact_match(response, reference),
+        "repetition": repetition(response),
+        "empty": not response.strip(),
+        "unfinished": not ended,
+    }
 
 
 def summarize(samples: Sequence[dict], responses: Sequence[str], references: Sequence[str]) -> dict:
     """The metrics above over the eval set (NaN-free: an empty set gives 0s)."""
     n = max(1, len(samples))
     ours, theirs = distinct(responses), distinct(references)
-    return {"exact_match": sum(s["exact_match"] for s in samples) / n,
-            "repetition_rate": sum(s["repetition"] for s in samples) / n,
-            "distinct_2": ours, "distinct_2_ratio": ours / theirs if theirs else 0.0,
-            "empty_rate": sum(s["empty"] for s in samples) / n,
-            "unfinished_rate": sum(s["unfinished"] for s in samples) / n}
+    return {
+        "exact_match": sum(s["exact_match"] for s in samples) / n,
+        "repetition_rate": sum(s["repetition"] for s in samples) / n,
+        "distinct_2": ours,
+        "distinct_2_ratio": ours / theirs if theirs else 0.0,
+        "empty_rate": sum(s["empty"] for s in samples) / n,
+        "unfinished_rate": sum(s["unfinished"] for s in samples) / n,
+    }

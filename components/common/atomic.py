@@ -1,6 +1,7 @@
 """The one way files are replaced: written beside their final name, fsynced, renamed
 over it, and the directory fsynced, so a crash leaves the old file or the new one, never
 a torn mix. Everything a later stage or a restart reads goes through here."""
+
 from __future__ import annotations
 
 import json
@@ -30,6 +31,7 @@ class AtomicFile:
             self.handle: BinaryIO = open(self.tmp, "wb", buffering=buffering)
         except OSError as exc:
             from .errors import environment_problem
+
             raise (environment_problem(exc, path) or exc) from None
 
     def write(self, data: bytes) -> int:
@@ -54,7 +56,8 @@ class AtomicFile:
         """The partial file removed (it holds space and is not the file), and a full disk,
         quota, read-only volume or refused permission said as one line naming `path`."""
         from .errors import environment_problem
-        problem = environment_problem(exc, self.path)       # the free space as it was when it failed
+
+        problem = environment_problem(exc, self.path)  # the free space as it was when it failed
         self.abort()
         if problem is None:
             raise exc
@@ -64,11 +67,11 @@ class AtomicFile:
         try:
             self.handle.close()
         except OSError:
-            pass                  # the buffer could not be flushed: the partial file goes anyway
+            pass  # the buffer could not be flushed: the partial file goes anyway
         if os.path.exists(self.tmp):
             os.unlink(self.tmp)
 
-    def __enter__(self) -> "AtomicFile":
+    def __enter__(self) -> AtomicFile:
         return self
 
     def __exit__(self, kind, value, tb) -> None:

@@ -15,6 +15,7 @@ pinned record, `<record.json>#sha256=<hex>`. The pipelines pin the baseline in a
 its own (`pin`) before the stages that use it, so a cached stage's key names the release
 it compared with: a new promotion is a new key, never a stale comparison.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,23 +30,25 @@ from .integrity import sha256_file
 
 FORMAT = "kfp-llmops-promoted/1"
 POINTER = "promoted.json"
-PRODUCTION = "production"   # beside the run folders: the promoted model, for the next run's win rate
+PRODUCTION = "production"  # beside the run folders: the promoted model, for the next run's win rate
 
 
 @dataclass
 class Baseline:
     pointer: str
-    record: str                          # the promoted release's record.json (its folder names the run)
+    record: str  # the promoted release's record.json (its folder names the run)
     run: str | None
     model_root: str | None
-    eval_metrics: dict | None           # evaluate_llm's metrics of the promoted model
-    stats_path: str | None              # validate_dataset's stats of the data it was trained on
-    model_places: list[str]             # where the record says the model is: trained, deployed, serving, served
-    record_sha256: str                  # of the very bytes parsed above (what a pin names)
+    eval_metrics: dict | None  # evaluate_llm's metrics of the promoted model
+    stats_path: str | None  # validate_dataset's stats of the data it was trained on
+    model_places: list[str]  # where the record says the model is: trained, deployed, serving, served
+    record_sha256: str  # of the very bytes parsed above (what a pin names)
 
     def describe(self) -> str:
-        return (f"promoted release {os.path.basename(os.path.dirname(self.record))} (model "
-                f"{str(self.model_root or '?')[:16]}…, {self.record})")
+        return (
+            f"promoted release {os.path.basename(os.path.dirname(self.record))} (model "
+            f"{str(self.model_root or '?')[:16]}…, {self.record})"
+        )
 
 
 def pointer_path(release_dir: str, setting: str = "auto") -> str | None:
@@ -71,8 +74,10 @@ def keep_model(release_dir: str, model_dir: str, root: str) -> str | None:
     integrity.verify("model", dest, root)
     os.utime(dest)
     import shutil
-    others = sorted((os.path.join(folder, d) for d in os.listdir(folder) if d != root),
-                    key=os.path.getmtime, reverse=True)
+
+    others = sorted(
+        (os.path.join(folder, d) for d in os.listdir(folder) if d != root), key=os.path.getmtime, reverse=True
+    )
     for stale in others[1:]:
         shutil.rmtree(stale, ignore_errors=True)
     return dest
@@ -91,15 +96,31 @@ def promote(release_dir: str, record_path: str, record: dict) -> str:
     with open(f"{path}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         current = _pointer(path) if os.path.exists(path) else None
-        if current is not None and "production_root" in inputs and current.get("model_root") != inputs["production_root"]:
+        if (
+            current is not None
+            and "production_root" in inputs
+            and current.get("model_root") != inputs["production_root"]
+        ):
             replaced = inputs["production_root"]
-            raise InputError(f"{path}: not moved to run {record.get('run')}: it names run {current.get('run')} (model "
-                             f"{str(current.get('model_root'))[:16]}…), but this promotion replaced model "
-                             f"{str(replaced)[:16] + '…' if replaced else 'none'}; another promotion came between")
-        atomic.write_text(path, json.dumps({"format": FORMAT, "run": record.get("run"),
-                                            "record": os.path.abspath(record_path),
-                                            "record_sha256": sha256_file(record_path),
-                                            "model_root": inputs.get("model_root")}, indent=2) + "\n")
+            raise InputError(
+                f"{path}: not moved to run {record.get('run')}: it names run {current.get('run')} (model "
+                f"{str(current.get('model_root'))[:16]}…), but this promotion replaced model "
+                f"{str(replaced)[:16] + '…' if replaced else 'none'}; another promotion came between"
+            )
+        atomic.write_text(
+            path,
+            json.dumps(
+                {
+                    "format": FORMAT,
+                    "run": record.get("run"),
+                    "record": os.path.abspath(record_path),
+                    "record_sha256": sha256_file(record_path),
+                    "model_root": inputs.get("model_root"),
+                },
+                indent=2,
+            )
+            + "\n",
+        )
     return path
 
 
@@ -145,12 +166,14 @@ def _from_record(origin: str, record_path: str, expected: str) -> Baseline:
     """The baseline a promoted release record names, every file verified (`origin`: what named it)."""
     if not os.path.isfile(record_path):
         raise InputError(f"{origin}: the promoted release record {record_path} is missing")
-    with open(record_path, "rb") as handle:     # hashed and parsed from the same bytes
+    with open(record_path, "rb") as handle:  # hashed and parsed from the same bytes
         data = handle.read()
     digest = hashlib.sha256(data).hexdigest()
     if digest != expected:
-        raise InputError(f"{origin}: the promoted release record {record_path} does not verify "
-                         f"(SHA-256 {digest}, {origin} says {expected})")
+        raise InputError(
+            f"{origin}: the promoted release record {record_path} does not verify "
+            f"(SHA-256 {digest}, {origin} says {expected})"
+        )
     try:
         record = json.loads(data)
         if not isinstance(record, dict):
@@ -165,12 +188,22 @@ def _from_record(origin: str, record_path: str, expected: str) -> Baseline:
             raise InputError(f"{record_path}: the baseline data stats {stats_path} are missing")
         got = sha256_file(stats_path)
         if got != stats.get("root"):
-            raise InputError(f"{record_path}: the baseline data stats {stats_path} do not verify "
-                             f"(SHA-256 {got}, the record says {stats.get('root')})")
+            raise InputError(
+                f"{record_path}: the baseline data stats {stats_path} do not verify "
+                f"(SHA-256 {got}, the record says {stats.get('root')})"
+            )
     evaluated = stages.get("evaluate_llm", {})
     model_root = (stages.get("triton_canary_deploy") or {}).get("inputs", {}).get("model_root")
-    return Baseline(origin, record_path, record.get("run"), model_root, evaluated.get("metrics") or None,
-                    stats_path, _model_places(stages), digest)
+    return Baseline(
+        origin,
+        record_path,
+        record.get("run"),
+        model_root,
+        evaluated.get("metrics") or None,
+        stats_path,
+        _model_places(stages),
+        digest,
+    )
 
 
 def _model_places(stages: dict) -> list[str]:
@@ -187,9 +220,15 @@ def _model_places(stages: dict) -> list[str]:
         places.append(os.path.join(repo["path"], repo["weights"]) if repo.get("path") else None)
         serving = read_serving_state(state) if state else {}
         stable = serving.get("stable") or {}
-        if stable.get("model_name") and stable.get("version") is not None:    # versions count on as it serves
-            places.append(os.path.join(served_dir(state, state=serving), stable["model_name"], str(stable["version"]),
-                                       os.path.basename(repo["weights"])))
+        if stable.get("model_name") and stable.get("version") is not None:  # versions count on as it serves
+            places.append(
+                os.path.join(
+                    served_dir(state, state=serving),
+                    stable["model_name"],
+                    str(stable["version"]),
+                    os.path.basename(repo["weights"]),
+                )
+            )
         places.append(f"{deploy['served_uri'].rstrip('/')}/{repo['weights']}" if deploy.get("served_uri") else None)
     return [p for p in places if p]
 

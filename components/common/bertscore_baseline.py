@@ -13,6 +13,7 @@ any machine without a download; `llmops bertscore-baseline` rebuilds it, and a t
 rebuilds it and compares with the pinned file. A patch release of Python may edit that
 prose, which can move the figures in the third decimal place.
 """
+
 from __future__ import annotations
 
 import csv
@@ -22,7 +23,6 @@ import random
 
 from .errors import InputError
 from .integrity import sha256_file
-
 from .prose import sentences
 
 BUNDLED = os.path.join(os.path.dirname(__file__), "baselines", "minilm-l6.csv")
@@ -41,11 +41,12 @@ def build(model: str, num_layers: int, pairs: int = PAIRS, seed: int = SEED) -> 
         a, b = rng.sample(range(len(pool)), 2)
         cands.append(pool[a])
         refs.append(pool[b])
-    p, r, f = bert_score.score(cands, refs, model_type=model, num_layers=num_layers, all_layers=True,
-                               lang="en", batch_size=64, verbose=False)
+    p, r, f = bert_score.score(
+        cands, refs, model_type=model, num_layers=num_layers, all_layers=True, lang="en", batch_size=64, verbose=False
+    )
     out = io.StringIO()
     out.write("LAYER,P,R,F\n")
-    for layer in range(p.shape[0]):            # all_layers: one row of scores per layer
+    for layer in range(p.shape[0]):  # all_layers: one row of scores per layer
         out.write(f"{layer},{p[layer].mean():.6f},{r[layer].mean():.6f},{f[layer].mean():.6f}\n")
     return out.getvalue()
 

@@ -1,5 +1,6 @@
 """Base for the one config model each stage has, and YAML loading whose errors name the
 file, line and field (`cfg.yaml:7: pii.policy: Input should be ...`)."""
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,7 @@ class StageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     @classmethod
-    def load(cls: type[C], source: str | os.PathLike | None = None,
-             overrides: dict[str, Any] | None = None) -> C:
+    def load(cls: type[C], source: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None) -> C:
         """Build from a YAML file path, inline YAML text, or nothing (defaults)."""
         text, origin = "", "<defaults>"
         if source is not None and str(source).strip():
@@ -39,8 +39,9 @@ class StageConfig(BaseModel):
         return cls.from_yaml(text, origin, overrides)
 
     @classmethod
-    def from_yaml(cls: type[C], text: str, origin: str = "<inline config>",
-                  overrides: dict[str, Any] | None = None) -> C:
+    def from_yaml(
+        cls: type[C], text: str, origin: str = "<inline config>", overrides: dict[str, Any] | None = None
+    ) -> C:
         try:
             node = yaml.compose(text) if text.strip() else None
             data = yaml.safe_load(text) if text.strip() else {}

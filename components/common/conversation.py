@@ -11,14 +11,15 @@ with the reason and the turn (`messages[2].role`); training, evaluation and wate
 verification refuse it naming the file and line. For evaluation, the prompt is the
 conversation up to its last assistant turn and the reference is that turn.
 """
+
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 ROLES = ("system", "user", "assistant")
 
 # What a model is prompted with: a user's text, or the turns of a conversation so far.
-Prompt = Union[str, list]
+Prompt = str | list
 
 
 class TurnError(ValueError):
@@ -34,9 +35,11 @@ def check_turns(value: Any, field: str = "messages", min_chars: int = 1) -> list
     `{"role", "content"}` dicts; TurnError otherwise."""
     turns = _turns(value, field, min_chars)
     if turns[-1]["role"] != "assistant":
-        raise TurnError("no_assistant_turn", f"{field}[{len(turns) - 1}].role",
-                        f"the conversation ends with a {turns[-1]['role']} turn; SFT needs it to end with the "
-                        "assistant's")
+        raise TurnError(
+            "no_assistant_turn",
+            f"{field}[{len(turns) - 1}].role",
+            f"the conversation ends with a {turns[-1]['role']} turn; SFT needs it to end with the assistant's",
+        )
     if not any(t["role"] == "user" for t in turns):
         raise TurnError("bad_turn", field, "no user turn")
     return turns
@@ -47,8 +50,11 @@ def prompt_turns(value: Any, field: str = "messages") -> list[dict]:
     the answer follows; TurnError otherwise."""
     turns = _turns(value, field, 1)
     if turns[-1]["role"] != "user":
-        raise TurnError("bad_turn", f"{field}[{len(turns) - 1}].role",
-                        f"the conversation ends with a {turns[-1]['role']} turn; a request ends with the user's")
+        raise TurnError(
+            "bad_turn",
+            f"{field}[{len(turns) - 1}].role",
+            f"the conversation ends with a {turns[-1]['role']} turn; a request ends with the user's",
+        )
     return turns
 
 
@@ -66,11 +72,17 @@ def _turns(value: Any, field: str, min_chars: int) -> list[dict]:
         if role not in ROLES:
             raise TurnError("unknown_role", f"{where}.role", f"unknown role {role!r} (known: {', '.join(ROLES)})")
         if not isinstance(content, str):
-            raise TurnError("wrong_type", f"{where}.content",
-                            f"expected a string, got {type(content).__name__ if content is not None else 'nothing'}")
+            raise TurnError(
+                "wrong_type",
+                f"{where}.content",
+                f"expected a string, got {type(content).__name__ if content is not None else 'nothing'}",
+            )
         if len(content.strip()) < max(1, min_chars):
-            raise TurnError("empty_turn", f"{where}.content", f"{role} turn is empty" if not content.strip()
-                            else f"{len(content.strip())} < min_chars {min_chars}")
+            raise TurnError(
+                "empty_turn",
+                f"{where}.content",
+                f"{role} turn is empty" if not content.strip() else f"{len(content.strip())} < min_chars {min_chars}",
+            )
         if role == "system" and i:
             raise TurnError("bad_turn", f"{where}.role", "a system turn must come first")
         turns.append({"role": role, "content": content})

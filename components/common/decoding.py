@@ -1,6 +1,7 @@
 """How answers are decoded: the one setting evaluation blesses a model under (recorded
 with the blessing) and the server answers with by default (serving.json), so what users
 get is what was judged. The watermark stage's cost is measured greedy, as the default is."""
+
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,11 +20,16 @@ class Decoding(BaseModel):
 
     def generate_kwargs(self) -> dict:
         """The arguments `generation.generate` takes for this decoding."""
-        return {"do_sample": self.do_sample, "temperature": self.temperature, "top_k": self.top_k or None,
-                "top_p": self.top_p if self.top_p < 1 else None, "max_new_tokens": self.max_new_tokens}
+        return {
+            "do_sample": self.do_sample,
+            "temperature": self.temperature,
+            "top_k": self.top_k or None,
+            "top_p": self.top_p if self.top_p < 1 else None,
+            "max_new_tokens": self.max_new_tokens,
+        }
 
     @classmethod
-    def from_record(cls, record: dict | None, origin: str) -> "Decoding":
+    def from_record(cls, record: dict | None, origin: str) -> Decoding:
         """The decoding a blessing recorded; a record without one (older blessings) gets
         evaluation's defaults, which is what it was judged under unless its config said."""
         value = (record or {}).get("decoding")

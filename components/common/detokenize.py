@@ -8,6 +8,7 @@ split multi-byte characters over tokens; an unfinished one decodes as U+FFFD), n
 trailing whitespace (the answer is stripped), not a tail that may be the start of the
 stop string. The pieces joined are the answer a non-streaming request gets.
 """
+
 from __future__ import annotations
 
 _PARTIAL = "\ufffd"
@@ -37,13 +38,13 @@ class TextStream:
         self.tokens: list[int] = []
         self.sent = ""
         self.stopped = False
-        self.diverged = False       # a later token changed text already sent (never seen; counted if it is)
+        self.diverged = False  # a later token changed text already sent (never seen; counted if it is)
 
     def _emit(self, text: str) -> str:
         if not text.startswith(self.sent):
             self.diverged = True
             return ""
-        piece, self.sent = text[len(self.sent):], text
+        piece, self.sent = text[len(self.sent) :], text
         return piece
 
     def push(self, token: int) -> str:

@@ -1,7 +1,6 @@
 """User-facing errors. Each carries its exit code and a one-line message; no traceback
 ever reaches the user (see `pipelines.cli.main`)."""
 
-
 import errno
 import os
 
@@ -35,8 +34,12 @@ class EnvironmentProblem(LlmopsError):
 
 
 # errno -> what the user is told; what a stage's outputs can meet on a volume
-ENVIRONMENT_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
-                      errno.EROFS: "read-only file system", errno.EACCES: "permission denied"}
+ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+}
 
 
 def _size(n: float) -> str:
@@ -48,9 +51,10 @@ def _size(n: float) -> str:
 
 
 def free_space(path: str) -> str:
-    """"<free> free of <total> on <mount point>" for the volume holding `path` (or its
+    """ "<free> free of <total> on <mount point>" for the volume holding `path` (or its
     nearest existing parent)."""
     import shutil
+
     where = os.path.abspath(path)
     while not os.path.exists(where) and os.path.dirname(where) != where:
         where = os.path.dirname(where)
@@ -77,8 +81,9 @@ def _environment_cause(exc: BaseException | None) -> OSError | None:
     return None
 
 
-def environment_problem(exc: BaseException, path: str | None = None,
-                        operation: str = "writing") -> EnvironmentProblem | None:
+def environment_problem(
+    exc: BaseException, path: str | None = None, operation: str = "writing"
+) -> EnvironmentProblem | None:
     """`exc` as one line naming the operation, the path and the free space, when it is one
     of ENVIRONMENT_ERRNOS; else None (the caller re-raises it)."""
     if isinstance(exc, EnvironmentProblem):

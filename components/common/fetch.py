@@ -1,6 +1,7 @@
 """Inputs named by URI: a path on a mounted volume as it is; http(s) and fsspec URIs
 (s3://, gs://, ...) copied once into a work folder. Whoever fetches verifies what it got
 by its Merkle root; nothing here trusts the transport."""
+
 from __future__ import annotations
 
 import os
@@ -25,6 +26,7 @@ def fetch(uri: str, work: str, name: str) -> str:
         if uri.startswith(("http://", "https://")):
             import shutil
             import urllib.request
+
             with urllib.request.urlopen(uri, timeout=60) as resp, atomic.AtomicFile(dest) as out:
                 shutil.copyfileobj(resp, out.handle)
             return dest

@@ -2,6 +2,7 @@
 verification, each canary interval) is a list of checks, each a metric, its value, the
 bound in words, and a verdict; a gate passes when no check failed ("skipped" is not a
 failure and says why in `reason`). Reports, records and the KFP UI read this shape."""
+
 from __future__ import annotations
 
 import math
@@ -14,10 +15,10 @@ VERDICTS = ("pass", "fail", "skipped")
 class Check:
     metric: str
     value: float | None
-    bound: str                    # "<= 0.01", ">= 0.95 and <= 1", "" when there is none
-    verdict: str                  # pass | fail | skipped
+    bound: str  # "<= 0.01", ">= 0.95 and <= 1", "" when there is none
+    verdict: str  # pass | fail | skipped
     reason: str = ""
-    kind: str = "value"           # value | change (against a baseline) | a stage's own kind
+    kind: str = "value"  # value | change (against a baseline) | a stage's own kind
     baseline: float | None = None
 
     def __post_init__(self) -> None:
@@ -57,8 +58,9 @@ def at_least(metric: str, value: float | None, bound: float, reason: str = "", k
     return Check(metric, value, f">= {bound:g}", _verdict(ok), reason, kind)
 
 
-def holds(metric: str, ok: bool, reason: str = "", value: float | None = None, bound: str = "",
-          kind: str = "value") -> Check:
+def holds(
+    metric: str, ok: bool, reason: str = "", value: float | None = None, bound: str = "", kind: str = "value"
+) -> Check:
     """A check decided elsewhere (a smoke test, a sequential test)."""
     return Check(metric, value, bound, _verdict(ok), reason, kind)
 

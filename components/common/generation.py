@@ -13,10 +13,11 @@ answer always ends with EOS, where generation stops.
 Prompts longer than the context allows are cut from the left (the end of the prompt is
 what the answer follows) and counted as truncated.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .conversation import Prompt, as_turns
 from .errors import InputError
@@ -38,18 +39,20 @@ def _template_pieces(tokenizer, turns: list[dict]) -> list[tuple[str, bool]]:
         if turn["role"] != "assistant":
             continue
         head = _render(tokenizer, turns[:i], True)
-        full = _render(tokenizer, turns[:i + 1], False)
+        full = _render(tokenizer, turns[: i + 1], False)
         if not (head.startswith(done) and full.startswith(head)):
-            raise InputError("tokenizer chat_template: a conversation's rendering does not begin with the rendering "
-                             "of its earlier turns, so the assistant's answers cannot be told apart")
-        answer = full[len(head):].rstrip()
-        pieces += [(head[len(done):], False), (answer, True)]
+            raise InputError(
+                "tokenizer chat_template: a conversation's rendering does not begin with the rendering "
+                "of its earlier turns, so the assistant's answers cannot be told apart"
+            )
+        answer = full[len(head) :].rstrip()
+        pieces += [(head[len(done) :], False), (answer, True)]
         done = head + answer
     if turns and turns[-1]["role"] != "assistant":
         head = _render(tokenizer, turns, True)
         if not head.startswith(done):
             raise InputError("tokenizer chat_template: the prompt's rendering does not begin with its earlier turns'")
-        pieces.append((head[len(done):], False))
+        pieces.append((head[len(done) :], False))
     return pieces
 
 
@@ -143,6 +146,7 @@ def context_size(model) -> int:
 def left_pad(batch: list[list[int]], pad: int):
     """input_ids and attention_mask for a batch of prompts, padded on the left."""
     import torch
+
     width = max(len(ids) for ids in batch)
     input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch])
     attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch])
@@ -151,9 +155,9 @@ def left_pad(batch: list[list[int]], pad: int):
 
 @dataclass
 class Completion:
-    tokens: list[int]          # generated ids, up to (without) the first EOS, padding removed
-    truncated: bool            # the prompt was cut to fit the context
-    ended: bool = True         # stopped at EOS (False: cut at max_new_tokens)
+    tokens: list[int]  # generated ids, up to (without) the first EOS, padding removed
+    truncated: bool  # the prompt was cut to fit the context
+    ended: bool = True  # stopped at EOS (False: cut at max_new_tokens)
 
 
 def _token_watch(start: int, eos: int, on_token: Callable[[int, int | None], bool]):
@@ -167,7 +171,7 @@ def _token_watch(start: int, eos: int, on_token: Callable[[int, int | None], boo
     class Watch(StoppingCriteria):
         def __init__(self):
             self.done: list[bool] = []
-            self.ended_by_callback: dict[int, int] = {}     # row -> tokens it kept
+            self.ended_by_callback: dict[int, int] = {}  # row -> tokens it kept
 
         def __call__(self, input_ids, scores, **kwargs):
             latest = input_ids[:, -1].tolist()
@@ -190,11 +194,24 @@ def _token_watch(start: int, eos: int, on_token: Callable[[int, int | None], boo
     return Watch()
 
 
-def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, batch_size: int, seed: int,
-             do_sample: bool = True, temperature: float = 1.0, top_k: int | None = None,
-             top_p: float | None = None, min_new_tokens: int = 0,
-             max_prompt_tokens: int | None = None, processors: list | None = None, progress=None,
-             on_token: Callable[[int, int | None], bool] | None = None) -> list[Completion]:
+def generate(
+    model,
+    tokenizer,
+    prompts: list[Prompt],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    seed: int,
+    do_sample: bool = True,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_new_tokens: int = 0,
+    max_prompt_tokens: int | None = None,
+    processors: list | None = None,
+    progress=None,
+    on_token: Callable[[int, int | None], bool] | None = None,
+) -> list[Completion]:
     """Seeded batched generation; batch `i` (starting at prompt `start`) uses seed
     `seed + start`, so results do not depend on how many batches came before.
     `on_token(i, token)` sees prompt i's tokens as they are chosen (None: ended at EOS) and
@@ -207,26 +224,33 @@ def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, ba
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     out: list[Completion] = []
     for start in range(0, len(prompts), batch_size):
-        encoded = [prompt_ids(tokenizer, p) for p in prompts[start:start + batch_size]]
+        encoded = [prompt_ids(tokenizer, p) for p in prompts[start : start + batch_size]]
         input_ids, attention = left_pad([ids[-limit:] for ids in encoded], pad)
         width = input_ids.shape[1]
         torch.manual_seed(seed + start)
         watch = _token_watch(start, eos, on_token) if on_token is not None else None
         with torch.no_grad():
-            result = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
-                                    min_new_tokens=min_new_tokens or None, do_sample=do_sample,
-                                    temperature=temperature if do_sample else None, top_k=top_k or None,
-                                    top_p=top_p if do_sample else None,
-                                    pad_token_id=pad, eos_token_id=eos,
-                                    logits_processor=LogitsProcessorList(processors) if processors else None,
-                                    stopping_criteria=StoppingCriteriaList([watch]) if watch else None)
-        for row, (ids, full) in enumerate(zip(result[:, width:].tolist(), encoded)):
+            result = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                max_new_tokens=max_new_tokens,
+                min_new_tokens=min_new_tokens or None,
+                do_sample=do_sample,
+                temperature=temperature if do_sample else None,
+                top_k=top_k or None,
+                top_p=top_p if do_sample else None,
+                pad_token_id=pad,
+                eos_token_id=eos,
+                logits_processor=LogitsProcessorList(processors) if processors else None,
+                stopping_criteria=StoppingCriteriaList([watch]) if watch else None,
+            )
+        for row, (ids, full) in enumerate(zip(result[:, width:].tolist(), encoded, strict=False)):
             kept = watch.ended_by_callback.get(row) if watch is not None else None
             ended = kept is None and eos in ids
             if kept is not None:
                 ids = ids[:kept]
             elif ended:
-                ids = ids[:ids.index(eos)]
+                ids = ids[: ids.index(eos)]
             if pad != eos:
                 ids = [t for t in ids if t != pad]
             out.append(Completion(ids, len(full) > limit, ended))

@@ -6,6 +6,7 @@ bounded memory in parallel. Stages and lineage call `seal` and `verify`.
 Paths in a manifest can never escape its directory: absolute paths, `..`, backslashes
 and symlinks are refused before anything is read.
 """
+
 from __future__ import annotations
 
 import json
@@ -68,24 +69,30 @@ def list_files(root: str, exclude: tuple[str, ...] = UNSEALED) -> dict[str, int]
     return dict(sorted(out.items()))
 
 
-def hash_directory(root: str, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE,
-                   exclude: tuple[str, ...] = UNSEALED,
-                   known: dict[str, merkle.FileDigest] | None = None) -> merkle.Manifest:
+def hash_directory(
+    root: str,
+    chunk_size: int = merkle.DEFAULT_CHUNK_SIZE,
+    exclude: tuple[str, ...] = UNSEALED,
+    known: dict[str, merkle.FileDigest] | None = None,
+) -> merkle.Manifest:
     """`known`: digests (same chunk size) of files whose bytes were just verified elsewhere,
     e.g. a verified folder copied in; those are not read again."""
     known = known or {}
-    files = [known[rel] if rel in known and known[rel].size == size
-             else merkle.hash_file(os.path.join(root, rel), rel, chunk_size)
-             for rel, size in list_files(root, exclude).items()]
+    files = [
+        known[rel]
+        if rel in known and known[rel].size == size
+        else merkle.hash_file(os.path.join(root, rel), rel, chunk_size)
+        for rel, size in list_files(root, exclude).items()
+    ]
     return merkle.Manifest(chunk_size, files)
 
 
 @dataclass
 class Problem:
-    kind: str                  # corrupted | missing | extra | size | unsafe_path | manifest
+    kind: str  # corrupted | missing | extra | size | unsafe_path | manifest
     path: str | None
     detail: str
-    ranges: list[tuple[int, int]] = field(default_factory=list)   # bad byte ranges [start, end)
+    ranges: list[tuple[int, int]] = field(default_factory=list)  # bad byte ranges [start, end)
 
 
 @dataclass
@@ -103,9 +110,10 @@ class VerifyReport:
 
     def summary(self) -> str:
         if self.ok:
-            return (f"intact: {self.files_checked} files, {self.bytes_checked:,} bytes, root {self.root}")
+            return f"intact: {self.files_checked} files, {self.bytes_checked:,} bytes, root {self.root}"
         return f"NOT intact: {len(self.problems)} problem(s): " + "; ".join(
-            f"{p.kind} {p.path or ''} {p.detail}".strip() for p in self.problems[:5])
+            f"{p.kind} {p.path or ''} {p.detail}".strip() for p in self.problems[:5]
+        )
 
 
 def _read_at(fd: int, buf: memoryview, offset: int) -> int:
@@ -132,9 +140,9 @@ def _check_piece(path: str, chunk_size: int, first: int, leaves: list[bytes], pr
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
         for start in range(0, len(leaves), per):
             offset = (first + start) * chunk_size
-            got = _read_at(fd, buf[:max(0, min(len(buf), end - offset))], offset)
-            for j, expected in enumerate(leaves[start:start + per]):
-                with buf[min(got, j * chunk_size):min(got, (j + 1) * chunk_size)] as piece:
+            got = _read_at(fd, buf[: max(0, min(len(buf), end - offset))], offset)
+            for j, expected in enumerate(leaves[start : start + per]):
+                with buf[min(got, j * chunk_size) : min(got, (j + 1) * chunk_size)] as piece:
                     if merkle.leaf_hash(piece) != expected:
                         bad.append(first + start + j)
     finally:
@@ -142,8 +150,9 @@ def _check_piece(path: str, chunk_size: int, first: int, leaves: list[bytes], pr
     return bad
 
 
-def _check_files(root: str, chunk_size: int, targets: list[tuple[str, list[bytes], int]],
-                 threads: int) -> dict[str, list[int]]:
+def _check_files(
+    root: str, chunk_size: int, targets: list[tuple[str, list[bytes], int]], threads: int
+) -> dict[str, list[int]]:
     """Indexes of the bad chunks of each (path, leaves, present size) in `targets`.
 
     The files are cut into about one contiguous piece per thread (large files into
@@ -156,11 +165,13 @@ def _check_files(root: str, chunk_size: int, targets: list[tuple[str, list[bytes
     """
     total = sum(len(leaves) for _, leaves, _ in targets)
     stripe = max(_MIN_PIECE_CHUNKS, -(-total // threads))
-    pieces = [(rel, first, leaves[first:first + stripe], present)
-              for rel, leaves, present in targets for first in range(0, len(leaves), stripe)]
+    pieces = [
+        (rel, first, leaves[first : first + stripe], present)
+        for rel, leaves, present in targets
+        for first in range(0, len(leaves), stripe)
+    ]
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        results = list(pool.map(lambda p: (p[0], _check_piece(os.path.join(root, p[0]), chunk_size, *p[1:])),
-                                pieces))
+        results = list(pool.map(lambda p: (p[0], _check_piece(os.path.join(root, p[0]), chunk_size, *p[1:])), pieces))
     bad: dict[str, list[int]] = {rel: [] for rel, _, _ in targets}
     for rel, indexes in results:
         bad[rel].extend(indexes)
@@ -171,6 +182,7 @@ def sha256_file(path: str) -> str:
     """Plain SHA-256 of one file, streamed: for digests others pin (a classifier
     checkpoint, a compiled pipeline spec), where a Merkle root is not what is asked."""
     import hashlib
+
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while chunk := handle.read(1 << 20):
@@ -206,10 +218,16 @@ def write_manifest(path: str, manifest: merkle.Manifest, extra: dict | None = No
     return data["root"]
 
 
-def verify_directory(root: str, manifest: merkle.Manifest, stated_root: str | None = None,
-                     expected_root: str | None = None, only: list[str] | None = None,
-                     threads: int | None = None, exclude: tuple[str, ...] = UNSEALED,
-                     extras: bool | None = None) -> VerifyReport:
+def verify_directory(
+    root: str,
+    manifest: merkle.Manifest,
+    stated_root: str | None = None,
+    expected_root: str | None = None,
+    only: list[str] | None = None,
+    threads: int | None = None,
+    exclude: tuple[str, ...] = UNSEALED,
+    extras: bool | None = None,
+) -> VerifyReport:
     """Check `root` against `manifest`, the manifest against the root it states, and that
     root against `expected_root` (pinned elsewhere: `latest`, artifact metadata, a chain).
 
@@ -259,8 +277,14 @@ def verify_directory(root: str, manifest: merkle.Manifest, stated_root: str | No
             problems.append(Problem("missing", rel, f"expected {f.size:,} bytes"))
             continue
         if present[rel] != f.size:
-            problems.append(Problem("size", rel, f"{present[rel]:,} bytes, expected {f.size:,}",
-                                    [(min(present[rel], f.size), max(present[rel], f.size))]))
+            problems.append(
+                Problem(
+                    "size",
+                    rel,
+                    f"{present[rel]:,} bytes, expected {f.size:,}",
+                    [(min(present[rel], f.size), max(present[rel], f.size))],
+                )
+            )
         work.append((rel, f.leaves, present[rel]))
     checked_bytes = sum(min(present.get(r, 0), by_path[r].size) for r in targets if r in present)
     bad_by_file = _check_files(root, manifest.chunk_size, work, threads or _THREADS)
@@ -276,8 +300,9 @@ def verify_directory(root: str, manifest: merkle.Manifest, stated_root: str | No
                 proof = merkle.file_proof(manifest.files, rel)
                 if not merkle.verify_file_proof(by_path[rel], proof, count, bytes.fromhex(expected_root or stated)):
                     problems.append(Problem("manifest", rel, "audit path does not lead to the root"))
-    return VerifyReport(not problems, stated, recomputed, len(targets), checked_bytes,
-                        time.perf_counter() - started, problems)
+    return VerifyReport(
+        not problems, stated, recomputed, len(targets), checked_bytes, time.perf_counter() - started, problems
+    )
 
 
 # --- Checkpoints: a tag folder whose manifest also commits to the run's metadata ------
@@ -296,8 +321,11 @@ def list_tags(ckpt_root: str) -> list[tuple[int, str]]:
     """Committed tags, newest first (staging folders are not tags)."""
     if not os.path.isdir(ckpt_root):
         return []
-    tags = [(int(m.group(1)), name) for name in os.listdir(ckpt_root)
-            if (m := TAG_RE.match(name)) and os.path.isdir(os.path.join(ckpt_root, name))]
+    tags = [
+        (int(m.group(1)), name)
+        for name in os.listdir(ckpt_root)
+        if (m := TAG_RE.match(name)) and os.path.isdir(os.path.join(ckpt_root, name))
+    ]
     return sorted(tags, reverse=True)
 
 
@@ -312,8 +340,13 @@ def load_checkpoint(tag_dir: str) -> tuple[merkle.Manifest, dict]:
     return merkle.Manifest.from_json(files), {k: data.get(k) for k in ("root", "files_root", "meta")}
 
 
-def verify_checkpoint(tag_dir: str, expected_root: str | None = None, only: list[str] | None = None,
-                      threads: int | None = None, extras: bool | None = None) -> VerifyReport:
+def verify_checkpoint(
+    tag_dir: str,
+    expected_root: str | None = None,
+    only: list[str] | None = None,
+    threads: int | None = None,
+    extras: bool | None = None,
+) -> VerifyReport:
     """Files against the manifest, the manifest against its root, and the root against
     `expected_root` when one is pinned."""
     started = time.perf_counter()
@@ -323,8 +356,9 @@ def verify_checkpoint(tag_dir: str, expected_root: str | None = None, only: list
         return _failed("missing", "manifest.json is missing", started)
     except (ValueError, KeyError, TypeError) as exc:
         return _failed("manifest", f"unreadable manifest: {exc}", started)
-    report = verify_directory(tag_dir, manifest, stated_root=stated["files_root"], only=only,
-                              threads=threads, extras=extras)
+    report = verify_directory(
+        tag_dir, manifest, stated_root=stated["files_root"], only=only, threads=threads, extras=extras
+    )
     root = checkpoint_root(stated["files_root"] or "", stated["meta"] or {}) if stated["files_root"] else ""
     if root != stated["root"]:
         report.problems.append(Problem("manifest", None, "root does not match files root + metadata"))
@@ -357,8 +391,9 @@ def dataset_root(digest: merkle.FileDigest, chunk_size: int) -> str:
     return merkle.Manifest(chunk_size, [digest]).root.hex()
 
 
-def seal(kind: str, path: str, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE,
-         known: dict[str, merkle.FileDigest] | None = None) -> str:
+def seal(
+    kind: str, path: str, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE, known: dict[str, merkle.FileDigest] | None = None
+) -> str:
     """The root of `path`. Folders (model, repository) get their manifest written; a
     dataset's root is returned only (it travels in metadata); a dataset folder (part
     files) is every file's bytes under its name. Checkpoints are sealed as they are
@@ -381,8 +416,10 @@ def verify(kind: str, path: str, root: str | None = None, chunk_size: int | None
             raise InputError(f"{path}: dataset not found")
         found = seal("dataset", path, chunk_size or merkle.DEFAULT_CHUNK_SIZE)
         if root and found != root:
-            raise InputError(f"{path}: Merkle root {found} (chunk size {chunk_size or merkle.DEFAULT_CHUNK_SIZE:,}) "
-                             f"does not match the pinned root {root}")
+            raise InputError(
+                f"{path}: Merkle root {found} (chunk size {chunk_size or merkle.DEFAULT_CHUNK_SIZE:,}) "
+                f"does not match the pinned root {root}"
+            )
         return found
     if kind in ("model", "repository"):
         return verify_sealed(path, root, "model repository" if kind == "repository" else "model")

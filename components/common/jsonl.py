@@ -1,11 +1,12 @@
 """Reading small JSONL inputs (eval sets, text files) with one-line errors that name the
 file and line. The eval set is read here because evaluation and watermark verification
 both prompt with it."""
+
 from __future__ import annotations
 
 import json
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from .conversation import TurnError, check_turns, split_last
 from .errors import InputError
@@ -47,8 +48,10 @@ def read_eval_set(path: str) -> list[dict]:
             answer = "completion" if "completion" in row and "response" not in row else "response"
             for field in ("prompt", answer):
                 if not isinstance(row.get(field), str) or not row[field].strip():
-                    raise InputError(f"{path}:{n}: field {field!r} is missing or empty (eval rows need a prompt and "
-                                     "a reference response, or messages ending with the assistant's)")
+                    raise InputError(
+                        f"{path}:{n}: field {field!r} is missing or empty (eval rows need a prompt and "
+                        "a reference response, or messages ending with the assistant's)"
+                    )
             prompt, reference = row["prompt"], row[answer]
         rows.append({"id": str(row.get("id", f"row-{n}")), "prompt": prompt, "response": reference})
     if not rows:

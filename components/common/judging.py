@@ -18,6 +18,7 @@ normalize the same are ties without asking the judge, and so is a score differen
 within `tie_margin`. The win rate counts a tie as half; its interval is a percentile
 bootstrap over prompts with a fixed seed, so a rerun reports the same interval.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,19 +37,23 @@ class JudgeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     kind: Literal["bertscore", "reward", "pairwise"] = Field(
-        "bertscore", description="bertscore: each answer's F1 against the reference (no judge model); reward: a "
-                                 "one-logit sequence classifier scoring (prompt, answer); pairwise: a one-logit "
-                                 "classifier reading (prompt, answer A and B), > 0 when A is better.")
+        "bertscore",
+        description="bertscore: each answer's F1 against the reference (no judge model); reward: a "
+        "one-logit sequence classifier scoring (prompt, answer); pairwise: a one-logit "
+        "classifier reading (prompt, answer A and B), > 0 when A is better.",
+    )
     path: str | None = Field(None, description="The judge model's local folder, sealed (`llmops model seal`).")
     root: str | None = Field(None, description="Its pinned Merkle root (required with path).")
-    pair_template: str = Field("Answer A: {a}\nAnswer B: {b}", description="How a pairwise judge reads the two "
-                                                                          "answers (the prompt is the first text).")
+    pair_template: str = Field(
+        "Answer A: {a}\nAnswer B: {b}",
+        description="How a pairwise judge reads the two answers (the prompt is the first text).",
+    )
     tie_margin: float = Field(0.01, ge=0, description="Score differences up to this are ties.")
     max_length: int = Field(512, ge=8)
     batch_size: int = Field(16, ge=1)
 
     @model_validator(mode="after")
-    def _pinned(self) -> "JudgeConfig":
+    def _pinned(self) -> JudgeConfig:
         if self.kind != "bertscore" and not (self.path and self.root):
             raise ValueError(f"judge kind {self.kind!r} needs path and root (the root `llmops model seal` printed)")
         return self
@@ -56,46 +61,60 @@ class JudgeConfig(BaseModel):
 
 @dataclass
 class Judged:
-    outcome: int                  # +1 the candidate wins, 0 tie, -1 production wins
-    margin: float                 # the judge's score difference, candidate minus production
-    consistent: bool | None       # pairwise only: both orders preferred the same answer
+    outcome: int  # +1 the candidate wins, 0 tie, -1 production wins
+    margin: float  # the judge's score difference, candidate minus production
+    consistent: bool | None  # pairwise only: both orders preferred the same answer
 
 
-def judge(prompts: list[Prompt], candidate: list[str], production: list[str], references: list[str],
-          cfg: JudgeConfig, bertscore_cfg: BertScoreConfig, candidate_f1: list[float] | None = None,
-          production_f1: list[float] | None = None) -> list[Judged]:
+def judge(
+    prompts: list[Prompt],
+    candidate: list[str],
+    production: list[str],
+    references: list[str],
+    cfg: JudgeConfig,
+    bertscore_cfg: BertScoreConfig,
+    candidate_f1: list[float] | None = None,
+    production_f1: list[float] | None = None,
+) -> list[Judged]:
     """One verdict per prompt. The BERTScore judge reuses per-answer F1 already computed.
     A model judge reads a conversation's turns as `role: content` lines."""
     prompts = [prompt_text(p) for p in prompts]
-    differ = [i for i, (a, b) in enumerate(zip(candidate, production)) if answers.normalize(a) != answers.normalize(b)]
+    pairs = enumerate(zip(candidate, production, strict=False))
+    differ = [i for i, (a, b) in pairs if answers.normalize(a) != answers.normalize(b)]
     margins = {i: 0.0 for i in range(len(prompts))}
     consistent: dict[int, bool | None] = {}
     if differ and cfg.kind == "bertscore":
         from .similarity import bertscore
+
         def f1(answers: list[str], known: list[float] | None) -> list[float]:
             if known is not None:
                 return [known[i] for i in differ]
             return bertscore([answers[i] for i in differ], [references[i] for i in differ], bertscore_cfg)["f1"]
+
         base, cand = f1(production, production_f1), f1(candidate, candidate_f1)
-        margins.update({i: c - b for i, c, b in zip(differ, cand, base)})
+        margins.update({i: c - b for i, c, b in zip(differ, cand, base, strict=False)})
     elif differ:
         model = JudgeModel(cfg)
         if cfg.kind == "reward":
-            scores = model.scores([prompts[i] for i in differ] * 2,
-                                  [candidate[i] for i in differ] + [production[i] for i in differ])
+            scores = model.scores(
+                [prompts[i] for i in differ] * 2, [candidate[i] for i in differ] + [production[i] for i in differ]
+            )
             margins.update({i: scores[k] - scores[k + len(differ)] for k, i in enumerate(differ)})
         else:
             pair = cfg.pair_template.format
             firsts = [prompts[i] for i in differ] * 2
-            seconds = ([pair(a=candidate[i], b=production[i]) for i in differ] +
-                       [pair(a=production[i], b=candidate[i]) for i in differ])
+            seconds = [pair(a=candidate[i], b=production[i]) for i in differ] + [
+                pair(a=production[i], b=candidate[i]) for i in differ
+            ]
             scores = model.scores(firsts, seconds)
             for k, i in enumerate(differ):
                 forward, backward = scores[k], scores[k + len(differ)]
                 margins[i] = (forward - backward) / 2
                 consistent[i] = (forward > 0) != (backward > 0)
-    return [Judged(0 if abs(m) <= cfg.tie_margin else (1 if m > 0 else -1), m, consistent.get(i))
-            for i, m in margins.items()]
+    return [
+        Judged(0 if abs(m) <= cfg.tie_margin else (1 if m > 0 else -1), m, consistent.get(i))
+        for i, m in margins.items()
+    ]
 
 
 class JudgeModel:
@@ -114,8 +133,10 @@ class JudgeModel:
         except Exception as exc:  # noqa: BLE001 - a judge that will not load is bad input
             raise InputError(f"judge.path: {cfg.path}: cannot load a sequence classifier: {exc}") from None
         if self.model.config.num_labels != 1:
-            raise InputError(f"judge.path: {cfg.path}: the judge must have one output (num_labels 1), "
-                             f"it has {self.model.config.num_labels}")
+            raise InputError(
+                f"judge.path: {cfg.path}: the judge must have one output (num_labels 1), "
+                f"it has {self.model.config.num_labels}"
+            )
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
@@ -126,8 +147,14 @@ class JudgeModel:
 
         out: list[float] = []
         for start in range(0, len(firsts), self.cfg.batch_size):
-            batch = self.tokenizer(firsts[start:start + self.cfg.batch_size], seconds[start:start + self.cfg.batch_size],
-                                   truncation=True, max_length=self.cfg.max_length, padding=True, return_tensors="pt")
+            batch = self.tokenizer(
+                firsts[start : start + self.cfg.batch_size],
+                seconds[start : start + self.cfg.batch_size],
+                truncation=True,
+                max_length=self.cfg.max_length,
+                padding=True,
+                return_tensors="pt",
+            )
             with torch.no_grad():
                 out += self.model(**batch).logits[:, 0].tolist()
         return out
@@ -144,9 +171,14 @@ def win_rate(judged: list[Judged], confidence: float = 0.95, bootstrap: int = 20
     tail = (1 - confidence) / 2 * 100
     lower, upper = np.percentile(means, [tail, 100 - tail]) if n else (math.nan, math.nan)
     pairwise = [j.consistent for j in judged if j.consistent is not None]
-    out = {"win_rate": float(points.mean()) if n else math.nan, "win_rate_lower": float(lower),
-           "win_rate_upper": float(upper), "wins": sum(j.outcome > 0 for j in judged),
-           "ties": sum(j.outcome == 0 for j in judged), "losses": sum(j.outcome < 0 for j in judged)}
+    out = {
+        "win_rate": float(points.mean()) if n else math.nan,
+        "win_rate_lower": float(lower),
+        "win_rate_upper": float(upper),
+        "wins": sum(j.outcome > 0 for j in judged),
+        "ties": sum(j.outcome == 0 for j in judged),
+        "losses": sum(j.outcome < 0 for j in judged),
+    }
     if pairwise:
         out["judge_position_consistency"] = sum(pairwise) / len(pairwise)
     return out

@@ -3,6 +3,7 @@
 In a multi-user Kubeflow each profile has its own namespace and a pipeline pod runs in
 its user's; so an empty setting means "the namespace this pod runs in" (the service
 account's namespace file), then `$LLMOPS_NAMESPACE`, then the single-user default."""
+
 from __future__ import annotations
 
 import os
@@ -27,6 +28,7 @@ def namespace(explicit: str = "") -> str:
 def _client():
     """The kubernetes client, configured for the cluster this pod runs in (kubeconfig outside one)."""
     from .errors import InputError
+
     try:
         from kubernetes import client, config
     except ImportError:

@@ -8,12 +8,14 @@ H(0x03 || count || tree over the file entries sorted by path). Both trees have R
 so a chunk proves itself against its file root, and a file against the root, with
 log-size paths.
 """
+
 from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterable, Sequence
+from typing import BinaryIO
 
 from blake3 import blake3
 
@@ -81,13 +83,18 @@ class FileDigest:
     leaves: list[bytes] = field(repr=False)
 
     def to_json(self) -> dict:
-        return {"path": self.path, "size": self.size, "root": self.root.hex(),
-                "leaves": [leaf.hex() for leaf in self.leaves]}
+        return {
+            "path": self.path,
+            "size": self.size,
+            "root": self.root.hex(),
+            "leaves": [leaf.hex() for leaf in self.leaves],
+        }
 
     @classmethod
-    def from_json(cls, data: dict) -> "FileDigest":
-        return cls(data["path"], int(data["size"]), bytes.fromhex(data["root"]),
-                   [bytes.fromhex(h) for h in data["leaves"]])
+    def from_json(cls, data: dict) -> FileDigest:
+        return cls(
+            data["path"], int(data["size"]), bytes.fromhex(data["root"]), [bytes.fromhex(h) for h in data["leaves"]]
+        )
 
 
 class MerkleWriter:
@@ -106,7 +113,7 @@ class MerkleWriter:
         view = memoryview(data).cast("B")
         self.size += len(view)
         size = self.chunk_size
-        if self._buf:                                   # top up a partial chunk first
+        if self._buf:  # top up a partial chunk first
             take = min(size - len(self._buf), len(view))
             self._buf += view[:take]
             view = view[take:]
@@ -114,9 +121,9 @@ class MerkleWriter:
                 return
             self.leaves.append(leaf_hash(self._buf))
             self._buf = bytearray()
-        whole = len(view) - len(view) % size            # full chunks straight from the caller's buffer
+        whole = len(view) - len(view) % size  # full chunks straight from the caller's buffer
         for start in range(0, whole, size):
-            self.leaves.append(leaf_hash(view[start:start + size]))
+            self.leaves.append(leaf_hash(view[start : start + size]))
         if whole < len(view):
             self._buf += view[whole:]
 
@@ -137,8 +144,9 @@ def hash_stream(stream: BinaryIO, path: str, chunk_size: int = DEFAULT_CHUNK_SIZ
     return writer.finish(path)
 
 
-def hash_file(file_path: str | os.PathLike, rel_path: str | None = None,
-              chunk_size: int = DEFAULT_CHUNK_SIZE) -> FileDigest:
+def hash_file(
+    file_path: str | os.PathLike, rel_path: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE
+) -> FileDigest:
     with open(file_path, "rb") as stream:
         return hash_stream(stream, rel_path or os.path.basename(file_path), chunk_size)
 
@@ -164,8 +172,7 @@ def file_proof(files: Sequence[FileDigest], path: str) -> list[tuple[str, bytes]
     return proof(_entries(ordered), index)
 
 
-def verify_file_proof(digest: FileDigest, path: Iterable[tuple[str, bytes]], count: int,
-                      root: bytes) -> bool:
+def verify_file_proof(digest: FileDigest, path: Iterable[tuple[str, bytes]], count: int, root: bytes) -> bool:
     """Does a file (its recomputed size and root) belong to the tree with this root?"""
     entry = file_entry_hash(digest.path, digest.size, digest.root)
     acc = entry
@@ -188,12 +195,16 @@ class Manifest:
         return combine(self.files)
 
     def to_json(self) -> dict:
-        return {"format": self.FORMAT, "hash": "blake3", "chunk_size": self.chunk_size,
-                "root": self.root.hex(),
-                "files": [f.to_json() for f in sorted(self.files, key=lambda f: f.path)]}
+        return {
+            "format": self.FORMAT,
+            "hash": "blake3",
+            "chunk_size": self.chunk_size,
+            "root": self.root.hex(),
+            "files": [f.to_json() for f in sorted(self.files, key=lambda f: f.path)],
+        }
 
     @classmethod
-    def from_json(cls, data: dict) -> "Manifest":
+    def from_json(cls, data: dict) -> Manifest:
         if data.get("format") != cls.FORMAT:
             raise ValueError(f"unknown manifest format {data.get('format')!r}")
         return cls(int(data["chunk_size"]), [FileDigest.from_json(f) for f in data["files"]])

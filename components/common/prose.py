@@ -4,12 +4,13 @@ BERTScore baseline's random pairs, the demo toxicity head's neutral examples, an
 general text evaluation measures forgetting on. The demo data's answers use only short
 sentences (at most SHORT_WORDS words), the forgetting passages only longer ones, so the
 passages stay held out from training. A patch release of Python may edit a few sentences."""
+
 from __future__ import annotations
 
 import re
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
-SHORT_WORDS = 22            # the longest sentence demo data may train on
+SHORT_WORDS = 22  # the longest sentence demo data may train on
 
 
 def sentences() -> list[str]:
@@ -19,7 +20,7 @@ def sentences() -> list[str]:
     out = []
     for name in sorted(topics):
         for block in re.split(r"\n\s*\n", topics[name]):
-            if block.startswith((" ", "\t")) or ">>>" in block:        # code, not prose
+            if block.startswith((" ", "\t")) or ">>>" in block:  # code, not prose
                 continue
             for s in _SENTENCE.split(" ".join(block.split())):
                 words = s.split()

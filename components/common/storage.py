@@ -10,6 +10,7 @@ means a complete upload; the copy is then read back through the same filesystem 
 re-hashed chunk by chunk against the manifest. An existing copy under the same root is
 verified and kept (uploads are idempotent and retries are cheap).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,10 @@ def _filesystem(uri: str, pvc_mounts: dict[str, str]):
     if uri.startswith("pvc://"):
         claim, _, rest = uri.removeprefix("pvc://").partition("/")
         if claim not in pvc_mounts:
-            raise InputError(f"{uri}: claim {claim!r} is not mounted in this pod (cluster.pvc_mounts: "
-                             f"{', '.join(pvc_mounts) or 'none'})")
+            raise InputError(
+                f"{uri}: claim {claim!r} is not mounted in this pod (cluster.pvc_mounts: "
+                f"{', '.join(pvc_mounts) or 'none'})"
+            )
         uri = os.path.join(pvc_mounts[claim], rest)
     try:
         return fsspec.core.url_to_fs(uri)
@@ -48,14 +51,18 @@ def verify_remote(fs, base: str, manifest: merkle.Manifest, root: str, uri: str,
     expected = {f.path for f in manifest.files} | {integrity.MANIFEST_NAME} | ({SIGNATURE_NAME} if signed else set())
     if listed != expected:
         extra, missing = sorted(listed - expected), sorted(expected - listed)
-        raise InputError(f"{uri}: stored copy differs: " + "; ".join(
-            ([f"unexpected {', '.join(extra[:3])}"] if extra else []) + ([f"missing {', '.join(missing[:3])}"]
-                                                                          if missing else [])))
+        raise InputError(
+            f"{uri}: stored copy differs: "
+            + "; ".join(
+                ([f"unexpected {', '.join(extra[:3])}"] if extra else [])
+                + ([f"missing {', '.join(missing[:3])}"] if missing else [])
+            )
+        )
     for want in manifest.files:
         with fs.open(f"{base}/{want.path}", "rb") as stream:
             got = merkle.hash_stream(stream, want.path, manifest.chunk_size)
         if got.size != want.size or got.root != want.root:
-            bad = next((i for i, (a, b) in enumerate(zip(got.leaves, want.leaves)) if a != b), None)
+            bad = next((i for i, (a, b) in enumerate(zip(got.leaves, want.leaves, strict=False)) if a != b), None)
             where = f"chunk {bad}" if bad is not None else f"size {got.size} != {want.size}"
             raise InputError(f"{uri}/{want.path}: stored bytes differ from the sealed repository ({where})")
     with fs.open(f"{base}/{integrity.MANIFEST_NAME}", "rb") as stream:

@@ -3,6 +3,7 @@ drift, a Merkle fingerprint of the clean data, optional DVC versioning.
 
 `run_to_dir` serves the CLI, `run_component` the KFP component; both call `execute`.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,17 +17,26 @@ from .validate import CLEAN_NAME, OutputPaths, ValidationResult, validate
 __all__ = ["DataValidationConfig", "ValidationResult", "execute", "run_component", "run_to_dir"]
 
 
-def execute(input_path: str, outputs: OutputPaths, config: DataValidationConfig,
-            report_path: str | None, reference_stats: str | None = None,
-            show_progress: bool = True, reference_note: str | None = None) -> ValidationResult:
+def execute(
+    input_path: str,
+    outputs: OutputPaths,
+    config: DataValidationConfig,
+    report_path: str | None,
+    reference_stats: str | None = None,
+    show_progress: bool = True,
+    reference_note: str | None = None,
+) -> ValidationResult:
     from . import report
+
     result = validate(input_path, outputs, config, reference_stats, show_progress)
     result.metrics["drift_reference"] = reference_note or reference_stats
     if config.dvc.enabled and result.passed:
         from .dvc_store import record
+
         result.metrics["dvc"] = record(outputs.clean, config.dvc)
         if outputs.metrics:
             from .validate import write_json
+
             write_json(outputs.metrics, result.metrics)
     if report_path:
         with open(report_path, "w", encoding="utf-8") as handle:
@@ -34,18 +44,42 @@ def execute(input_path: str, outputs: OutputPaths, config: DataValidationConfig,
     return result
 
 
-def run_to_dir(input_path: str, out_dir: str, config_source: str | None = None,
-               policy: str | None = None, reference_stats: str | None = None,
-               show_progress: bool = True, overrides: dict[str, Any] | None = None) -> ValidationResult:
+def run_to_dir(
+    input_path: str,
+    out_dir: str,
+    config_source: str | None = None,
+    policy: str | None = None,
+    reference_stats: str | None = None,
+    show_progress: bool = True,
+    overrides: dict[str, Any] | None = None,
+) -> ValidationResult:
     """CLI entry: outputs land in `out_dir`; raises GateFailed (exit 1) when the gate fails."""
     config = DataValidationConfig.load(config_source, {"pii.policy": policy, **(overrides or {})})
-    return execute(input_path, OutputPaths.in_dir(out_dir), config, os.path.join(out_dir, "report.md"),
-                   reference_stats, show_progress)
+    return execute(
+        input_path,
+        OutputPaths.in_dir(out_dir),
+        config,
+        os.path.join(out_dir, "report.md"),
+        reference_stats,
+        show_progress,
+    )
 
 
-def run_component(raw_path: str, config: str, policy: str, reference_stats: str | None,
-                  clean, quarantine, stats, metrics, report, note=None, baseline_release: str = "auto",
-                  raw_root: str = "", engine: str = "") -> bool:
+def run_component(
+    raw_path: str,
+    config: str,
+    policy: str,
+    reference_stats: str | None,
+    clean,
+    quarantine,
+    stats,
+    metrics,
+    report,
+    note=None,
+    baseline_release: str = "auto",
+    raw_root: str = "",
+    engine: str = "",
+) -> bool:
     """KFP entry: writes into the artifacts' paths and stamps the lineage metadata. Drift
     is measured against `reference_stats` when given, else against the promoted release
     `baseline_release` pins (common.baseline), which must verify. `raw_root` (the pipeline's
@@ -67,11 +101,18 @@ def run_component(raw_path: str, config: str, policy: str, reference_stats: str 
     result = execute(raw_path, outputs, cfg, report.path, reference_stats, show_progress=True, reference_note=why)
     m = result.metrics
     metrics.metadata["drift_reference"] = m["drift_reference"] or "none"
-    clean.metadata.update({"merkle_root": m["merkle_root"], "chunk_size": m["chunk_size"],
-                           "merkle_file": CLEAN_NAME, "rows": m["rows_out"], "bytes": m["clean_bytes"],
-                           "format": "jsonl", "policy": m["policy"]})
-    quarantine.metadata.update({"rows": m["rows_quarantined"], "by_reason": m["by_reason"],
-                                "contains_raw_pii": True})
+    clean.metadata.update(
+        {
+            "merkle_root": m["merkle_root"],
+            "chunk_size": m["chunk_size"],
+            "merkle_file": CLEAN_NAME,
+            "rows": m["rows_out"],
+            "bytes": m["clean_bytes"],
+            "format": "jsonl",
+            "policy": m["policy"],
+        }
+    )
+    quarantine.metadata.update({"rows": m["rows_quarantined"], "by_reason": m["by_reason"], "contains_raw_pii": True})
     for key in ("rows_in", "rows_out", "rows_quarantined", "reject_rate", "rows_with_pii"):
         metrics.log_metric(key, m[key])
     for name, value in (m["drift_psi"] or {}).items():
@@ -81,14 +122,25 @@ def run_component(raw_path: str, config: str, policy: str, reference_stats: str 
     for kind, count in m["pii_found"].items():
         metrics.log_metric(f"pii_{kind}", count)
     metrics.metadata["merkle_root"] = m["merkle_root"]
-    if note is not None:        # the stats are the next release's drift reference: filed beside the note
-        records.write(note.path, records.ValidateDataset(
-            params={"data_config": config, "pii_policy": policy, **({"data_engine": engine} if engine else {})},
-            result="passed" if result.passed else "failed", reason="; ".join(result.gate_reasons) or None,
-            outputs=records.ValidateOutputs(clean=records.CleanData(
-                root=m["merkle_root"], path=clean.path, merkle_file=CLEAN_NAME, rows=m["rows_out"],
-                chunk_size=m["chunk_size"]),
-                stats=records.Artifact(root=integrity.sha256_file(stats.path), path=stats.path))))
+    if note is not None:  # the stats are the next release's drift reference: filed beside the note
+        records.write(
+            note.path,
+            records.ValidateDataset(
+                params={"data_config": config, "pii_policy": policy, **({"data_engine": engine} if engine else {})},
+                result="passed" if result.passed else "failed",
+                reason="; ".join(result.gate_reasons) or None,
+                outputs=records.ValidateOutputs(
+                    clean=records.CleanData(
+                        root=m["merkle_root"],
+                        path=clean.path,
+                        merkle_file=CLEAN_NAME,
+                        rows=m["rows_out"],
+                        chunk_size=m["chunk_size"],
+                    ),
+                    stats=records.Artifact(root=integrity.sha256_file(stats.path), path=stats.path),
+                ),
+            ),
+        )
     if not result.passed:
         print(f"validate_dataset gate failed: {'; '.join(result.gate_reasons)}")
     return result.passed

@@ -1,5 +1,4 @@
 """KFP interface of validate_dataset. The logic lives in this package's other modules."""
-from typing import Optional
 
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Metrics, Output
@@ -18,7 +17,7 @@ def validate_dataset(
     note: Output[Artifact],
     config: str = "",
     policy: str = "balanced",
-    reference_stats: Optional[Input[Artifact]] = None,
+    reference_stats: Input[Artifact] | None = None,
     baseline_release: str = "none",
     raw_root: str = "",
     engine: str = "",
@@ -45,6 +44,18 @@ def validate_dataset(
     """
     from kfp_llmops.components.data_validation import run_component
 
-    return run_component(raw.path, config, policy, reference_stats.path if reference_stats else None,
-                         clean, quarantine, stats, metrics, report, note, baseline_release, raw_root,
-                         engine)
+    return run_component(
+        raw.path,
+        config,
+        policy,
+        reference_stats.path if reference_stats else None,
+        clean,
+        quarantine,
+        stats,
+        metrics,
+        report,
+        note,
+        baseline_release,
+        raw_root,
+        engine,
+    )

@@ -1,4 +1,5 @@
 """The data-validation stage's one config model. Every threshold the gate reads is here."""
+
 from __future__ import annotations
 
 from enum import Enum
@@ -14,9 +15,12 @@ class _Section(BaseModel):
 
 
 class FieldSpec(_Section):
-    type: Literal["string", "messages"] = Field("string", description="'messages': a conversation, a list of "
-                                                                      "{role, content} turns (system, user, "
-                                                                      "assistant) ending with the assistant's.")
+    type: Literal["string", "messages"] = Field(
+        "string",
+        description="'messages': a conversation, a list of "
+        "{role, content} turns (system, user, "
+        "assistant) ending with the assistant's.",
+    )
     required: bool = True
     min_chars: int = Field(1, ge=0, description="Least characters (of each turn, for messages).")
     max_chars: int = Field(16_000, ge=1, description="Most characters (of all turns together, for messages).")
@@ -31,23 +35,24 @@ class RecordFormat(_Section):
 
 def _default_formats() -> list[RecordFormat]:
     return [
-        RecordFormat(name="sft", fields={"prompt": FieldSpec(max_chars=8_000),
-                                         "response": FieldSpec(max_chars=16_000)}),
+        RecordFormat(
+            name="sft", fields={"prompt": FieldSpec(max_chars=8_000), "response": FieldSpec(max_chars=16_000)}
+        ),
         RecordFormat(name="text", fields={"text": FieldSpec(max_chars=32_000)}),
         RecordFormat(name="chat", fields={"messages": FieldSpec(type="messages", max_chars=32_000)}),
-        RecordFormat(name="completion", fields={"prompt": FieldSpec(max_chars=8_000),
-                                                "completion": FieldSpec(max_chars=16_000)}),
+        RecordFormat(
+            name="completion", fields={"prompt": FieldSpec(max_chars=8_000), "completion": FieldSpec(max_chars=16_000)}
+        ),
     ]
 
 
 class SchemaConfig(_Section):
     formats: list[RecordFormat] = Field(default_factory=_default_formats, min_length=1)
     allow_extra_fields: bool = True
-    max_line_bytes: int = Field(1 << 20, ge=64,
-                                description="Longer lines are quarantined whole (line_too_long).")
+    max_line_bytes: int = Field(1 << 20, ge=64, description="Longer lines are quarantined whole (line_too_long).")
 
 
-class Policy(str, Enum):
+class Policy(str, Enum):  # noqa: UP042 - StrEnum would change str(), which config dumps use
     strict = "strict"
     balanced = "balanced"
     permissive = "permissive"
@@ -57,12 +62,15 @@ class NamesConfig(_Section):
     """PERSON and ADDRESS detection (names.py); the NER model is needed only when enabled."""
 
     enabled: bool = True
-    ner_model: str = Field("bundled", description="Local spaCy model folder, or 'bundled' "
-                                                  "(en_core_web_sm 3.8.0 from the data extra).")
-    ner_sha256: str | None = Field(None, description="Pinned Merkle root of ner_model's folder; "
-                                                     "the bundled model's root is built in.")
-    allow: list[str] = Field(default_factory=list,
-                             description="Names never redacted, e.g. public figures in encyclopaedic text.")
+    ner_model: str = Field(
+        "bundled", description="Local spaCy model folder, or 'bundled' (en_core_web_sm 3.8.0 from the data extra)."
+    )
+    ner_sha256: str | None = Field(
+        None, description="Pinned Merkle root of ner_model's folder; the bundled model's root is built in."
+    )
+    allow: list[str] = Field(
+        default_factory=list, description="Names never redacted, e.g. public figures in encyclopaedic text."
+    )
     ner_batch_size: int = Field(64, ge=1, le=4096)
 
 
@@ -70,8 +78,7 @@ class PiiConfig(_Section):
     policy: Policy = Policy.balanced
     names: NamesConfig = Field(default_factory=NamesConfig)
     # Overrides of the policy table (pii.POLICIES); None keeps the policy's value.
-    max_density: float | None = Field(None, ge=0.0, le=1.0,
-                                      description="Max PII findings per word of a record.")
+    max_density: float | None = Field(None, ge=0.0, le=1.0, description="Max PII findings per word of a record.")
     redact: list[str] | None = None
     quarantine_secrets: bool | None = None
 
@@ -123,12 +130,24 @@ class KubeRaySettings(_Section):
 class RayConfig(_Section):
     """engine: ray (ray_engine.py)."""
 
-    workers: int = Field(2, ge=1, le=4096, description="CPUs of the local Ray this stage starts; on a cluster "
-                                                       "(address set) the cluster's own CPUs are used.")
-    address: str | None = Field(None, description="A running Ray cluster ('auto', 'ray://head:10001'); "
-                                                  "RAY_ADDRESS in the environment counts as set. None: a local Ray.")
-    shard_mb: int = Field(64, ge=1, le=65536, description="Most MiB of input per shard; smaller to give each worker "
-                                                                 "four (a gzip file is one shard).")
+    workers: int = Field(
+        2,
+        ge=1,
+        le=4096,
+        description="CPUs of the local Ray this stage starts; on a cluster "
+        "(address set) the cluster's own CPUs are used.",
+    )
+    address: str | None = Field(
+        None,
+        description="A running Ray cluster ('auto', 'ray://head:10001'); "
+        "RAY_ADDRESS in the environment counts as set. None: a local Ray.",
+    )
+    shard_mb: int = Field(
+        64,
+        ge=1,
+        le=65536,
+        description="Most MiB of input per shard; smaller to give each worker four (a gzip file is one shard).",
+    )
     partitions: int = Field(0, ge=0, le=4096, description="Hash partitions of the dedup shuffle; 0: one per worker.")
     kuberay: KubeRaySettings = Field(default_factory=KubeRaySettings)
 
@@ -145,19 +164,19 @@ class DataValidationConfig(StageConfig):
     gate: GateConfig = Field(default_factory=GateConfig)
     dvc: DvcConfig = Field(default_factory=DvcConfig)
     chunk_size: int = Field(1 << 20, ge=1024, description="Merkle chunk size of the clean data.")
-    engine: Literal["local", "ray"] = Field("local", description="'local': one process; 'ray': byte-range shards "
-                                                                 "as Ray tasks, the same outputs.")
+    engine: Literal["local", "ray"] = Field(
+        "local", description="'local': one process; 'ray': byte-range shards as Ray tasks, the same outputs."
+    )
     ray: RayConfig = Field(default_factory=RayConfig)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
     @model_validator(mode="after")
-    def _check_bounds(self) -> "DataValidationConfig":
+    def _check_bounds(self) -> DataValidationConfig:
         for fmt in self.schema_.formats:
             for name, spec in fmt.fields.items():
                 if spec.min_chars > spec.max_chars:
-                    raise ValueError(f"schema format {fmt.name!r} field {name!r}: "
-                                     "min_chars exceeds max_chars")
+                    raise ValueError(f"schema format {fmt.name!r} field {name!r}: min_chars exceeds max_chars")
         if self.engine == "ray" and (refusal := self.ray_refusal()):
             raise ValueError(refusal)
         return self
@@ -166,6 +185,8 @@ class DataValidationConfig(StageConfig):
         """What engine: ray cannot do with this config yet, as one line (checked when the
         config is read, before any Ray starts, and again by the sharded run)."""
         if self.dedup.near.enabled:
-            return ("dedup.near: near-duplicate detection is not built for engine: ray yet; "
-                    "use engine: local or turn dedup.near off")
+            return (
+                "dedup.near: near-duplicate detection is not built for engine: ray yet; "
+                "use engine: local or turn dedup.near off"
+            )
         return None

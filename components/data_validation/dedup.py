@@ -3,6 +3,7 @@
 The exact index lives in a temporary SQLite table with a capped page cache, so memory
 stays flat in the input size; the MinHash index (off by default) is in memory.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,14 +38,19 @@ class FingerprintIndex:
     same as one statement a row: the first line a key was seen at.
     """
 
-    _BLOOM_BITS = 28                                  # 2**28 bits: 32 MiB
+    _BLOOM_BITS = 28  # 2**28 bits: 32 MiB
     _FLUSH = 65536
 
     def __init__(self, tmp_dir: str | None = None, cache_kib: int = 8192):
         self._dir = tempfile.mkdtemp(prefix="llmops-dedup-", dir=tmp_dir)
         self._db = sqlite3.connect(os.path.join(self._dir, "fingerprints.db"), isolation_level=None)
-        for pragma in ("journal_mode=OFF", "synchronous=OFF", f"cache_size=-{cache_kib}",
-                       "temp_store=FILE", "locking_mode=EXCLUSIVE"):
+        for pragma in (
+            "journal_mode=OFF",
+            "synchronous=OFF",
+            f"cache_size=-{cache_kib}",
+            "temp_store=FILE",
+            "locking_mode=EXCLUSIVE",
+        ):
             self._db.execute(f"PRAGMA {pragma}")
         self._db.execute("CREATE TABLE fp(k INTEGER PRIMARY KEY, line INTEGER) WITHOUT ROWID")
         self._db.execute("BEGIN")
@@ -54,7 +60,7 @@ class FingerprintIndex:
 
     def add(self, key: int, line: int) -> int | None:
         """Insert `key`; return the line it was first seen at if it was already there."""
-        key &= 0x7FFF_FFFF_FFFF_FFFF                  # SQLite integers are signed 64-bit
+        key &= 0x7FFF_FFFF_FFFF_FFFF  # SQLite integers are signed 64-bit
         first = self._pending.get(key)
         if first is not None:
             return first
@@ -87,8 +93,7 @@ class NearDuplicateIndex:
 
     _PRIME = (1 << 31) - 1
 
-    def __init__(self, threshold: float = 0.85, num_perm: int = 64, shingle_words: int = 3,
-                 seed: int = 1):
+    def __init__(self, threshold: float = 0.85, num_perm: int = 64, shingle_words: int = 3, seed: int = 1):
         import numpy as np
 
         self._np = np
@@ -105,9 +110,10 @@ class NearDuplicateIndex:
         np = self._np
         words = normalized.split(" ")
         k = self.shingle_words
-        shingles = {" ".join(words[i:i + k]) for i in range(max(1, len(words) - k + 1))}
-        x = np.fromiter((zlib.crc32(s.encode("utf-8")) for s in shingles), dtype=np.uint64,
-                        count=len(shingles)) % np.uint64(self._PRIME)
+        shingles = {" ".join(words[i : i + k]) for i in range(max(1, len(words) - k + 1))}
+        x = np.fromiter(
+            (zlib.crc32(s.encode("utf-8")) for s in shingles), dtype=np.uint64, count=len(shingles)
+        ) % np.uint64(self._PRIME)
         return ((self._a * x + self._b) % np.uint64(self._PRIME)).min(axis=1).astype(np.uint32)
 
     def query(self, sig) -> int | None:
@@ -127,7 +133,7 @@ class NearDuplicateIndex:
 
     def _band_keys(self, sig):
         r = self.rows
-        return [bytes([b]) + sig[b * r:(b + 1) * r].tobytes() for b in range(self.bands)]
+        return [bytes([b]) + sig[b * r : (b + 1) * r].tobytes() for b in range(self.bands)]
 
 
 def _lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:

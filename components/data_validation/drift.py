@@ -3,6 +3,7 @@
 The stats file a run writes is the reference for the next one, so drift needs no
 separate profiling job. Bins are fixed, so any two stats files are comparable.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -51,13 +52,15 @@ class DataStats:
         self.pii_density.add(pii_density)
 
     def to_json(self) -> dict:
-        return {"format": STATS_FORMAT, "rows": self.rows,
-                "length": {"edges": self.length.edges, "counts": self.length.counts},
-                "pii_density": {"edges": self.pii_density.edges,
-                                "counts": self.pii_density.counts}}
+        return {
+            "format": STATS_FORMAT,
+            "rows": self.rows,
+            "length": {"edges": self.length.edges, "counts": self.length.counts},
+            "pii_density": {"edges": self.pii_density.edges, "counts": self.pii_density.counts},
+        }
 
     @classmethod
-    def load(cls, path: str) -> "DataStats":
+    def load(cls, path: str) -> DataStats:
         try:
             with open(path, encoding="utf-8") as handle:
                 data = json.load(handle)
@@ -68,8 +71,10 @@ class DataStats:
         if not isinstance(data, dict) or data.get("format") != STATS_FORMAT:
             raise InputError(f"{path}: not a data-stats file (format must be {STATS_FORMAT!r})")
         try:
-            stats = cls(Histogram(data["length"]["edges"], data["length"]["counts"]),
-                        Histogram(data["pii_density"]["edges"], data["pii_density"]["counts"]))
+            stats = cls(
+                Histogram(data["length"]["edges"], data["length"]["counts"]),
+                Histogram(data["pii_density"]["edges"], data["pii_density"]["counts"]),
+            )
         except (KeyError, TypeError) as exc:
             raise InputError(f"{path}: reference stats lack field {exc}") from None
         if stats.length.edges != LENGTH_EDGES or stats.pii_density.edges != PII_EDGES:
@@ -82,12 +87,14 @@ class DataStats:
 def psi(expected: Histogram, actual: Histogram) -> float:
     """PSI = sum((a - e) * ln(a / e)); empty bins are floored at 1e-4 so it stays finite."""
     total = 0.0
-    for e, a in zip(expected.fractions(), actual.fractions()):
+    for e, a in zip(expected.fractions(), actual.fractions(), strict=False):
         e, a = max(e, _EPS), max(a, _EPS)
         total += (a - e) * math.log(a / e)
     return total
 
 
 def drift(reference: DataStats, current: DataStats) -> dict[str, float]:
-    return {"length": psi(reference.length, current.length),
-            "pii_density": psi(reference.pii_density, current.pii_density)}
+    return {
+        "length": psi(reference.length, current.length),
+        "pii_density": psi(reference.pii_density, current.pii_density),
+    }

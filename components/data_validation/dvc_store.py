@@ -1,5 +1,6 @@
 """Recording the clean dataset with DVC (`dvc add`, then `dvc push` to a remote), so the
 exact bytes that trained a model can be fetched again by their hash."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,13 @@ from .config import DvcConfig
 
 
 def _dvc(repo: str, *args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=repo, capture_output=True,
-                          text=True, env={**os.environ, "DVC_NO_ANALYTICS": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "dvc", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DVC_NO_ANALYTICS": "1"},
+    )
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
         raise LlmopsError(f"dvc {args[0]} failed in {repo}: {lines[-1] if lines else 'no output'}")
@@ -35,8 +41,7 @@ def record(clean_path: str, cfg: DvcConfig, name: str = "clean.jsonl") -> dict:
     _dvc(repo, "add", "-q", name)
     with open(f"{target}.dvc", encoding="utf-8") as handle:
         out = yaml.safe_load(handle)["outs"][0]
-    info = {"repo": repo, "dvc_file": f"{target}.dvc", "md5": out["md5"], "size": out.get("size"),
-            "remote": None}
+    info = {"repo": repo, "dvc_file": f"{target}.dvc", "md5": out["md5"], "size": out.get("size"), "remote": None}
     if cfg.remote_url:
         _dvc(repo, "remote", "add", "-f", "-d", cfg.remote_name, cfg.remote_url)
         _dvc(repo, "push", "-q", "-r", cfg.remote_name, name)

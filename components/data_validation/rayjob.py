@@ -8,6 +8,7 @@ follows the job's status (jobDeploymentStatus, jobStatus) and its submitter's lo
 the outputs back from the claim and verifies the clean file's Merkle root before they
 become its own. The job's name follows from the input's digest and the config, so a
 retried task finds its job again; a failed one is replaced."""
+
 from __future__ import annotations
 
 import json
@@ -26,12 +27,13 @@ from .config import DataValidationConfig, KubeRaySettings
 from .reader import input_files
 
 LABELS = {"app.kubernetes.io/part-of": "kfp-llmops", "kfp-llmops/stage": "validate_dataset"}
-RUNS = "llmops-validate"                    # the runs' folder on the claim
+RUNS = "llmops-validate"  # the runs' folder on the claim
 VOLUME = "llmops-data"
 
 
 def ray_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("ray")
     except PackageNotFoundError:
@@ -43,29 +45,50 @@ def render_rayjob(name: str, s: KubeRaySettings, entrypoint: str) -> dict:
     image = s.image or images.DATA
 
     def pod(container: str, cpu: str, memory: str) -> dict:
-        spec = {"securityContext": {"fsGroup": images.UID},
-                "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": s.claim}}],
-                "containers": [{"name": container, "image": image,
-                                "resources": {"requests": {"cpu": cpu, "memory": memory},
-                                              "limits": {"cpu": cpu, "memory": memory}},
-                                "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
-                                "volumeMounts": [{"name": VOLUME, "mountPath": s.mount_path}]}]}
+        spec = {
+            "securityContext": {"fsGroup": images.UID},
+            "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": s.claim}}],
+            "containers": [
+                {
+                    "name": container,
+                    "image": image,
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}},
+                    "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+                    "volumeMounts": [{"name": VOLUME, "mountPath": s.mount_path}],
+                }
+            ],
+        }
         if s.service_account:
             spec["serviceAccountName"] = s.service_account
         return {"metadata": {"labels": dict(LABELS)}, "spec": spec}
 
-    cluster = {"rayVersion": ray_version(),
-               "headGroupSpec": {"rayStartParams": {}, "template": pod("ray-head", s.head_cpu, s.head_memory)}}
+    cluster = {
+        "rayVersion": ray_version(),
+        "headGroupSpec": {"rayStartParams": {}, "template": pod("ray-head", s.head_cpu, s.head_memory)},
+    }
     if s.workers:
-        cluster["workerGroupSpecs"] = [{"groupName": "workers", "replicas": s.workers, "minReplicas": s.workers,
-                                        "maxReplicas": s.workers, "rayStartParams": {},
-                                        "template": pod("ray-worker", s.worker_cpu, s.worker_memory)}]
+        cluster["workerGroupSpecs"] = [
+            {
+                "groupName": "workers",
+                "replicas": s.workers,
+                "minReplicas": s.workers,
+                "maxReplicas": s.workers,
+                "rayStartParams": {},
+                "template": pod("ray-worker", s.worker_cpu, s.worker_memory),
+            }
+        ]
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
         "metadata": {"name": name, "namespace": resolve_namespace(s.namespace), "labels": dict(LABELS)},
-        "spec": {"entrypoint": entrypoint, "submissionMode": "K8sJobMode", "shutdownAfterJobFinishes": True,
-                 "activeDeadlineSeconds": s.timeout_s, "backoffLimit": 0, "rayClusterSpec": cluster},
+        "spec": {
+            "entrypoint": entrypoint,
+            "submissionMode": "K8sJobMode",
+            "shutdownAfterJobFinishes": True,
+            "activeDeadlineSeconds": s.timeout_s,
+            "backoffLimit": 0,
+            "rayClusterSpec": cluster,
+        },
     }
 
 
@@ -106,7 +129,7 @@ def _holds(path: str, digest: str) -> bool:
     """Whether `path` holds the input whose digest is `digest` (a retried task's copy)."""
     try:
         return _digest(path) == digest
-    except InputError:                  # not there, or a folder copy cut short
+    except InputError:  # not there, or a folder copy cut short
         return False
 
 
@@ -120,8 +143,9 @@ def _copy_input(source: str, dest: str) -> None:
         atomic.copy_file(file, os.path.join(dest, inputs.name(file)))
 
 
-def validate_on_kuberay(input_path: str, outputs, config: DataValidationConfig, reference_stats: str | None,
-                        apis=None, log=print):
+def validate_on_kuberay(
+    input_path: str, outputs, config: DataValidationConfig, reference_stats: str | None, apis=None, log=print
+):
     """The run as a RayJob; the outputs land in `outputs` only once the clean file verifies."""
     from kfp_llmops.components.common.k8s import clients
 
@@ -129,11 +153,13 @@ def validate_on_kuberay(input_path: str, outputs, config: DataValidationConfig, 
 
     s = config.ray.kuberay
     if not os.path.isdir(s.mount_path):
-        raise InputError(f"ray.kuberay.mount_path: {s.mount_path} is not mounted here; the task and every Ray pod "
-                         f"mount the claim {s.claim!r} there")
-    input_files(input_path)                         # refuses a missing input or a folder of other files
+        raise InputError(
+            f"ray.kuberay.mount_path: {s.mount_path} is not mounted here; the task and every Ray pod "
+            f"mount the claim {s.claim!r} there"
+        )
+    input_files(input_path)  # refuses a missing input or a folder of other files
     job_config = config.model_copy(deep=True)
-    job_config.ray.kuberay.enabled = False          # on the cluster, the sharded engine itself
+    job_config.ray.kuberay.enabled = False  # on the cluster, the sharded engine itself
     settings = job_config.model_dump(mode="json", by_alias=True)
     digest = _digest(input_path)
     name = "llmops-validate-" + blake3(json.dumps([digest, settings, bool(reference_stats)]).encode()).hexdigest()[:10]
@@ -142,8 +168,9 @@ def validate_on_kuberay(input_path: str, outputs, config: DataValidationConfig, 
     if not _holds(data, digest):
         _copy_input(input_path, data)
         if not _holds(data, digest):
-            raise InputError(f"{input_path}: changed while it was copied to {data}; validate a copy that is "
-                             "not being written")
+            raise InputError(
+                f"{input_path}: changed while it was copied to {data}; validate a copy that is not being written"
+            )
     reference = None
     if reference_stats:
         reference = os.path.join(run, "reference_stats.json")
@@ -157,15 +184,20 @@ def validate_on_kuberay(input_path: str, outputs, config: DataValidationConfig, 
     job.run(s.timeout_s + 600)
     metrics_path = os.path.join(out, "metrics.json")
     if not os.path.isfile(metrics_path):
-        raise LlmopsError(f"RayJob {job.where} completed but left no metrics at {metrics_path}: is {s.claim!r} "
-                          f"the claim mounted at {s.mount_path} here?")
+        raise LlmopsError(
+            f"RayJob {job.where} completed but left no metrics at {metrics_path}: is {s.claim!r} "
+            f"the claim mounted at {s.mount_path} here?"
+        )
     with open(metrics_path, encoding="utf-8") as handle:
         metrics = json.load(handle)
     clean = os.path.join(out, os.path.basename(outputs.clean))
     integrity.verify("dataset", clean, metrics["merkle_root"], metrics["chunk_size"])
-    for source, dest in ((clean, outputs.clean), (os.path.join(out, os.path.basename(outputs.quarantine)),
-                                                  outputs.quarantine),
-                         (metrics_path, outputs.metrics), (os.path.join(out, "stats.json"), outputs.stats)):
+    for source, dest in (
+        (clean, outputs.clean),
+        (os.path.join(out, os.path.basename(outputs.quarantine)), outputs.quarantine),
+        (metrics_path, outputs.metrics),
+        (os.path.join(out, "stats.json"), outputs.stats),
+    ):
         if dest:
             atomic.copy_file(source, dest)
     with open(os.path.join(out, "samples.json"), encoding="utf-8") as handle:
@@ -191,8 +223,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
     atomic.write_json(os.path.join(spec["out"], "samples.json"), result.samples)
-    print(f"[validate] rows_in={result.metrics['rows_in']} rows_out={result.metrics['rows_out']} "
-          f"merkle_root={result.metrics['merkle_root']}", flush=True)
+    print(
+        f"[validate] rows_in={result.metrics['rows_in']} rows_out={result.metrics['rows_out']} "
+        f"merkle_root={result.metrics['merkle_root']}",
+        flush=True,
+    )
     return 0
 
 

@@ -3,6 +3,7 @@ Spark, Ray Data or `split` write them) read as one stream in name order; refused
 when it cannot be data at all (missing, unreadable, empty, mostly binary, a folder with
 other files). Lines are then read in bounded pieces, so neither a 2 GB file nor a 2 GB
 line is ever held whole."""
+
 from __future__ import annotations
 
 import bisect
@@ -29,6 +30,7 @@ DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json", ".json
 @dataclass(frozen=True)
 class Inputs:
     """What an input path holds: one file, or a folder's data files in name order."""
+
     path: str
     files: tuple[str, ...]
     folder: bool
@@ -57,8 +59,10 @@ def input_files(path: str) -> Inputs:
             if name.startswith((".", "_")) or os.path.getsize(full) == 0:
                 continue
             if not name.endswith(DATA_SUFFIXES):
-                raise InputError(f"{full}: not a data file in the input folder (expected "
-                                 f"{', '.join(DATA_SUFFIXES)}); move it out or rename it")
+                raise InputError(
+                    f"{full}: not a data file in the input folder (expected "
+                    f"{', '.join(DATA_SUFFIXES)}); move it out or rename it"
+                )
             files.append(full)
     if not files:
         raise InputError(f"{path}: the folder holds no data files ({', '.join(DATA_SUFFIXES)})")
@@ -98,7 +102,7 @@ class Lines:
 @dataclass
 class InputStream:
     path: str
-    raw: BinaryIO            # the file on disk (its position drives the progress bar)
+    raw: BinaryIO  # the file on disk (its position drives the progress bar)
     reader: io.BufferedReader
     compressed: bool
     size: int
@@ -140,6 +144,8 @@ def open_input(path: str) -> InputStream:
     if control > BINARY_SHARE * len(head):
         raw.close()
         first = next(i for i, byte in enumerate(head) if byte in _CONTROL)
-        raise InputError(f"{path}: binary data ({control:,} of the first {len(head):,} bytes are control bytes, "
-                         f"the first at offset {first}); expected UTF-8 JSONL")
+        raise InputError(
+            f"{path}: binary data ({control:,} of the first {len(head):,} bytes are control bytes, "
+            f"the first at offset {first}); expected UTF-8 JSONL"
+        )
     return InputStream(path, raw, reader, compressed, size)

@@ -18,13 +18,15 @@ The clean file is hashed as it is written, so its Merkle root is the single proc
 Counters and PSI statistics are sums. Each shard hashes the bytes it read in passes 1
 and 3: an input that changed in between is refused, not validated half old, half new.
 """
+
 from __future__ import annotations
 
 import os
 import signal
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from blake3 import blake3
@@ -35,18 +37,18 @@ from .config import DataValidationConfig
 from .dedup import fingerprint
 from .reader import Inputs, Lines, input_files, open_input
 
-SHIFT = 40                           # a row's position: its shard << SHIFT | its line in the shard
+SHIFT = 40  # a row's position: its shard << SHIFT | its line in the shard
 _LOW = (1 << SHIFT) - 1
-_KEY_MASK = 0x7FFF_FFFF_FFFF_FFFF     # as the single process's index keeps keys
-DRILL_KILL = "LLMOPS_DRILL_KILL_SHARD"   # "<shard>:<marker file>": the first try of that shard dies
+_KEY_MASK = 0x7FFF_FFFF_FFFF_FFFF  # as the single process's index keeps keys
+DRILL_KILL = "LLMOPS_DRILL_KILL_SHARD"  # "<shard>:<marker file>": the first try of that shard dies
 
 
 @dataclass(frozen=True)
 class Shard:
-    index: int                        # over all the input's files, in their order
+    index: int  # over all the input's files, in their order
     start: int
-    end: int                          # -1: the whole stream (gzip cannot be split)
-    path: str                         # its file
+    end: int  # -1: the whole stream (gzip cannot be split)
+    path: str  # its file
 
 
 def plan(path: str, shard_bytes: int) -> tuple[list[Shard], Inputs]:
@@ -61,7 +63,7 @@ def plan(path: str, shard_bytes: int) -> tuple[list[Shard], Inputs]:
 
 
 def _ranges(path: str, shard_bytes: int) -> list[tuple[int, int]]:
-    src = open_input(path)             # refuses what cannot be data, as the single process does
+    src = open_input(path)  # refuses what cannot be data, as the single process does
     src.close()
     if src.compressed:
         return [(0, -1)]
@@ -85,7 +87,7 @@ def _ranges(path: str, shard_bytes: int) -> list[tuple[int, int]]:
                 break
             starts.append(pos)
             nominal = pos + shard_bytes
-    return list(zip(starts, starts[1:] + [src.size]))
+    return list(zip(starts, starts[1:] + [src.size], strict=False))
 
 
 class _Range:
@@ -228,36 +230,52 @@ def _drill(shard: Shard) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def validate_shard(shard: Shard, first_lines: list[int], lines: Lines, config: DataValidationConfig,
-                   *duplicates: tuple) -> dict:
+def validate_shard(
+    shard: Shard, first_lines: list[int], lines: Lines, config: DataValidationConfig, *duplicates: tuple
+) -> dict:
     """Pass 3: the shard's clean and quarantine bytes, tallies and the digest of what it read."""
     from .validate import Validator, _stream
 
     _drill(shard)
     first_by_line = {}
     for dup, first in duplicates:
-        for d, f in zip(dup.tolist(), first.tolist()):
+        for d, f in zip(dup.tolist(), first.tolist(), strict=False):
             first_by_line[first_lines[shard.index] + (d & _LOW) - 1] = first_lines[f >> SHIFT] + (f & _LOW) - 1
     cfg = config.model_copy(deep=True)
     cfg.dedup.near.enabled = False
-    v = Validator(cfg, None, exact=_KnownDuplicates(first_by_line),
-                  names=_finder(config) if config.pii.names.enabled else None, lines=lines)
+    v = Validator(
+        cfg,
+        None,
+        exact=_KnownDuplicates(first_by_line),
+        names=_finder(config) if config.pii.names.enabled else None,
+        lines=lines,
+    )
     clean, quarantine = _Bytes(), _Bytes()
     src = _Range(shard)
     try:
         rows_in, rows_out = _stream(src, v, clean, quarantine, cfg, False, first_line=first_lines[shard.index])
     finally:
         src.close()
-    return {"clean": b"".join(clean.parts), "quarantine": b"".join(quarantine.parts),
-            "rows_in": rows_in, "rows_out": rows_out, "digest": src.digest.hexdigest(),
-            "by_reason": dict(v.by_reason), "pii_found": dict(v.pii_found), "pii_redacted": dict(v.pii_redacted),
-            "rows_with_pii": v.rows_with_pii, "samples": v.samples,
-            "length": v.stats.length.counts, "pii_density": v.stats.pii_density.counts}
+    return {
+        "clean": b"".join(clean.parts),
+        "quarantine": b"".join(quarantine.parts),
+        "rows_in": rows_in,
+        "rows_out": rows_out,
+        "digest": src.digest.hexdigest(),
+        "by_reason": dict(v.by_reason),
+        "pii_found": dict(v.pii_found),
+        "pii_redacted": dict(v.pii_redacted),
+        "rows_with_pii": v.rows_with_pii,
+        "samples": v.samples,
+        "length": v.stats.length.counts,
+        "pii_density": v.stats.pii_density.counts,
+    }
 
 
 @dataclass
 class Totals:
     """What `validate._finish` reads from a validator, summed over the shards."""
+
     reference: Any
     stats: Any
     by_reason: Counter
@@ -271,17 +289,26 @@ class Totals:
         self.pii_found.update(part["pii_found"])
         self.pii_redacted.update(part["pii_redacted"])
         self.rows_with_pii += part["rows_with_pii"]
-        self.samples.extend(part["samples"][:20 - len(self.samples)])
+        self.samples.extend(part["samples"][: 20 - len(self.samples)])
         for hist, counts in ((self.stats.length, part["length"]), (self.stats.pii_density, part["pii_density"])):
-            hist.counts = [a + b for a, b in zip(hist.counts, counts)]
+            hist.counts = [a + b for a, b in zip(hist.counts, counts, strict=False)]
 
 
-Submit = Callable[..., Any]          # submit(fn, *args, num_returns=n) -> a handle, or n handles
+Submit = Callable[..., Any]  # submit(fn, *args, num_returns=n) -> a handle, or n handles
 Get = Callable[[Any], Any]
 
 
-def run(path: str, outputs, config: DataValidationConfig, reference_stats: str | None, submit: Submit,
-        get: Get, shard_bytes: int, partitions: int, log: Callable[[str], None] = print):
+def run(
+    path: str,
+    outputs,
+    config: DataValidationConfig,
+    reference_stats: str | None,
+    submit: Submit,
+    get: Get,
+    shard_bytes: int,
+    partitions: int,
+    log: Callable[[str], None] = print,
+):
     """The three passes through `submit`/`get` (Ray's, or calls in this process)."""
     import time
 
@@ -295,18 +322,22 @@ def run(path: str, outputs, config: DataValidationConfig, reference_stats: str |
     shards, inputs = plan(path, shard_bytes)
     stamps = {f: os.stat(f).st_mtime_ns for f in inputs.files}
     size = inputs.size
-    log(f"[validate] {len(shards)} shard(s) of {path} ({size / 2**20:.1f} MiB"
-        f"{f' in {len(inputs.files):,} files' if inputs.folder else ''}), {partitions} partition(s)")
+    log(
+        f"[validate] {len(shards)} shard(s) of {path} ({size / 2**20:.1f} MiB"
+        f"{f' in {len(inputs.files):,} files' if inputs.folder else ''}), {partitions} partition(s)"
+    )
     keyed = [submit(shard_keys, s, config, partitions, num_returns=2 + partitions) for s in shards]
     counts = [get(k[0]) for k in keyed]
     first_lines, line, lines = [], 1, Lines()
-    for shard, n in zip(shards, counts):
+    for shard, n in zip(shards, counts, strict=False):
         if inputs.folder and shard.start == 0:
             lines.begin(inputs.name(shard.path), line)
         first_lines.append(line)
         line += n
-    reduced = [submit(first_occurrences, len(shards), *(k[2 + p] for k in keyed), num_returns=len(shards))
-               for p in range(partitions)]
+    reduced = [
+        submit(first_occurrences, len(shards), *(k[2 + p] for k in keyed), num_returns=len(shards))
+        for p in range(partitions)
+    ]
     if len(shards) == 1:
         reduced = [[r] for r in reduced]
     done = [submit(validate_shard, s, first_lines, lines, config, *(r[s.index] for r in reduced)) for s in shards]
@@ -315,12 +346,13 @@ def run(path: str, outputs, config: DataValidationConfig, reference_stats: str |
     rows_in = rows_out = read = 0
     logged = 0.0
     with out:
-        for shard, handle in zip(shards, done):
+        for shard, handle in zip(shards, done, strict=False):
             part = get(handle)
-            if part["digest"] != get(keyed[shard.index][1]) or \
-                    os.stat(shard.path).st_mtime_ns != stamps[shard.path]:
-                raise InputError(f"{shard.path}: changed while being read (bytes {shard.start}-{shard.end} differ "
-                                 "between passes); validate a copy that is not being written")
+            if part["digest"] != get(keyed[shard.index][1]) or os.stat(shard.path).st_mtime_ns != stamps[shard.path]:
+                raise InputError(
+                    f"{shard.path}: changed while being read (bytes {shard.start}-{shard.end} differ "
+                    "between passes); validate a copy that is not being written"
+                )
             out.clean.write(part["clean"])
             out.quarantine.write(part["quarantine"])
             totals.add(part)
@@ -330,11 +362,23 @@ def run(path: str, outputs, config: DataValidationConfig, reference_stats: str |
             elapsed = time.perf_counter() - started
             if elapsed - logged >= 5.0 or shard.index == len(shards) - 1:
                 logged = elapsed
-                log(f"[validate] {shard.index + 1}/{len(shards)} shards: {rows_in:,} rows, "
-                    f"{read / 2**20 / max(elapsed, 1e-9):.1f} MB/s")
+                log(
+                    f"[validate] {shard.index + 1}/{len(shards)} shards: {rows_in:,} rows, "
+                    f"{read / 2**20 / max(elapsed, 1e-9):.1f} MB/s"
+                )
     root = out.commit()
-    return _finish(totals, config, inputs, any(s.end < 0 for s in shards), outputs, rows_in, rows_out, root,
-                   out.clean.bytes, time.perf_counter() - started)
+    return _finish(
+        totals,
+        config,
+        inputs,
+        any(s.end < 0 for s in shards),
+        outputs,
+        rows_in,
+        rows_out,
+        root,
+        out.clean.bytes,
+        time.perf_counter() - started,
+    )
 
 
 def in_process(fn, *args, num_returns: int = 1):

@@ -5,6 +5,7 @@ Outputs are written to temporary names and renamed at the end, so a run that die
 half-way leaves no half dataset behind, and the clean data's Merkle root is computed as
 it is written (no second read).
 """
+
 from __future__ import annotations
 
 import base64
@@ -61,7 +62,7 @@ class OutputPaths:
     stats: str | None = None
 
     @classmethod
-    def in_dir(cls, out_dir: str) -> "OutputPaths":
+    def in_dir(cls, out_dir: str) -> OutputPaths:
         os.makedirs(out_dir, exist_ok=True)
         j = lambda name: os.path.join(out_dir, name)  # noqa: E731
         return cls(j(CLEAN_NAME), j("quarantine.jsonl"), j("metrics.json"), j("stats.json"))
@@ -108,7 +109,7 @@ class _Outputs:
         self.clean = _Sink(paths.clean, hashed_chunk=chunk_size)
         self.quarantine = _Sink(paths.quarantine)
 
-    def __enter__(self) -> "_Outputs":
+    def __enter__(self) -> _Outputs:
         return self
 
     def __exit__(self, kind, value, tb) -> None:
@@ -122,7 +123,7 @@ class _Outputs:
         try:
             self.quarantine.commit()
             self.clean.commit()
-        except BaseException:          # a full disk at the last flush: neither is left to look finished
+        except BaseException:  # a full disk at the last flush: neither is left to look finished
             self.quarantine.abort()
             self.clean.abort()
             if os.path.exists(self.paths.quarantine) and not os.path.exists(self.paths.clean):
@@ -132,8 +133,14 @@ class _Outputs:
 
 
 class Validator:
-    def __init__(self, config: DataValidationConfig, reference: DataStats | None = None, exact=None,
-                 names=None, lines: Lines | None = None):
+    def __init__(
+        self,
+        config: DataValidationConfig,
+        reference: DataStats | None = None,
+        exact=None,
+        names=None,
+        lines: Lines | None = None,
+    ):
         """`exact` replaces the exact-dedup index (an object with `add(key, line)`) and
         `names` the name finder: a shard of a sharded run passes the duplicates its
         shuffle found and the finder its process already loaded. `lines` says which file
@@ -141,24 +148,21 @@ class Validator:
         self.config = config
         self.lines = lines or Lines()
         policy = pii.POLICIES[config.pii.policy.value]
-        self.redact_types = frozenset(config.pii.redact) if config.pii.redact is not None \
-            else policy.redact
+        self.redact_types = frozenset(config.pii.redact) if config.pii.redact is not None else policy.redact
         unknown = self.redact_types - set(pii.ALL_TYPES)
         if unknown:
-            raise InputError(f"pii.redact: unknown PII type(s) {sorted(unknown)}; "
-                             f"known: {', '.join(pii.ALL_TYPES)}")
-        self.quarantine_secrets = policy.quarantine_secrets if config.pii.quarantine_secrets is None \
-            else config.pii.quarantine_secrets
-        self.max_density = policy.max_density if config.pii.max_density is None \
-            else config.pii.max_density
+            raise InputError(f"pii.redact: unknown PII type(s) {sorted(unknown)}; known: {', '.join(pii.ALL_TYPES)}")
+        self.quarantine_secrets = (
+            policy.quarantine_secrets if config.pii.quarantine_secrets is None else config.pii.quarantine_secrets
+        )
+        self.max_density = policy.max_density if config.pii.max_density is None else config.pii.max_density
         self.names = (names or _name_finder(config)) if config.pii.names.enabled else None
         self.reference = reference
         self.formats = config.schema_.formats
         self._format_keys = [(fmt, set(fmt.fields)) for fmt in self.formats]
         self.exact = (exact or FingerprintIndex()) if config.dedup.exact else None
         near = config.dedup.near
-        self.near = NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words) \
-            if near.enabled else None
+        self.near = NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words) if near.enabled else None
         self.stats = DataStats()
         self.by_reason: Counter[str] = Counter()
         self.pii_found: Counter[str] = Counter()
@@ -173,7 +177,7 @@ class Validator:
     # -- one record ---------------------------------------------------------------------
 
     def _match_format(self, obj: dict) -> RecordFormat:
-        for fmt, names in self._format_keys:         # fast path: exactly a format's fields
+        for fmt, names in self._format_keys:  # fast path: exactly a format's fields
             if obj.keys() == names:
                 return fmt
         best, best_hits = None, 0
@@ -231,7 +235,7 @@ class Validator:
                 raise _Rejected("near_duplicate", None, f"similar to {self.lines.cite(first)}")
             self.near.add(sig, line_no)
 
-    def _scan_patterns(self, obj: dict, fmt: RecordFormat, candidate: bool) -> "_Scan":
+    def _scan_patterns(self, obj: dict, fmt: RecordFormat, candidate: bool) -> _Scan:
         """Pattern findings in every string of the record (extra and nested fields too),
         and the name candidates when names are on. A record whose raw line holds no
         `candidate` has no pattern finding, so its strings are only collected."""
@@ -250,14 +254,16 @@ class Validator:
                     if f.type in pii.SECRET_TYPES and scan.secret_field is None:
                         scan.secret_field = path
                 return _Redaction(value, findings)
-            if isinstance(value, dict):       # a turn's role is markup, never PII
-                return {k: v if k == "role" and v in ROLES else visit(v, f"{path}.{k}" if path else k)
-                        for k, v in value.items()}
+            if isinstance(value, dict):  # a turn's role is markup, never PII
+                return {
+                    k: v if k == "role" and v in ROLES else visit(v, f"{path}.{k}" if path else k)
+                    for k, v in value.items()
+                }
             if isinstance(value, list):
                 return [visit(v, f"{path}[{i}]") for i, v in enumerate(value)]
             return value
 
-        if all(type(v) is str for v in obj.values()):   # the common flat record
+        if all(type(v) is str for v in obj.values()):  # the common flat record
             if candidate:
                 scan.scanned = {k: visit(v, k) for k, v in obj.items()}
             else:
@@ -269,7 +275,7 @@ class Validator:
             scan.proposal = self.names.propose(strings)
         return scan
 
-    def _conclude(self, scan: "_Scan", name_spans: list | None) -> tuple[dict, float, int]:
+    def _conclude(self, scan: _Scan, name_spans: list | None) -> tuple[dict, float, int]:
         """Merge the confirmed names, then the density and secret verdicts and redaction.
 
         PII density = findings per word of the whole record (pii.word_count), so one
@@ -287,8 +293,9 @@ class Validator:
             raise _Rejected("secret", scan.secret_field, "secret found; policy quarantines secrets")
         if density > self.max_density:
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(_finding_types(scanned).items()))
-            raise _Rejected("pii_density", None,
-                            f"PII density {density:.2f} > max_density {self.max_density:.2f} ({kinds})")
+            raise _Rejected(
+                "pii_density", None, f"PII density {density:.2f} > max_density {self.max_density:.2f} ({kinds})"
+            )
         obj = scan.obj
         text_chars = sum(_field_chars(obj.get(n)) for n in scan.fmt.fields)
         return (self._apply(scanned) if n_findings else obj), density, text_chars
@@ -296,7 +303,7 @@ class Validator:
     def _merge_names(self, strings: list[str], name_spans: list, scanned: Any) -> tuple[Any, int]:
         """Add the PERSON/ADDRESS findings to the scanned record; a span the pattern engine
         already claimed (an email holding a name) stays its."""
-        by_text = {text: spans for text, spans in zip(strings, name_spans) if spans}
+        by_text = {text: spans for text, spans in zip(strings, name_spans, strict=False) if spans}
         added = 0
 
         def merge(value: Any) -> Any:
@@ -341,13 +348,13 @@ class Validator:
         spans = self.names.settle([scan.proposal])[0] if scan.proposal is not None else None
         return self.complete(scan, spans)
 
-    def complete(self, scan: "_Scan", name_spans: list | None) -> dict:
+    def complete(self, scan: _Scan, name_spans: list | None) -> dict:
         """The second half of `check`, once the doubtful names of `scan` are settled."""
         clean, density, chars = self._conclude(scan, name_spans)
         self.stats.add(chars, density)
         return clean
 
-    def begin(self, raw: bytes, line_no: int) -> "_Scan":
+    def begin(self, raw: bytes, line_no: int) -> _Scan:
         """Everything up to the NER model: decode, parse, schema, dedup, patterns."""
         obj, fmt = self.parse(raw, self.lines.is_first(line_no))
         self._dedup(obj, fmt, line_no)
@@ -403,6 +410,7 @@ def _name_finder(config: DataValidationConfig):
     """The PERSON/ADDRESS detector, its NER model verified before any row is read."""
     from .names import NameFinder
     from .ner import NerConfirmer, resolve
+
     cfg = config.pii.names
     path, _ = resolve(cfg.ner_model, cfg.ner_sha256)
     return NameFinder(NerConfirmer(path, cfg.ner_batch_size), cfg.allow)
@@ -430,7 +438,7 @@ class _Scan:
     strings: list[str] = field(default_factory=list)
     n_findings: int = 0
     secret_field: str | None = None
-    proposal: Any = None          # names.Proposal when names are on
+    proposal: Any = None  # names.Proposal when names are on
 
 
 @dataclass
@@ -446,19 +454,26 @@ def _raw_field(raw: bytes) -> dict:
         return {"raw_b64": base64.b64encode(raw).decode("ascii")}
 
 
-def validate(input_path: str, outputs: OutputPaths, config: DataValidationConfig,
-             reference_stats: str | None = None, show_progress: bool = True) -> ValidationResult:
+def validate(
+    input_path: str,
+    outputs: OutputPaths,
+    config: DataValidationConfig,
+    reference_stats: str | None = None,
+    show_progress: bool = True,
+) -> ValidationResult:
     """Validate `input_path` into `outputs`; never raises for bad rows, only for unusable
     input (InputError). The gate verdict is in the result, not an exception."""
     if config.engine == "ray" and config.ray.kuberay.enabled:
         from .rayjob import validate_on_kuberay
+
         return validate_on_kuberay(input_path, outputs, config, reference_stats)
     if config.engine == "ray":
         from .ray_engine import validate_on_ray
+
         return validate_on_ray(input_path, outputs, config, reference_stats, show_progress)
     inputs = input_files(input_path)
     compressed = False
-    for path in inputs.files:              # every file refused or accepted before any work
+    for path in inputs.files:  # every file refused or accepted before any work
         probe = open_input(path)
         probe.close()
         compressed |= probe.compressed
@@ -474,8 +489,9 @@ def validate(input_path: str, outputs: OutputPaths, config: DataValidationConfig
                     validator.lines.begin(inputs.name(path), rows_in + 1)
                 src = open_input(path)
                 try:
-                    n_in, n_out = _stream(src, validator, out.clean, out.quarantine, config, show_progress,
-                                          first_line=rows_in + 1)
+                    n_in, n_out = _stream(
+                        src, validator, out.clean, out.quarantine, config, show_progress, first_line=rows_in + 1
+                    )
                 finally:
                     src.close()
                 rows_in, rows_out = rows_in + n_in, rows_out + n_out
@@ -483,12 +499,18 @@ def validate(input_path: str, outputs: OutputPaths, config: DataValidationConfig
         validator.close()
     root = out.commit()
     elapsed = time.perf_counter() - started
-    return _finish(validator, config, inputs, compressed, outputs, rows_in, rows_out, root, out.clean.bytes,
-                   elapsed)
+    return _finish(validator, config, inputs, compressed, outputs, rows_in, rows_out, root, out.clean.bytes, elapsed)
 
 
-def _stream(src: InputStream, validator: Validator, clean: _Sink, quarantine: _Sink,
-            config: DataValidationConfig, show_progress: bool, first_line: int = 1) -> tuple[int, int]:
+def _stream(
+    src: InputStream,
+    validator: Validator,
+    clean: _Sink,
+    quarantine: _Sink,
+    config: DataValidationConfig,
+    show_progress: bool,
+    first_line: int = 1,
+) -> tuple[int, int]:
     """With names on, rows wait in order (at most `_PENDING_ROWS`) until their doubtful
     name candidates fill one NER batch; both outputs keep input order. A shard's lines
     are numbered from its `first_line`; the counts returned are its own."""
@@ -500,7 +522,7 @@ def _stream(src: InputStream, validator: Validator, clean: _Sink, quarantine: _S
     last_pos = 0
     batched = validator.names is not None
     batch = config.pii.names.ner_batch_size
-    pending: list[tuple[int, bytes, Any]] = []      # (line, raw, _Scan or _Rejected)
+    pending: list[tuple[int, bytes, Any]] = []  # (line, raw, _Scan or _Rejected)
     doubtful = 0
 
     def reject(rej: _Rejected, line_no: int, line: bytes) -> None:
@@ -596,12 +618,13 @@ def rest_of_line(readline, max_line: int):
         yield piece
 
 
-def _quarantine_overlong(src: InputStream, quarantine: _Sink, at: dict, head: bytes,
-                         max_line: int) -> None:
+def _quarantine_overlong(src: InputStream, quarantine: _Sink, at: dict, head: bytes, max_line: int) -> None:
     """Stream an over-long line (`at`: its file and line) into quarantine as base64, never
     holding it whole."""
-    quarantine.write(orjson.dumps({**at, "reason": "line_too_long", "field": None,
-                                   "detail": f"longer than {max_line} bytes"})[:-1] + b',"raw_b64":"')
+    quarantine.write(
+        orjson.dumps({**at, "reason": "line_too_long", "field": None, "detail": f"longer than {max_line} bytes"})[:-1]
+        + b',"raw_b64":"'
+    )
     pending, total = head, len(head)
     for piece in rest_of_line(src.reader.readline, max_line):
         total += len(piece)
@@ -612,37 +635,60 @@ def _quarantine_overlong(src: InputStream, quarantine: _Sink, at: dict, head: by
     quarantine.write(base64.b64encode(pending) + b'","bytes":' + str(total).encode() + b"}\n")
 
 
-def _finish(v: Validator, config: DataValidationConfig, inputs: Inputs, compressed: bool, outputs: OutputPaths,
-            rows_in: int, rows_out: int, root: str, clean_bytes: int,
-            elapsed: float) -> ValidationResult:
+def _finish(
+    v: Validator,
+    config: DataValidationConfig,
+    inputs: Inputs,
+    compressed: bool,
+    outputs: OutputPaths,
+    rows_in: int,
+    rows_out: int,
+    root: str,
+    clean_bytes: int,
+    elapsed: float,
+) -> ValidationResult:
     rows_q = rows_in - rows_out
     reject_rate = rows_q / rows_in if rows_in else 0.0
-    checks = [gates.at_most("reject_rate", reject_rate, config.gate.max_reject_rate,
-                            f"quarantine rate {reject_rate:.1%}")]
+    checks = [
+        gates.at_most("reject_rate", reject_rate, config.gate.max_reject_rate, f"quarantine rate {reject_rate:.1%}")
+    ]
     psi = None
     if v.reference is not None and v.stats.rows:
         psi = drift(v.reference, v.stats)
-        checks += [gates.at_most(f"psi_{name}", value, config.drift.psi_threshold, f"drift of {name}", "drift")
-                   for name, value in psi.items()]
+        checks += [
+            gates.at_most(f"psi_{name}", value, config.drift.psi_threshold, f"drift of {name}", "drift")
+            for name, value in psi.items()
+        ]
     else:
-        checks.append(gates.Check("psi", None, f"<= {config.drift.psi_threshold:g}", "skipped",
-                                  "no reference statistics", "drift"))
+        checks.append(
+            gates.Check(
+                "psi", None, f"<= {config.drift.psi_threshold:g}", "skipped", "no reference statistics", "drift"
+            )
+        )
     checks.append(gates.at_least("rows_out", rows_out, 1, "no row passed validation" if rows_out == 0 else ""))
     gate_reasons = gates.failures(checks)
     metrics = {
-        "rows_in": rows_in, "rows_out": rows_out, "rows_quarantined": rows_q,
+        "rows_in": rows_in,
+        "rows_out": rows_out,
+        "rows_quarantined": rows_q,
         "reject_rate": reject_rate,
         "by_reason": dict(sorted(v.by_reason.items())),
         "pii_found": dict(sorted(v.pii_found.items())),
         "pii_redacted": dict(sorted(v.pii_redacted.items())),
         "rows_with_pii": v.rows_with_pii,
         "policy": config.pii.policy.value,
-        "merkle_root": root, "chunk_size": config.chunk_size,
-        "clean_bytes": clean_bytes, "input_bytes": inputs.size, "input_compressed": compressed,
+        "merkle_root": root,
+        "chunk_size": config.chunk_size,
+        "clean_bytes": clean_bytes,
+        "input_bytes": inputs.size,
+        "input_compressed": compressed,
         **({"input_files": len(inputs.files)} if inputs.folder else {}),
-        "drift_psi": psi, "psi_threshold": config.drift.psi_threshold,
+        "drift_psi": psi,
+        "psi_threshold": config.drift.psi_threshold,
         "max_reject_rate": config.gate.max_reject_rate,
-        "passed": not gate_reasons, "gate_reasons": gate_reasons, "checks": [c.to_json() for c in checks],
+        "passed": not gate_reasons,
+        "gate_reasons": gate_reasons,
+        "checks": [c.to_json() for c in checks],
         "elapsed_s": round(elapsed, 3),
     }
     if outputs.stats:

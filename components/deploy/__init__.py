@@ -5,6 +5,7 @@ rollback (`canary.py`, `analysis.py`) on a target: two real Triton servers behin
 
 `run_to_dir` serves the CLI, `run_component` the KFP component; both call `deploy`.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,25 +21,38 @@ __all__ = ["DeployConfig", "deploy", "build_repository", "run_component", "raise
 
 def next_version(cfg: DeployConfig, state_dir: str) -> int:
     from kfp_llmops.components.common.records import read_serving_state
+
     if cfg.version:
         return cfg.version
     stable = read_serving_state(state_dir).get("stable") if cfg.target == "local" else None
     return (stable["version"] + 1) if stable else 1
 
 
-def build_repository(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig,
-                     state_dir: str, kgw=None, signing_key: str | None = None, decoding=None,
-                     costed: dict | None = None) -> dict:
+def build_repository(
+    model_dir: str,
+    blessed_root: str | None,
+    out_dir: str,
+    cfg: DeployConfig,
+    state_dir: str,
+    kgw=None,
+    signing_key: str | None = None,
+    decoding=None,
+    costed: dict | None = None,
+) -> dict:
     """`kgw`: the watermark parameters verify_watermark verified (`watermark_params`);
     `signing_key`: the repository is signed with model-signing; `decoding`: the blessing's
     (`Decoding.from_record`), served by default; `costed`: the decoding verify_watermark
     measured the watermark's cost under (its record's `decoding`), which must be it."""
     from . import repository
+
     if cfg.watermark.enabled and costed is not None and decoding is not None and costed != decoding.model_dump():
-        raise InputError(f"watermark: its cost was measured under decoding {costed}, but the blessed decoding served "
-                         f"is {decoding.model_dump()}; verify the watermark with the blessing (`--blessing`)")
-    return repository.build(model_dir, blessed_root, out_dir, cfg, next_version(cfg, state_dir),
-                            kgw, signing_key, decoding)
+        raise InputError(
+            f"watermark: its cost was measured under decoding {costed}, but the blessed decoding served "
+            f"is {decoding.model_dump()}; verify the watermark with the blessing (`--blessing`)"
+        )
+    return repository.build(
+        model_dir, blessed_root, out_dir, cfg, next_version(cfg, state_dir), kgw, signing_key, decoding
+    )
 
 
 def costed_decoding(source) -> dict | None:
@@ -49,7 +63,7 @@ def costed_decoding(source) -> dict | None:
             with open(source, encoding="utf-8") as handle:
                 source = json.load(handle)
         except (OSError, ValueError):
-            return None          # watermark_params reports an unreadable record
+            return None  # watermark_params reports an unreadable record
     return (source or {}).get("decoding")
 
 
@@ -58,29 +72,55 @@ def watermark_params(source, origin: str = "verify_watermark's output"):
     metadata, or its metrics.json); None without a record (the repository refuses to
     serve a watermark nobody verified)."""
     from kfp_llmops.components.common.watermark.params import KGW
+
     return None if source is None else KGW.from_record(source, source if isinstance(source, str) else origin)
 
 
 def make_target(cfg: DeployConfig, state_dir: str, work: str, key_file: str | None):
     if cfg.target == "local":
         from .local_target import LocalTarget
+
         return LocalTarget(cfg, state_dir, work, key_file)
     from .cluster import ClusterTarget
+
     return ClusterTarget(cfg)
 
 
-def deploy(repo_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig, state_dir: str,
-           key_file: str | None = None, before_interval=None, log=print, public_key: str | None = None,
-           lock_api=None, compared_with: dict | None = None) -> dict:
+def deploy(
+    repo_dir: str,
+    blessed_root: str | None,
+    out_dir: str,
+    cfg: DeployConfig,
+    state_dir: str,
+    key_file: str | None = None,
+    before_interval=None,
+    log=print,
+    public_key: str | None = None,
+    lock_api=None,
+    compared_with: dict | None = None,
+) -> dict:
     """Verify the repository is the blessed model (and, with `public_key`, signed by its
     pair) before any traffic moves, roll it out, write record and report. The served model
     is held for the whole rollout (`rollout_lock`; a caller that built the repository
     already holds it, so the version it numbered is still the next one). `compared_with`:
     the blessing's record of the production model it was judged against (None: unknown)."""
     from .rollout_lock import rollout_lock
+
     with rollout_lock(cfg, state_dir, log, lock_api) as (held, guard):
-        return _deploy(repo_dir, blessed_root, out_dir, cfg, state_dir, key_file, before_interval, log, public_key,
-                       held, guard, compared_with)
+        return _deploy(
+            repo_dir,
+            blessed_root,
+            out_dir,
+            cfg,
+            state_dir,
+            key_file,
+            before_interval,
+            log,
+            public_key,
+            held,
+            guard,
+            compared_with,
+        )
 
 
 def stale_baseline(compared_with: dict | None, production: tuple[bool, str | None]) -> str | None:
@@ -95,13 +135,28 @@ def stale_baseline(compared_with: dict | None, production: tuple[bool, str | Non
 
     def model(root):
         return f"model {root[:16]}…" if root else "no model (a first release)"
-    return (f"the blessing judged this model against production {model(judged)} (release {named}), but production "
-            f"is now {model(serving)}: another release was promoted since; evaluate against it again, or set "
-            "on_stale_baseline: allow")
+
+    return (
+        f"the blessing judged this model against production {model(judged)} (release {named}), but production "
+        f"is now {model(serving)}: another release was promoted since; evaluate against it again, or set "
+        "on_stale_baseline: allow"
+    )
 
 
-def _deploy(repo_dir, blessed_root, out_dir, cfg, state_dir, key_file, before_interval, log, public_key, held,
-            guard, compared_with) -> dict:
+def _deploy(
+    repo_dir,
+    blessed_root,
+    out_dir,
+    cfg,
+    state_dir,
+    key_file,
+    before_interval,
+    log,
+    public_key,
+    held,
+    guard,
+    compared_with,
+) -> dict:
     from kfp_llmops.components.common.records import read_serving_state
 
     from . import repository
@@ -111,8 +166,10 @@ def _deploy(repo_dir, blessed_root, out_dir, cfg, state_dir, key_file, before_in
     info = repository.verify(repo_dir, blessed_root, public_key=public_key)
     stable = read_serving_state(state_dir).get("stable") if cfg.target == "local" else None
     if stable and info["version"] <= stable["version"]:
-        raise InputError(f"{repo_dir}: version {info['version']} is not above stable's {stable['version']} "
-                         f"(another release was promoted since it was built); build it again")
+        raise InputError(
+            f"{repo_dir}: version {info['version']} is not above stable's {stable['version']} "
+            f"(another release was promoted since it was built); build it again"
+        )
     target = make_target(cfg, state_dir, os.path.join(out_dir, "work"), key_file)
     production = target.production_root()
     stale = stale_baseline(compared_with, production)
@@ -125,6 +182,7 @@ def _deploy(repo_dir, blessed_root, out_dir, cfg, state_dir, key_file, before_in
         from transformers import AutoTokenizer
 
         from kfp_llmops.components.common.watermark.keys import load_key
+
         key = load_key(key_file)
         tokenizer = AutoTokenizer.from_pretrained(info["weights"])
     os.makedirs(out_dir, exist_ok=True)
@@ -134,14 +192,26 @@ def _deploy(repo_dir, blessed_root, out_dir, cfg, state_dir, key_file, before_in
     finally:
         target.close()
     stable = target.stable_at_start
-    record.update({"target": cfg.target, "model_name": info["model_name"], "version": info["version"],
-                   "repository_root": info["repository_root"], "model_root": info["model_root"],
-                   "signed_sha256": info["signed_sha256"], "served_uri": getattr(target, "storage_uri", None) or None,
-                   "stable_version": stable["version"] if stable else None,
-                   "stable_repository_root": stable["repository_root"] if stable else None,
-                   "drill": cfg.drill.model_dump(), "steps": cfg.steps, "interval_s": cfg.interval_s,
-                   "lock": {"holder": held["holder"], "waited_s": held["waited_s"]},
-                   "production_root": production[1], "compared_with": compared_with, "stale_baseline": stale})
+    record.update(
+        {
+            "target": cfg.target,
+            "model_name": info["model_name"],
+            "version": info["version"],
+            "repository_root": info["repository_root"],
+            "model_root": info["model_root"],
+            "signed_sha256": info["signed_sha256"],
+            "served_uri": getattr(target, "storage_uri", None) or None,
+            "stable_version": stable["version"] if stable else None,
+            "stable_repository_root": stable["repository_root"] if stable else None,
+            "drill": cfg.drill.model_dump(),
+            "steps": cfg.steps,
+            "interval_s": cfg.interval_s,
+            "lock": {"holder": held["holder"], "waited_s": held["waited_s"]},
+            "production_root": production[1],
+            "compared_with": compared_with,
+            "stale_baseline": stale,
+        }
+    )
     requests = record.pop("requests")
     atomic.write_text(os.path.join(out_dir, "requests.jsonl"), "".join(json.dumps(r) + "\n" for r in requests))
     atomic.write_json(os.path.join(out_dir, "record.json"), record, default=lambda v: None)
@@ -154,10 +224,14 @@ def _deploy(repo_dir, blessed_root, out_dir, cfg, state_dir, key_file, before_in
 
 def summary_metrics(record: dict, requests: list[dict]) -> dict:
     canary = [r for r in requests if r["backend"] == "canary"]
-    return {"promoted": float(record["decision"] == "promoted"), "intervals": float(len(record["intervals"])),
-            "rollout_seconds": float(record.get("seconds", 0.0)), "canary_requests": float(len(canary)),
-            "canary_failed_requests": float(sum(not r["ok"] for r in canary)),
-            "requests_total": float(len(requests))}
+    return {
+        "promoted": float(record["decision"] == "promoted"),
+        "intervals": float(len(record["intervals"])),
+        "rollout_seconds": float(record.get("seconds", 0.0)),
+        "canary_requests": float(len(canary)),
+        "canary_failed_requests": float(sum(not r["ok"] for r in canary)),
+        "requests_total": float(len(requests)),
+    }
 
 
 def raise_unless_promoted(record: dict, cfg: DeployConfig) -> None:
@@ -165,14 +239,28 @@ def raise_unless_promoted(record: dict, cfg: DeployConfig) -> None:
         raise GateFailed(f"canary rolled back: {record['reason']}")
 
 
-def run_component(model, blessing, config: str, key_file: str, state_dir: str, repository_out, record_out,
-                  metrics, report, release_dir: str = "", default_target: str = "local", watermarked=None,
-                  signing_key_file: str = "", public_key_file: str = "") -> str:
+def run_component(
+    model,
+    blessing,
+    config: str,
+    key_file: str,
+    state_dir: str,
+    repository_out,
+    record_out,
+    metrics,
+    report,
+    release_dir: str = "",
+    default_target: str = "local",
+    watermarked=None,
+    signing_key_file: str = "",
+    public_key_file: str = "",
+) -> str:
     """KFP entry: only a blessed model whose root matches the blessing is deployed, with
     the watermark parameters `watermarked` (verify_watermark's output) records. With a
     public key, the model must carry a signature by its pair, and the repository built
     from it is signed (`signing_key_file`) and its signature verified before traffic moves."""
     from kfp_llmops.components.common import signing
+
     cfg = DeployConfig.load(config)
     if "target" not in cfg.model_fields_set:
         cfg = DeployConfig.load(config, {"target": default_target})
@@ -184,44 +272,91 @@ def run_component(model, blessing, config: str, key_file: str, state_dir: str, r
     state = state_dir or os.path.join(os.path.dirname(report.path), "serving-state")
     kgw = watermark_params(watermarked.metadata if watermarked is not None else None)
     if watermarked is not None and watermarked.metadata.get("model_root") != blessed_root:
-        raise InputError(f"watermarked: verified model {watermarked.metadata.get('model_root')} is not the blessed "
-                         f"root {blessed_root}")
+        raise InputError(
+            f"watermarked: verified model {watermarked.metadata.get('model_root')} is not the blessed "
+            f"root {blessed_root}"
+        )
     private, public = signing.key_file(signing_key_file), signing.key_file(public_key_file, public=True)
     if public:
         signing.verify_folder(model.path, public)
     from kfp_llmops.components.common.decoding import Decoding
+
     decoding = Decoding.from_record(blessing.metadata, "blessing")
     from .rollout_lock import rollout_lock
+
     work = os.path.join(os.path.dirname(report.path), "deploy")
-    with rollout_lock(cfg, state):           # held from numbering the version to the rollout's end
-        built = build_repository(model.path, blessed_root, repository_out.path, cfg, state, kgw, private, decoding,
-                                 costed_decoding(watermarked.metadata if watermarked is not None else None))
-        repository_out.metadata.update({"merkle_root": built["repository_root"], "model_root": built["model_root"],
-                                        "model_name": built["model_name"], "version": built["version"],
-                                        "signed_sha256": built["signed_sha256"]})
-        record = deploy(repository_out.path, blessed_root, work, cfg, state, key_file or None, public_key=public,
-                        compared_with=blessing.metadata.get("compared_with"))
+    with rollout_lock(cfg, state):  # held from numbering the version to the rollout's end
+        built = build_repository(
+            model.path,
+            blessed_root,
+            repository_out.path,
+            cfg,
+            state,
+            kgw,
+            private,
+            decoding,
+            costed_decoding(watermarked.metadata if watermarked is not None else None),
+        )
+        repository_out.metadata.update(
+            {
+                "merkle_root": built["repository_root"],
+                "model_root": built["model_root"],
+                "model_name": built["model_name"],
+                "version": built["version"],
+                "signed_sha256": built["signed_sha256"],
+            }
+        )
+        record = deploy(
+            repository_out.path,
+            blessed_root,
+            work,
+            cfg,
+            state,
+            key_file or None,
+            public_key=public,
+            compared_with=blessing.metadata.get("compared_with"),
+        )
     atomic.copy_file(os.path.join(work, "record.json"), record_out.path)
     atomic.copy_file(os.path.join(work, "report.html"), report.path)
-    record_out.metadata.update({"decision": record["decision"], "repository_root": record["repository_root"],
-                                "model_root": record["model_root"], "version": record["version"]})
+    record_out.metadata.update(
+        {
+            "decision": record["decision"],
+            "repository_root": record["repository_root"],
+            "model_root": record["model_root"],
+            "version": record["version"],
+        }
+    )
     for k, v in record["metrics"].items():
         metrics.log_metric(k, v)
     metrics.metadata.update({"decision": record["decision"], "reason": record["reason"][:500]})
     from kfp_llmops.components.common import baseline, records
+
     kept = baseline.keep_model(release_dir, model.path, blessed_root) if record["decision"] == "promoted" else None
-    records.note(release_dir, records.TritonCanaryDeploy(
-        params={"deploy_config": config},
-        result=record["decision"], reason=record["reason"],
-        inputs=records.DeployInputs(model_root=record["model_root"], blessed_root=blessed_root,
-                                    production_root=record["production_root"],
-                                    compared_with=(record["compared_with"] or {}).get("release")),
-        outputs=records.DeployOutputs(
-            repository=records.RepositoryOut(root=record["repository_root"], path=repository_out.path,
-                                             version=record["version"],
-                                             weights=built["weights"], signed_sha256=built["signed_sha256"]),
-            serving_state=records.Artifact(path=os.path.abspath(state) if cfg.target == "local" else None),
-            served_uri=record.get("served_uri"),
-            production=records.Artifact(root=blessed_root if kept else None, path=kept))))
+    records.note(
+        release_dir,
+        records.TritonCanaryDeploy(
+            params={"deploy_config": config},
+            result=record["decision"],
+            reason=record["reason"],
+            inputs=records.DeployInputs(
+                model_root=record["model_root"],
+                blessed_root=blessed_root,
+                production_root=record["production_root"],
+                compared_with=(record["compared_with"] or {}).get("release"),
+            ),
+            outputs=records.DeployOutputs(
+                repository=records.RepositoryOut(
+                    root=record["repository_root"],
+                    path=repository_out.path,
+                    version=record["version"],
+                    weights=built["weights"],
+                    signed_sha256=built["signed_sha256"],
+                ),
+                serving_state=records.Artifact(path=os.path.abspath(state) if cfg.target == "local" else None),
+                served_uri=record.get("served_uri"),
+                production=records.Artifact(root=blessed_root if kept else None, path=kept),
+            ),
+        ),
+    )
     raise_unless_promoted(record, cfg)
     return record["decision"]

@@ -9,6 +9,7 @@ chance it ever reaches 2/alpha -- over the whole rollout, however often it is lo
 at -- is at most alpha/2: a bounded false-rollback rate, with a bad canary caught within
 a few dozen of its requests instead of after `threshold` full intervals.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,11 +30,11 @@ class RoleStats:
     p50_ms: float
     p95_ms: float
     p99_ms: float
-    server: dict | None = None     # Triton counter deltas, None when the scrape failed
+    server: dict | None = None  # Triton counter deltas, None when the scrape failed
     ttft_p50_ms: float = math.nan  # client-side: time to the stream's first piece
     ttft_p95_ms: float = math.nan
-    itl_p50_ms: float = math.nan   # client-side: mean gap between a stream's pieces
-    tokens: dict | None = None     # the server's TTFT and ITL histograms over the interval (ms quantiles)
+    itl_p50_ms: float = math.nan  # client-side: mean gap between a stream's pieces
+    tokens: dict | None = None  # the server's TTFT and ITL histograms over the interval (ms quantiles)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -50,8 +51,16 @@ def role_stats(samples, role: str, server: dict | None = None, tokens: dict | No
     mine = [s for s in samples if s.backend == role]
     if not mine and server is not None and server["success"] + server["failure"] > 0:
         m = server["mean_ms"]
-        return RoleStats(int(server["success"] + server["failure"]), int(server["failure"]), server["error_rate"],
-                         m, m, m, server, tokens=tokens)
+        return RoleStats(
+            int(server["success"] + server["failure"]),
+            int(server["failure"]),
+            server["error_rate"],
+            m,
+            m,
+            m,
+            server,
+            tokens=tokens,
+        )
     lat = [s.latency_ms for s in mine if s.ok]
     ttft = [s.ttft_ms for s in mine if s.ok and s.ttft_ms == s.ttft_ms]
     itl = [s.itl_ms for s in mine if s.ok and s.itl_ms == s.itl_ms]
@@ -59,8 +68,19 @@ def role_stats(samples, role: str, server: dict | None = None, tokens: dict | No
     rate = errors / len(mine) if mine else float("nan")
     if server is not None and server.get("error_rate") == server.get("error_rate"):
         rate = server["error_rate"] if rate != rate else max(rate, server["error_rate"])
-    return RoleStats(len(mine), errors, rate, _quantile(lat, 0.5), _quantile(lat, 0.95), _quantile(lat, 0.99), server,
-                     _quantile(ttft, 0.5), _quantile(ttft, 0.95), _quantile(itl, 0.5), tokens)
+    return RoleStats(
+        len(mine),
+        errors,
+        rate,
+        _quantile(lat, 0.5),
+        _quantile(lat, 0.95),
+        _quantile(lat, 0.99),
+        server,
+        _quantile(ttft, 0.5),
+        _quantile(ttft, 0.95),
+        _quantile(itl, 0.5),
+        tokens,
+    )
 
 
 def token_checks(canary: RoleStats, stable: RoleStats | None, cfg: DeployConfig) -> list[gates.Check]:
@@ -82,20 +102,36 @@ def token_checks(canary: RoleStats, stable: RoleStats | None, cfg: DeployConfig)
         if theirs and theirs["observations"]:
             q = comparable_quantile(min(mine["observations"], theirs["observations"]))
             ref = theirs[f"{q}_ms"]
-            checks.append(gates.at_most(f"{key}_{q}_vs_stable", mine[f"{q}_ms"],
-                                        max(ref * (1 + sla.latency_tolerance), ref + sla.token_latency_slack_ms)))
+            checks.append(
+                gates.at_most(
+                    f"{key}_{q}_vs_stable",
+                    mine[f"{q}_ms"],
+                    max(ref * (1 + sla.latency_tolerance), ref + sla.token_latency_slack_ms),
+                )
+            )
     return checks
 
 
-def interval_checks(canary: RoleStats, stable: RoleStats | None, cfg: DeployConfig,
-                    metrics_ok: bool = True, relative: bool = True) -> list[gates.Check]:
+def interval_checks(
+    canary: RoleStats, stable: RoleStats | None, cfg: DeployConfig, metrics_ok: bool = True, relative: bool = True
+) -> list[gates.Check]:
     sla = cfg.sla
     # No traffic is never a pass; a little (the interval already waited up to max_interval_s
     # for min_requests) is judged on what came, not failed for being little.
     n = canary.requests
-    checks = [gates.holds("canary_requests", n > 0, "no canary traffic within the interval" if n == 0 else
-                          "" if n >= sla.min_requests else f"only {n} of {sla.min_requests} canary requests by the bound",
-                          value=n, bound=f">= 1 (waits for {sla.min_requests})")]
+    checks = [
+        gates.holds(
+            "canary_requests",
+            n > 0,
+            "no canary traffic within the interval"
+            if n == 0
+            else ""
+            if n >= sla.min_requests
+            else f"only {n} of {sla.min_requests} canary requests by the bound",
+            value=n,
+            bound=f">= 1 (waits for {sla.min_requests})",
+        )
+    ]
     if not metrics_ok:
         checks.append(gates.holds("canary_metrics", False, "no values from the canary's metrics endpoint"))
     if canary.requests == 0:
@@ -112,11 +148,19 @@ def interval_checks(canary: RoleStats, stable: RoleStats | None, cfg: DeployConf
             checks.append(gates.at_most("error_rate_vs_stable", er, stable.error_rate + sla.error_rate_tolerance))
             fewest = min(canary.requests, stable.requests)
             q = comparable_quantile(fewest)
-            checks.append(gates.at_most(f"{q}_vs_stable", getattr(canary, f"{q}_ms"),
-                                        getattr(stable, f"{q}_ms") * (1 + sla.latency_tolerance),
-                                        "" if q == "p99" else f"{q}: {fewest} requests (a p99 needs 100)"))
-            mine, theirs = (canary.server or {}).get("mean_ms", math.nan), (stable.server or {}).get("mean_ms", math.nan)
-            if mine == mine and theirs == theirs:      # Triton's own duration counters, queueing included
+            checks.append(
+                gates.at_most(
+                    f"{q}_vs_stable",
+                    getattr(canary, f"{q}_ms"),
+                    getattr(stable, f"{q}_ms") * (1 + sla.latency_tolerance),
+                    "" if q == "p99" else f"{q}: {fewest} requests (a p99 needs 100)",
+                )
+            )
+            mine, theirs = (
+                (canary.server or {}).get("mean_ms", math.nan),
+                (stable.server or {}).get("mean_ms", math.nan),
+            )
+            if mine == mine and theirs == theirs:  # Triton's own duration counters, queueing included
                 checks.append(gates.at_most("server_latency_vs_stable", mine, theirs * (1 + sla.latency_tolerance)))
     return checks
 
@@ -173,14 +217,16 @@ class Decider:
     relative: bool = True
     step: int = 0
     failed: int = 0
-    stable_ref: list[float] = field(default_factory=list)     # recent stable latencies
+    stable_ref: list[float] = field(default_factory=list)  # recent stable latencies
     tests: list[Sprt] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         s = self.cfg.sequential
         if self.sequential and s.enabled:
-            self.tests = [Sprt("errors", s.error_p0, s.error_p1, s.alpha / 2),
-                          Sprt("slow requests", s.slow_p0, s.slow_p1, s.alpha / 2)]
+            self.tests = [
+                Sprt("errors", s.error_p0, s.error_p1, s.alpha / 2),
+                Sprt("slow requests", s.slow_p0, s.slow_p1, s.alpha / 2),
+            ]
 
     @property
     def fired(self) -> Sprt | None:

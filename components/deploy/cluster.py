@@ -10,6 +10,7 @@ path is tested against a recording stand-in for the API (every body it sends is
 validated strictly), its storage upload against a real filesystem, its PromQL against a
 real Prometheus.
 """
+
 from __future__ import annotations
 
 import copy
@@ -33,11 +34,13 @@ LABELS = {"app.kubernetes.io/part-of": "kfp-llmops", "kfp-llmops/stage": "triton
 def _storage(cfg: DeployConfig, repository_root: str) -> str:
     """Each repository lives under its own root: what is served is addressed by content."""
     from kfp_llmops.components.common.storage import destination
+
     return destination(cfg.cluster.storage_uri, repository_root)
 
 
-def render_inference_service(cfg: DeployConfig, repository_root: str, canary_percent: int | None,
-                             model_root: str = "") -> dict:
+def render_inference_service(
+    cfg: DeployConfig, repository_root: str, canary_percent: int | None, model_root: str = ""
+) -> dict:
     """`model_root` (the served weights' root) is annotated: the next rollout reads which
     model is in production from it (`on_stale_baseline`)."""
     c = cfg.cluster
@@ -56,8 +59,12 @@ def render_inference_service(cfg: DeployConfig, repository_root: str, canary_per
             "env": [{"name": "LLMOPS_WATERMARK_KEY_FILE", "value": f"{KEY_MOUNT}/key"}],
             "resources": {"requests": dict(limits), "limits": limits},
             "volumeMounts": [{"name": "watermark-key", "mountPath": KEY_MOUNT, "readOnly": True}],
-            "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+            "securityContext": {
+                "runAsNonRoot": True,
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "capabilities": {"drop": ["ALL"]},
+            },
         },
         "volumes": [{"name": "watermark-key", "secret": {"secretName": c.key_secret}}],
     }
@@ -66,10 +73,16 @@ def render_inference_service(cfg: DeployConfig, repository_root: str, canary_per
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
-        "metadata": {"name": c.service_name, "namespace": namespace(c.namespace), "labels": dict(LABELS),
-                     "annotations": {"serving.kserve.io/deploymentMode": c.mode,
-                                     "kfp-llmops/repository-root": repository_root,
-                                     **({MODEL_ROOT_ANNOTATION: model_root} if model_root else {})}},
+        "metadata": {
+            "name": c.service_name,
+            "namespace": namespace(c.namespace),
+            "labels": dict(LABELS),
+            "annotations": {
+                "serving.kserve.io/deploymentMode": c.mode,
+                "kfp-llmops/repository-root": repository_root,
+                **({MODEL_ROOT_ANNOTATION: model_root} if model_root else {}),
+            },
+        },
         "spec": {"predictor": predictor},
     }
 
@@ -83,16 +96,24 @@ def render_httproute(cfg: DeployConfig, canary_percent: int, model_root: str | N
     return {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",
-        "metadata": {"name": c.service_name, "namespace": namespace(c.namespace), "labels": dict(LABELS),
-                     **({"annotations": {MODEL_ROOT_ANNOTATION: model_root}} if model_root else {})},
+        "metadata": {
+            "name": c.service_name,
+            "namespace": namespace(c.namespace),
+            "labels": dict(LABELS),
+            **({"annotations": {MODEL_ROOT_ANNOTATION: model_root}} if model_root else {}),
+        },
         "spec": {
             "parentRefs": [{"name": c.gateway_name}],
             "hostnames": [c.hostname],
             "rules": [
-                {"matches": [{"headers": [{"type": "Exact", "name": "X-Canary", "value": "always"}]}],
-                 "backendRefs": [dict(canary, weight=1)]},
-                {"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
-                 "backendRefs": [dict(stable, weight=100 - canary_percent), dict(canary, weight=canary_percent)]},
+                {
+                    "matches": [{"headers": [{"type": "Exact", "name": "X-Canary", "value": "always"}]}],
+                    "backendRefs": [dict(canary, weight=1)],
+                },
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                    "backendRefs": [dict(stable, weight=100 - canary_percent), dict(canary, weight=canary_percent)],
+                },
             ],
         },
     }
@@ -122,6 +143,7 @@ REVISION_SELECTOR = 'pod=~"{revision}-deployment-.*"'
 def kubernetes_api():
     """The CustomObjectsApi of the cluster this pod runs in (kubeconfig outside one)."""
     from kfp_llmops.components.common.k8s import clients
+
     return clients()[0]
 
 
@@ -133,7 +155,7 @@ class ClusterTarget:
     (Open Inference Protocol) before any traffic moves. `api` is a CustomObjectsApi."""
 
     name = "cluster"
-    attributes = False       # KServe does not say which revision answered
+    attributes = False  # KServe does not say which revision answered
 
     def __init__(self, cfg: DeployConfig, api=None, log=print):
         self.cfg, self.log = cfg, log
@@ -146,9 +168,9 @@ class ClusterTarget:
         self.repository_root = ""
         self.model_root = ""
         self.storage_uri = ""
-        self.live: dict | None = None            # the InferenceService before this rollout
-        self.route_root: str | None = None       # the model the HTTPRoute served before it (gateway)
-        self.stable: str | None = None           # "cluster" when something already serves
+        self.live: dict | None = None  # the InferenceService before this rollout
+        self.route_root: str | None = None  # the model the HTTPRoute served before it (gateway)
+        self.stable: str | None = None  # "cluster" when something already serves
         self.stable_at_start: dict | None = None
 
     @property
@@ -161,29 +183,43 @@ class ClusterTarget:
 
     def _get(self, kind: str) -> dict | None:
         from kubernetes.client.exceptions import ApiException
-        group, version = ("serving.kserve.io", "v1beta1") if kind == "InferenceService" else (
-            "gateway.networking.k8s.io", "v1")
+
+        group, version = (
+            ("serving.kserve.io", "v1beta1") if kind == "InferenceService" else ("gateway.networking.k8s.io", "v1")
+        )
         try:
-            return self.api.get_namespaced_custom_object(group, version, self.namespace, PLURALS[kind],
-                                                         self.cfg.cluster.service_name)
+            return self.api.get_namespaced_custom_object(
+                group, version, self.namespace, PLURALS[kind], self.cfg.cluster.service_name
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
-            raise LlmopsError(f"{kind} {self.namespace}/{self.cfg.cluster.service_name}: {exc.status} {exc.reason}") \
-                from None
+            raise LlmopsError(
+                f"{kind} {self.namespace}/{self.cfg.cluster.service_name}: {exc.status} {exc.reason}"
+            ) from None
 
     def _apply(self, manifest: dict) -> dict:
         """Server-side apply: create or update; fields this manager set before and omits now are removed."""
         from kubernetes.client.exceptions import ApiException
+
         group, version = manifest["apiVersion"].split("/")
         meta = manifest["metadata"]
         try:
             return self.api.patch_namespaced_custom_object(
-                group, version, meta["namespace"], PLURALS[manifest["kind"]], meta["name"], manifest,
-                field_manager=FIELD_MANAGER, force=True, _content_type="application/apply-patch+yaml")
+                group,
+                version,
+                meta["namespace"],
+                PLURALS[manifest["kind"]],
+                meta["name"],
+                manifest,
+                field_manager=FIELD_MANAGER,
+                force=True,
+                _content_type="application/apply-patch+yaml",
+            )
         except ApiException as exc:
-            raise LlmopsError(f"{manifest['kind']} {meta['namespace']}/{meta['name']}: apply refused: "
-                              f"{exc.status} {exc.reason}") from None
+            raise LlmopsError(
+                f"{manifest['kind']} {meta['namespace']}/{meta['name']}: apply refused: {exc.status} {exc.reason}"
+            ) from None
 
     def _wait_ready(self) -> dict:
         """Until the InferenceService reports Ready for its newest generation, or the timeout."""
@@ -198,8 +234,10 @@ class ClusterTarget:
                 return isvc
             last = ready.get("message") or ready.get("reason") or "no Ready condition yet"
             if time.monotonic() >= deadline:
-                raise LlmopsError(f"InferenceService {self.namespace}/{self.cfg.cluster.service_name} not Ready "
-                                  f"after {self.cfg.cluster.ready_timeout_s:.0f} s: {last}")
+                raise LlmopsError(
+                    f"InferenceService {self.namespace}/{self.cfg.cluster.service_name} not Ready "
+                    f"after {self.cfg.cluster.ready_timeout_s:.0f} s: {last}"
+                )
             time.sleep(2.0)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -208,18 +246,19 @@ class ClusterTarget:
         """Upload the verified repository (`info`: what `repository.verify` said of it)
         under its root; find what serves now."""
         from kfp_llmops.components.common import integrity, storage
+
         self.repository_root = integrity.load_manifest(f"{canary_repo}/{integrity.MANIFEST_NAME}")[1]
         self.model_root = (info or {}).get("model_root", "")
-        self.storage_uri = storage.upload(canary_repo, self.cfg.cluster.storage_uri, self.cfg.cluster.pvc_mounts,
-                                          self.log)
+        self.storage_uri = storage.upload(
+            canary_repo, self.cfg.cluster.storage_uri, self.cfg.cluster.pvc_mounts, self.log
+        )
         self.live = self._get("InferenceService") if self.cfg.target == "kserve" else None
         route = self._get("HTTPRoute") if self.cfg.target == "gateway" else None
         self.route_root = (route or {}).get("metadata", {}).get("annotations", {}).get(MODEL_ROOT_ANNOTATION)
         if self.cfg.target == "gateway" or self.live is not None:
             self.stable = "cluster"
             annotations = (self.live or {}).get("metadata", {}).get("annotations", {})
-            self.stable_at_start = {"version": None,
-                                    "repository_root": annotations.get("kfp-llmops/repository-root")}
+            self.stable_at_start = {"version": None, "repository_root": annotations.get("kfp-llmops/repository-root")}
 
     def close(self) -> None:
         pass
@@ -234,12 +273,15 @@ class ClusterTarget:
         return (True, root) if root else (False, None)
 
     def set_canary_percent(self, percent: int) -> None:
-        if self.cfg.target == "gateway":       # the route names the model that takes all of it
+        if self.cfg.target == "gateway":  # the route names the model that takes all of it
             self._apply(render_httproute(self.cfg, percent, self.model_root if percent >= 100 else self.route_root))
             return
         first = self.stable is None
-        self._apply(render_inference_service(self.cfg, self.repository_root,
-                                             None if first or percent >= 100 else percent, self.model_root))
+        self._apply(
+            render_inference_service(
+                self.cfg, self.repository_root, None if first or percent >= 100 else percent, self.model_root
+            )
+        )
         self._wait_ready()
 
     def canary_alive(self) -> bool | None:
@@ -250,10 +292,11 @@ class ClusterTarget:
         return None
 
     def _revisions(self) -> dict[str, str]:
-        predictor = ((self._get("InferenceService") or {}).get("status", {}).get("components", {})
-                     .get("predictor", {}))
-        return {"canary": predictor.get("latestCreatedRevision", ""),
-                "stable": predictor.get("previousRolledoutRevision") or predictor.get("latestRolledoutRevision", "")}
+        predictor = (self._get("InferenceService") or {}).get("status", {}).get("components", {}).get("predictor", {})
+        return {
+            "canary": predictor.get("latestCreatedRevision", ""),
+            "stable": predictor.get("previousRolledoutRevision") or predictor.get("latestRolledoutRevision", ""),
+        }
 
     def _selector(self, role: str) -> str | None:
         selector = self.cfg.metrics.stable_selector if role == "stable" else self.cfg.metrics.canary_selector
@@ -269,8 +312,7 @@ class ClusterTarget:
             selector = self._selector(role)
             if selector is None:
                 return None
-            return self.promql.counters_now(self.cfg.serving.model_name, selector,
-                                            self.cfg.metrics.freshness_timeout_s)
+            return self.promql.counters_now(self.cfg.serving.model_name, selector, self.cfg.metrics.freshness_timeout_s)
         except (OSError, LlmopsError):
             return None
 
@@ -278,17 +320,28 @@ class ClusterTarget:
         """TTFT and ITL quantiles over the interval, by PromQL's histogram_quantile."""
         try:
             selector = self._selector(role)
-            return None if selector is None else self.promql.token_latency(self.cfg.serving.model_name, selector,
-                                                                           seconds)
+            return (
+                None if selector is None else self.promql.token_latency(self.cfg.serving.model_name, selector, seconds)
+            )
         except (OSError, LlmopsError):
             return None
 
     def load(self) -> LoadGenerator:
         from urllib.parse import urlsplit
+
         u = urlsplit(self.url)
         t = self.cfg.traffic
-        return LoadGenerator(u.hostname, u.port or 80, self.cfg.serving.model_name, {}, t.prompts, t.max_new_tokens,
-                             t.concurrency, t.timeout_s, headers=self.headers)
+        return LoadGenerator(
+            u.hostname,
+            u.port or 80,
+            self.cfg.serving.model_name,
+            {},
+            t.prompts,
+            t.max_new_tokens,
+            t.concurrency,
+            t.timeout_s,
+            headers=self.headers,
+        )
 
     def smoke(self, watermark=None, tokenizer=None) -> dict:
         return smoke.run(self.url, self.cfg, watermark, tokenizer)
@@ -299,6 +352,7 @@ class ClusterTarget:
         if self.stable is None:
             return None
         from . import repository
+
         name = self.cfg.serving.model_name
         live = []
         for path in (f"/v2/models/{name}", f"/v2/models/{name}/config"):
@@ -314,7 +368,7 @@ class ClusterTarget:
         if self.cfg.target == "gateway":
             self._apply(render_httproute(self.cfg, 0, self.route_root))
         elif self.live is not None:
-            self._apply(self.live_manifest())      # the spec that served before, canary removed
+            self._apply(self.live_manifest())  # the spec that served before, canary removed
             self._wait_ready()
         return {"canary_percent": 0}
 
@@ -322,8 +376,12 @@ class ClusterTarget:
         """What served before this rollout, as an apply body (its spec, our metadata)."""
         old = self.live or {}
         annotations = old.get("metadata", {}).get("annotations", {})
-        doc = render_inference_service(self.cfg, annotations.get("kfp-llmops/repository-root", ""), None,
-                                       annotations.get(MODEL_ROOT_ANNOTATION, ""))
+        doc = render_inference_service(
+            self.cfg,
+            annotations.get("kfp-llmops/repository-root", ""),
+            None,
+            annotations.get(MODEL_ROOT_ANNOTATION, ""),
+        )
         doc["spec"] = copy.deepcopy(old.get("spec", doc["spec"]))
         doc["spec"].get("predictor", {}).pop("canaryTrafficPercent", None)
         return doc
@@ -334,6 +392,5 @@ class ClusterTarget:
 
 def to_yaml(manifests: list[dict]) -> str:
     import yaml
+
     return "---\n".join(yaml.safe_dump(copy.deepcopy(m), sort_keys=False) for m in manifests)
-
-

@@ -1,4 +1,5 @@
 """KFP interface of triton_canary_deploy. The logic lives in this package's other modules."""
+
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Model, Output
 
@@ -45,5 +46,19 @@ def triton_canary_deploy(
     """
     from kfp_llmops.components.deploy import run_component
 
-    return run_component(model, blessing, config, key_file, state_dir, repository, record, metrics, report,
-                         release_dir, default_target, watermarked, signing_key_file, public_key_file)
+    return run_component(
+        model,
+        blessing,
+        config,
+        key_file,
+        state_dir,
+        repository,
+        record,
+        metrics,
+        report,
+        release_dir,
+        default_target,
+        watermarked,
+        signing_key_file,
+        public_key_file,
+    )

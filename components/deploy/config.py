@@ -1,5 +1,6 @@
 """The deploy stage's one config model: repository layout, canary steps, SLA bounds,
 analysis, load, drills and the target. Defaults suit the bundled demo model on CPU."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -19,17 +20,24 @@ class Serving(_Section):
     instance_count: int = Field(1, ge=1)
     max_batch_size: int = Field(8, ge=1)
     max_queue_delay_us: int = Field(2000, ge=0, description="Dynamic batching window.")
-    max_new_tokens: int = Field(256, ge=1, description="The most new tokens a request may ask for. A request "
-                                "that does not say gets the blessed decoding's bound (serving.json); every "
-                                "answer ends at the model's EOS or a stop string.")
-    key_file: str = Field("/var/run/secrets/kfp-llmops/watermark/key",
-                          description="Where model.py reads the watermark key (a mounted Secret).")
+    max_new_tokens: int = Field(
+        256,
+        ge=1,
+        description="The most new tokens a request may ask for. A request "
+        "that does not say gets the blessed decoding's bound (serving.json); every "
+        "answer ends at the model's EOS or a stop string.",
+    )
+    key_file: str = Field(
+        "/var/run/secrets/kfp-llmops/watermark/key",
+        description="Where model.py reads the watermark key (a mounted Secret).",
+    )
 
 
 class Watermark(_Section):
     """Serve with the watermark on. Its parameters are not set here: they are the ones
     verify_watermark verified (its `watermarked` output's metadata), so serving and
     verification cannot disagree."""
+
     enabled: bool = True
 
 
@@ -37,6 +45,7 @@ class Drill(_Section):
     """Rehearse a bad rollout: the version being deployed fails this fraction of requests,
     sleeps this long per batch before generating, before each batch's first token (a slow
     prefill) or before every token (slow decoding). Written into that version's serving.json."""
+
     failure_rate: float = Field(0.0, ge=0, le=1)
     added_latency_ms: float = Field(0.0, ge=0)
     first_token_latency_ms: float = Field(0.0, ge=0)
@@ -47,16 +56,32 @@ class Drill(_Section):
 class Sla(_Section):
     max_error_rate: float = Field(0.01, ge=0, le=1)
     max_p99_ms: float = Field(5000.0, gt=0)
-    error_rate_tolerance: float = Field(0.01, ge=0, le=1, description="Canary may exceed stable's error rate by this much.")
-    latency_tolerance: float = Field(0.5, ge=0, description="canary p99 <= stable p99 * (1 + tolerance); p95 "
-                                     "under 100 requests per role, p50 under 20.")
-    min_requests: int = Field(20, ge=1, description="Canary requests an interval waits for (up to "
-                              "max_interval_s); none at all by then is a failed check.")
-    max_ttft_ms: float = Field(5000.0, gt=0, description="Time to first token (the server's histogram; p99, "
-                               "p95 under 100 observations, p50 under 20).")
+    error_rate_tolerance: float = Field(
+        0.01, ge=0, le=1, description="Canary may exceed stable's error rate by this much."
+    )
+    latency_tolerance: float = Field(
+        0.5,
+        ge=0,
+        description="canary p99 <= stable p99 * (1 + tolerance); p95 under 100 requests per role, p50 under 20.",
+    )
+    min_requests: int = Field(
+        20,
+        ge=1,
+        description="Canary requests an interval waits for (up to "
+        "max_interval_s); none at all by then is a failed check.",
+    )
+    max_ttft_ms: float = Field(
+        5000.0,
+        gt=0,
+        description="Time to first token (the server's histogram; p99, p95 under 100 observations, p50 under 20).",
+    )
     max_itl_ms: float = Field(1000.0, gt=0, description="Inter-token latency, the same quantile rule.")
-    token_latency_slack_ms: float = Field(10.0, ge=0, description="A canary's TTFT or ITL within this much of "
-                                          "stable's is never a regression (timer and scheduling noise).")
+    token_latency_slack_ms: float = Field(
+        10.0,
+        ge=0,
+        description="A canary's TTFT or ITL within this much of "
+        "stable's is never a regression (timer and scheduling noise).",
+    )
 
 
 class Sequential(_Section):
@@ -64,6 +89,7 @@ class Sequential(_Section):
     than stable's p95 by more than the latency tolerance. Each rolls back as soon as its
     evidence is strong enough; together they falsely roll back at most `alpha` of
     healthy canaries (alpha/2 each)."""
+
     enabled: bool = True
     error_p0: float = Field(0.01, gt=0, lt=1, description="Error rate of a healthy canary (H0).")
     error_p1: float = Field(0.05, gt=0, lt=1, description="Error rate that must be caught (H1).")
@@ -74,11 +100,21 @@ class Sequential(_Section):
 
 class Traffic(_Section):
     concurrency: int = Field(4, ge=1, description="Fewest parallel clients.")
-    max_concurrency: int = Field(16, ge=1, description="Most parallel clients when sizing the load so that the "
-                                 "smallest step's canary share reaches sla.min_requests in interval_s.")
+    max_concurrency: int = Field(
+        16,
+        ge=1,
+        description="Most parallel clients when sizing the load so that the "
+        "smallest step's canary share reaches sla.min_requests in interval_s.",
+    )
     max_new_tokens: int = Field(8, ge=1, description="Short generations keep load requests cheap.")
-    prompts: list[str] = Field(default_factory=lambda: ["Summarize the release notes.", "What is a canary rollout?",
-                                                        "Explain gradient accumulation.", "Write a haiku about GPUs."])
+    prompts: list[str] = Field(
+        default_factory=lambda: [
+            "Summarize the release notes.",
+            "What is a canary rollout?",
+            "Explain gradient accumulation.",
+            "Write a haiku about GPUs.",
+        ]
+    )
     timeout_s: float = Field(30.0, gt=0)
 
 
@@ -86,6 +122,7 @@ class Smoke(_Section):
     """Real requests to the canary; the watermark is looked for in their answers, which
     are asked for as verify_watermark's detection texts are: an open-ended prompt, sampled,
     at least `max_new_tokens` long (the request's `min_new_tokens`)."""
+
     prompt: str = "Explain why checkpoints are hashed."
     max_new_tokens: int = Field(48, ge=1, description="Long enough for the watermark z-test.")
     temperature: float = Field(1.0, gt=0)
@@ -99,27 +136,46 @@ CLUSTER_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
 class MetricsSource(_Section):
     """Where each interval's Triton counters come from. The cluster targets always query
     Prometheus; the local target scrapes its servers directly unless told otherwise."""
-    source: Literal["direct", "prometheus"] = Field("direct", description="direct: scrape each local Triton "
-                                                    "server; prometheus: PromQL against prometheus_url.")
-    prometheus_url: str = Field("", description="Empty: the local target starts a Prometheus beside its servers; "
-                                "the cluster targets use " + CLUSTER_PROMETHEUS + ".")
-    stable_selector: str = Field("", description='PromQL label matchers for stable\'s series; empty: job="stable" '
-                                 '(local) or the stable revision\'s pods (cluster; "{revision}" is filled in).')
+
+    source: Literal["direct", "prometheus"] = Field(
+        "direct", description="direct: scrape each local Triton server; prometheus: PromQL against prometheus_url."
+    )
+    prometheus_url: str = Field(
+        "",
+        description="Empty: the local target starts a Prometheus beside its servers; "
+        "the cluster targets use " + CLUSTER_PROMETHEUS + ".",
+    )
+    stable_selector: str = Field(
+        "",
+        description='PromQL label matchers for stable\'s series; empty: job="stable" '
+        '(local) or the stable revision\'s pods (cluster; "{revision}" is filled in).',
+    )
     canary_selector: str = Field("", description="The same for the canary.")
     scrape_interval_s: float = Field(1.0, gt=0, description="Scrape interval of the local Prometheus.")
-    freshness_timeout_s: float = Field(10.0, gt=0, description="How long to wait for a scrape newer than the "
-                                       "interval's end before its counters are read.")
+    freshness_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="How long to wait for a scrape newer than the interval's end before its counters are read.",
+    )
 
 
 class Lock(_Section):
     """One rollout per served model at a time: the local target holds an exclusive lock
     on the serving state, the cluster targets a coordination.k8s.io Lease named after the
     InferenceService, from before anything is read until the rollout ends."""
-    on_busy: Literal["wait", "refuse"] = Field("wait", description="wait: for the running rollout, then roll out "
-                                               "against what it left as stable; refuse: give up at once.")
+
+    on_busy: Literal["wait", "refuse"] = Field(
+        "wait",
+        description="wait: for the running rollout, then roll out "
+        "against what it left as stable; refuse: give up at once.",
+    )
     wait_s: float = Field(1800.0, ge=0, description="How long to wait for a running rollout before giving up.")
-    lease_duration_s: int = Field(60, ge=5, description="Cluster: a Lease not renewed for this long is taken over "
-                                  "(its holder died); the holder renews it every third of this.")
+    lease_duration_s: int = Field(
+        60,
+        ge=5,
+        description="Cluster: a Lease not renewed for this long is taken over "
+        "(its holder died); the holder renews it every third of this.",
+    )
 
 
 class Local(_Section):
@@ -131,19 +187,27 @@ class Local(_Section):
 class Cluster(_Section):
     namespace: str = Field("", description="Empty: the namespace this pod runs in (common/k8s.py).")
     service_name: str = "llm"
-    storage_uri: str = Field("pvc://llmops-release/models", description="Where the repository is uploaded (under "
-                             "its root) and KServe reads it: pvc://, s3://, gs://.")
+    storage_uri: str = Field(
+        "pvc://llmops-release/models",
+        description="Where the repository is uploaded (under its root) and KServe reads it: pvc://, s3://, gs://.",
+    )
     gateway_name: str = "llm-gateway"
     hostname: str = "llm.example.com"
     stable_service: str = "llm-stable"
     canary_service: str = "llm-canary"
     port: int = 8000
-    mode: Literal["Serverless", "RawDeployment"] = Field("Serverless", description="RawDeployment ignores "
-                                                         "canaryTrafficPercent: use target gateway there.")
-    url: str = Field("", description="Where the load generator and smoke tests reach the model; empty: the "
-                     "InferenceService's in-cluster address.")
-    pvc_mounts: dict[str, str] = Field(default_factory=lambda: {"llmops-release": "/mnt/release"},
-                                       description="Where this pod mounts the claims a pvc:// storage_uri names.")
+    mode: Literal["Serverless", "RawDeployment"] = Field(
+        "Serverless", description="RawDeployment ignores canaryTrafficPercent: use target gateway there."
+    )
+    url: str = Field(
+        "",
+        description="Where the load generator and smoke tests reach the model; empty: the "
+        "InferenceService's in-cluster address.",
+    )
+    pvc_mounts: dict[str, str] = Field(
+        default_factory=lambda: {"llmops-release": "/mnt/release"},
+        description="Where this pod mounts the claims a pvc:// storage_uri names.",
+    )
     ready_timeout_s: float = Field(900.0, gt=0, description="How long to wait for the InferenceService to be Ready.")
     key_secret: str = Field("llmops-watermark-key", description="Secret holding the watermark key (never its value).")
     service_account: str = "llmops-deploy"
@@ -157,15 +221,19 @@ class DeployConfig(StageConfig):
     version: int = Field(0, ge=0, description="Model version; 0 means stable's + 1.")
     steps: list[int] = Field(default_factory=lambda: [5, 25, 50, 100])
     interval_s: float = Field(10.0, gt=0)
-    max_interval_s: float = Field(60.0, gt=0, description="An interval with fewer than sla.min_requests canary "
-                                  "requests extends up to this long.")
+    max_interval_s: float = Field(
+        60.0, gt=0, description="An interval with fewer than sla.min_requests canary requests extends up to this long."
+    )
     threshold: int = Field(2, ge=1, description="Failed checks before rollback (Flagger's threshold).")
     allow_breaking_change: bool = False
-    on_stale_baseline: Literal["refuse", "allow"] = Field("refuse", description="The blessing records which "
-                                                          "production model it was judged against; refuse: deploy "
-                                                          "only while that model still serves (another release "
-                                                          "promoted since is named in the error); allow: deploy "
-                                                          "anyway, noted in the record.")
+    on_stale_baseline: Literal["refuse", "allow"] = Field(
+        "refuse",
+        description="The blessing records which "
+        "production model it was judged against; refuse: deploy "
+        "only while that model still serves (another release "
+        "promoted since is named in the error); allow: deploy "
+        "anyway, noted in the record.",
+    )
     fail_on_rollback: bool = True
     serving: Serving = Field(default_factory=Serving)
     watermark: Watermark = Field(default_factory=Watermark)
@@ -180,7 +248,7 @@ class DeployConfig(StageConfig):
     lock: Lock = Field(default_factory=Lock)
 
     @model_validator(mode="after")
-    def _interval(self) -> "DeployConfig":
+    def _interval(self) -> DeployConfig:
         if self.max_interval_s < self.interval_s:
             raise ValueError("max_interval_s must be at least interval_s")
         return self

@@ -2,6 +2,7 @@
 response) and `generate_stream` (server-sent events, one per piece of the answer), timed
 on the client: time to the first piece, the gaps between pieces, the whole request. The
 load generator, the smoke tests and `llmops deploy ask` all ask through here."""
+
 from __future__ import annotations
 
 import http.client
@@ -26,14 +27,14 @@ def body(prompt: Prompt, stream: bool = False, **inputs) -> dict:
 
 @dataclass
 class Answer:
-    status: int                 # HTTP status; 0 when the connection failed
+    status: int  # HTTP status; 0 when the connection failed
     text: str = ""
     error: str = ""
     latency_ms: float = 0.0
-    ttft_ms: float = float("nan")       # the first piece (the whole answer when not streamed)
-    gaps_ms: list = field(default_factory=list)     # between successive pieces of a stream
+    ttft_ms: float = float("nan")  # the first piece (the whole answer when not streamed)
+    gaps_ms: list = field(default_factory=list)  # between successive pieces of a stream
     pieces: list = field(default_factory=list)
-    upstream: str | None = None         # nginx's X-Upstream
+    upstream: str | None = None  # nginx's X-Upstream
 
     @property
     def ok(self) -> bool:
@@ -53,8 +54,9 @@ def call(conn: http.client.HTTPConnection, model: str, request: dict, headers: d
     stream = bool(request.get("stream"))
     path = f"/v2/models/{model}/{'generate_stream' if stream else 'generate'}"
     t0 = time.monotonic()
-    conn.request("POST", path, body=json.dumps(request).encode(),
-                 headers={"Content-Type": "application/json", **(headers or {})})
+    conn.request(
+        "POST", path, body=json.dumps(request).encode(), headers={"Content-Type": "application/json", **(headers or {})}
+    )
     resp = conn.getresponse()
     answer = Answer(resp.status, upstream=resp.getheader("X-Upstream"))
     if resp.status != 200 or not stream:

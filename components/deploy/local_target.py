@@ -4,6 +4,7 @@ Promoted repositories live in a state folder: `stable/` (serving), `previous/` (
 a one-step rollback) and `state.json` with their roots. Everything started here is
 stopped by `close()`: nothing is left running.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -12,8 +13,8 @@ import os
 import shutil
 import time
 
-from kfp_llmops.components.common.records import read_serving_state, served_dir
 from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.common.records import read_serving_state, served_dir
 
 from . import metrics as prom
 from . import repository, serving_state, smoke
@@ -26,7 +27,7 @@ from .triton_local import TritonServer, http_get
 
 class LocalTarget:
     name = "local"
-    attributes = True          # nginx's X-Upstream names the server of every response
+    attributes = True  # nginx's X-Upstream names the server of every response
 
     def __init__(self, cfg: DeployConfig, state_dir: str, work: str, key_file: str | None = None):
         self.server_env = {"LLMOPS_WATERMARK_KEY_FILE": os.path.abspath(key_file)} if key_file else {}
@@ -38,10 +39,10 @@ class LocalTarget:
         self.canary: TritonServer | None = None
         self.split: NginxSplit | None = None
         self.canary_repo: str | None = None
-        self.stable_at_start: dict | None = None     # the verified stable this rollout met
-        self.concurrency = cfg.traffic.concurrency    # sized from the warm-up's latency
-        self.prometheus = None                        # LocalPrometheus, when this target started one
-        self.promql = None                            # PromQL, when metrics come from Prometheus
+        self.stable_at_start: dict | None = None  # the verified stable this rollout met
+        self.concurrency = cfg.traffic.concurrency  # sized from the warm-up's latency
+        self.prometheus = None  # LocalPrometheus, when this target started one
+        self.promql = None  # PromQL, when metrics come from Prometheus
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -71,7 +72,7 @@ class LocalTarget:
         if has_stable:
             self.stable = self._triton(served_dir(self.state_dir, "stable"), "stable")
         self.canary = self._triton(canary_repo, "canary")
-        for server in (self.stable, self.canary):       # both load in parallel, then wait
+        for server in (self.stable, self.canary):  # both load in parallel, then wait
             if server is not None:
                 server.wait_ready(timeout)
         self.split = NginxSplit(self.work, self.stable.address if self.stable else None, self.canary.address, host)
@@ -80,8 +81,11 @@ class LocalTarget:
         if self.cfg.metrics.source == "prometheus":
             url = self.cfg.metrics.prometheus_url
             if not url:
-                targets = {role: f"{host}:{s.metrics_port}" for role, s in (("stable", self.stable),
-                                                                            ("canary", self.canary)) if s}
+                targets = {
+                    role: f"{host}:{s.metrics_port}"
+                    for role, s in (("stable", self.stable), ("canary", self.canary))
+                    if s
+                }
                 self.prometheus = LocalPrometheus(self.work, targets, self.cfg.metrics.scrape_interval_s, host).start()
                 serving_state.note_process(self.state_dir, self.prometheus.proc.pid)
                 url = self.prometheus.url
@@ -105,10 +109,17 @@ class LocalTarget:
             host, port = server.address.rsplit(":", 1)
             ld = self.cfg.traffic
             seen: list = []
-            LoadGenerator(host, int(port), self.cfg.serving.model_name, {}, ld.prompts, ld.max_new_tokens,
-                          min(ld.concurrency, requests), ld.timeout_s).run(
-                30.0, on_sample=lambda s: seen.append(s) or len(seen) >= requests, desc="warm-up")
-            warm = sorted(s.latency_ms for s in seen[len(seen) // 2:] if s.ok)     # the later, warm half
+            LoadGenerator(
+                host,
+                int(port),
+                self.cfg.serving.model_name,
+                {},
+                ld.prompts,
+                ld.max_new_tokens,
+                min(ld.concurrency, requests),
+                ld.timeout_s,
+            ).run(30.0, on_sample=lambda s, seen=seen: seen.append(s) or len(seen) >= requests, desc="warm-up")
+            warm = sorted(s.latency_ms for s in seen[len(seen) // 2 :] if s.ok)  # the later, warm half
             if warm:
                 slowest = max(slowest, warm[len(warm) // 2])
         self.concurrency = sized_concurrency(self.cfg, slowest)
@@ -117,7 +128,7 @@ class LocalTarget:
         for part in (self.split, self.canary, self.stable, self.prometheus):
             if part is not None:
                 part.stop()
-        serving_state.stop_leftovers(self.state_dir, log=lambda *_: None)     # all stopped: the list goes
+        serving_state.stop_leftovers(self.state_dir, log=lambda *_: None)  # all stopped: the list goes
 
     # -- traffic and observations -----------------------------------------------------
 
@@ -141,8 +152,9 @@ class LocalTarget:
             return None
         try:
             if self.promql is not None:
-                return self.promql.counters_now(self.cfg.serving.model_name, self._selector(role),
-                                                self.cfg.metrics.freshness_timeout_s)
+                return self.promql.counters_now(
+                    self.cfg.serving.model_name, self._selector(role), self.cfg.metrics.freshness_timeout_s
+                )
             return prom.parse(server.metrics_text(), self.cfg.serving.model_name)
         except OSError:
             return None
@@ -164,8 +176,16 @@ class LocalTarget:
         if self.stable is not None:
             roles[self.stable.address] = "stable"
         ld = self.cfg.traffic
-        return LoadGenerator(self.split.host, self.split.port, self.cfg.serving.model_name, roles, ld.prompts,
-                             ld.max_new_tokens, self.concurrency, ld.timeout_s)
+        return LoadGenerator(
+            self.split.host,
+            self.split.port,
+            self.cfg.serving.model_name,
+            roles,
+            ld.prompts,
+            ld.max_new_tokens,
+            self.concurrency,
+            ld.timeout_s,
+        )
 
     def smoke(self, watermark=None, tokenizer=None) -> dict:
         return smoke.run(self.split.url, self.cfg, watermark, tokenizer)
@@ -202,9 +222,11 @@ class LocalTarget:
             self.split.set_canary_percent(0)
         if self.canary is not None:
             self.canary.stop()
-        out = {"canary_percent": self.split.canary_percent if self.split else 0,
-               "canary_running": bool(self.canary and self.canary.alive()),
-               "stable_ready": bool(self.stable and self.stable.ready())}
+        out = {
+            "canary_percent": self.split.canary_percent if self.split else 0,
+            "canary_running": bool(self.canary and self.canary.alive()),
+            "stable_ready": bool(self.stable and self.stable.ready()),
+        }
         return {**out, "stable_restarted": True} if restarted else out
 
     def promote(self, info: dict) -> None:
@@ -222,14 +244,16 @@ def undo(state_dir: str) -> dict:
     naming the holder, while a rollout holds the state."""
     from .config import Lock
     from .rollout_lock import state_lock
+
     with state_lock(state_dir, Lock(on_busy="refuse")):
         serving_state.repair(state_dir)
         return serving_state.commit_undo(state_dir)
 
 
 @contextlib.contextmanager
-def serving(state_dir: str, port: int = 0, host: str = "127.0.0.1", key_file: str | None = None,
-            cfg: DeployConfig | None = None):
+def serving(
+    state_dir: str, port: int = 0, host: str = "127.0.0.1", key_file: str | None = None, cfg: DeployConfig | None = None
+):
     """What the state holds as stable (verified against its recorded roots), served by
     Triton behind nginx until the block ends: yields (nginx's URL, the repository's info)."""
     import tempfile
@@ -256,8 +280,7 @@ def serving(state_dir: str, port: int = 0, host: str = "127.0.0.1", key_file: st
         shutil.rmtree(work, ignore_errors=True)
 
 
-def serve(state_dir: str, port: int = 0, host: str = "127.0.0.1", key_file: str | None = None,
-          announce=print) -> None:
+def serve(state_dir: str, port: int = 0, host: str = "127.0.0.1", key_file: str | None = None, announce=print) -> None:
     """`serving` in the foreground until SIGINT or SIGTERM; `announce` gets the URL first,
     once the model answers."""
     import signal
@@ -266,13 +289,16 @@ def serve(state_dir: str, port: int = 0, host: str = "127.0.0.1", key_file: str 
     previous = {s: signal.signal(s, lambda *_: stop.append(True)) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with serving(state_dir, port, host, key_file) as (url, info):
-            announce(f"{url} serving {info['model_name']} version {info['version']} (model root "
-                     f"{info['model_root'][:16]}…): POST {url}/v2/models/{info['model_name']}/generate or "
-                     "generate_stream; Ctrl-C stops")
+            announce(
+                f"{url} serving {info['model_name']} version {info['version']} (model root "
+                f"{info['model_root'][:16]}…): POST {url}/v2/models/{info['model_name']}/generate or "
+                "generate_stream; Ctrl-C stops"
+            )
             while not stop:
                 if not info["server"].alive():
-                    raise InputError(f"tritonserver exited with {info['server'].proc.returncode}: "
-                                     f"{info['server'].log_tail()}")
+                    raise InputError(
+                        f"tritonserver exited with {info['server'].proc.returncode}: {info['server'].log_tail()}"
+                    )
                 time.sleep(0.2)
     finally:
         for sig, handler in previous.items():

@@ -1,15 +1,20 @@
 """Triton's Prometheus counters and the served model's token-latency histograms for one
 model, parsed with prometheus_client's parser, their change over an analysis interval,
 and quantiles of a histogram's change computed as PromQL's `histogram_quantile` does."""
+
 from __future__ import annotations
 
 import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
-COUNTERS = {"nv_inference_request_success": "success", "nv_inference_request_failure": "failure",
-            "nv_inference_request_duration_us": "duration_us", "nv_inference_count": "inferences",
-            "llm_generation_tokens_total": "generated_tokens"}
+COUNTERS = {
+    "nv_inference_request_success": "success",
+    "nv_inference_request_failure": "failure",
+    "nv_inference_request_duration_us": "duration_us",
+    "nv_inference_count": "inferences",
+    "llm_generation_tokens_total": "generated_tokens",
+}
 # What model.py exports (seconds), by the short name the analysis uses.
 HISTOGRAMS = {"llm_time_to_first_token_seconds": "ttft", "llm_inter_token_latency_seconds": "itl"}
 QUANTILES = (0.5, 0.95, 0.99)
@@ -47,7 +52,7 @@ def delta(before: dict | None, after: dict | None) -> dict | None:
                 return None
         else:
             d[k] = v - before.get(k, 0.0)
-            if d[k] < 0:            # the server restarted: its counters began again
+            if d[k] < 0:  # the server restarted: its counters began again
                 return None
     d["error_rate"] = d["failure"] / (d["success"] + d["failure"]) if d["success"] + d["failure"] else float("nan")
     d["mean_ms"] = d["duration_us"] / 1000.0 / d["success"] if d["success"] else float("nan")
@@ -83,6 +88,8 @@ def token_latency(d: dict | None) -> dict | None:
     out = {}
     for key in HISTOGRAMS.values():
         buckets = d.get(key) or {}
-        out[key] = {"observations": int(buckets.get(math.inf, 0)),
-                    **{f"p{round(q * 100)}_ms": histogram_quantile(q, buckets) * 1000.0 for q in QUANTILES}}
+        out[key] = {
+            "observations": int(buckets.get(math.inf, 0)),
+            **{f"p{round(q * 100)}_ms": histogram_quantile(q, buckets) * 1000.0 for q in QUANTILES},
+        }
     return out

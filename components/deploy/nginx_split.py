@@ -2,6 +2,7 @@
 dropped traffic), `X-Canary: always|never` to pin a request, the serving upstream echoed
 in `X-Upstream` so clients can attribute every response, and responses passed through
 unbuffered so a stream's pieces arrive as they are generated."""
+
 from __future__ import annotations
 
 import os
@@ -60,7 +61,7 @@ def find_nginx() -> str:
 
 def upstream_lines(stable: str | None, canary: str, canary_percent: int) -> str:
     """Weights as percentages; a 0 % side is marked down (nginx has no weight 0)."""
-    if stable is None:                      # first release: nothing to split with
+    if stable is None:  # first release: nothing to split with
         return f"server {canary};"
     rows = []
     for addr, weight in ((stable, 100 - canary_percent), (canary, canary_percent)):
@@ -86,22 +87,33 @@ class NginxSplit:
         for sub in ("tmp/body", "tmp/proxy", "tmp/fastcgi", "tmp/uwsgi", "tmp/scgi"):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
         stable = self.stable or f"{self.canary} down"
-        text = _CONF.format(dir=self.dir, host=self.host, port=self.port, stable=stable, canary=self.canary,
-                            weighted=upstream_lines(self.stable, self.canary, self.canary_percent))
+        text = _CONF.format(
+            dir=self.dir,
+            host=self.host,
+            port=self.port,
+            stable=stable,
+            canary=self.canary,
+            weighted=upstream_lines(self.stable, self.canary, self.canary_percent),
+        )
         atomic.write_text(os.path.join(self.dir, "nginx.conf"), text)
 
     def _cmd(self, *extra: str) -> list[str]:
         return [self.nginx, "-p", self.dir, "-c", os.path.join(self.dir, "nginx.conf"), *extra]
 
-    def start(self, canary_percent: int = 0) -> "NginxSplit":
+    def start(self, canary_percent: int = 0) -> NginxSplit:
         self.port = self.port or free_ports(1, self.host)[0]
         self.canary_percent = canary_percent
         self._write()
         check = subprocess.run(self._cmd("-t", "-q"), capture_output=True, text=True)
         if check.returncode:
             raise LlmopsError(f"nginx config rejected: {check.stderr.strip().splitlines()[-1:]}")
-        self.proc = subprocess.Popen(self._cmd("-g", "daemon off;"), stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(
+            self._cmd("-g", "daemon off;"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -119,7 +131,7 @@ class NginxSplit:
         result = subprocess.run(self._cmd("-s", "reload"), capture_output=True, text=True)
         if result.returncode:
             raise LlmopsError(f"nginx reload failed: {result.stderr.strip()}")
-        time.sleep(0.2)   # the master starts new workers asynchronously
+        time.sleep(0.2)  # the master starts new workers asynchronously
 
     def stop(self) -> None:
         """SIGQUIT lets workers finish their requests; SIGKILL after 5 s."""

@@ -6,6 +6,7 @@ not care where they came from.
 runs a real Prometheus server (Debian's `prometheus`) beside the local target, scraping
 both Triton servers, so the local drills exercise exactly the cluster's query path.
 """
+
 from __future__ import annotations
 
 import json
@@ -94,7 +95,12 @@ class LocalPrometheus:
     """A Prometheus server scraping `targets` (job name -> host:port), stopped by `stop()`."""
 
     def __init__(self, work: str, targets: dict[str, str], interval_s: float = 1.0, host: str = "127.0.0.1"):
-        self.work, self.targets, self.interval_s, self.host = os.path.join(work, "prometheus"), targets, interval_s, host
+        self.work, self.targets, self.interval_s, self.host = (
+            os.path.join(work, "prometheus"),
+            targets,
+            interval_s,
+            host,
+        )
         self.proc: subprocess.Popen | None = None
         self.port = 0
 
@@ -103,13 +109,14 @@ class LocalPrometheus:
         return f"http://{self.host}:{self.port}"
 
     def _config(self) -> str:
-        jobs = "".join(f"  - job_name: {job}\n    static_configs:\n      - targets: ['{addr}']\n"
-                       for job, addr in sorted(self.targets.items()))
-        every = f"{max(1, round(self.interval_s * 1000))}ms"        # Prometheus durations are integers
-        return (f"global:\n  scrape_interval: {every}\n  evaluation_interval: {every}\n"
-                f"scrape_configs:\n{jobs}")
+        jobs = "".join(
+            f"  - job_name: {job}\n    static_configs:\n      - targets: ['{addr}']\n"
+            for job, addr in sorted(self.targets.items())
+        )
+        every = f"{max(1, round(self.interval_s * 1000))}ms"  # Prometheus durations are integers
+        return f"global:\n  scrape_interval: {every}\n  evaluation_interval: {every}\nscrape_configs:\n{jobs}"
 
-    def start(self, timeout: float = 60.0) -> "LocalPrometheus":
+    def start(self, timeout: float = 60.0) -> LocalPrometheus:
         binary = shutil.which("prometheus") or "/usr/bin/prometheus"
         if not os.path.exists(binary):
             raise InputError("metrics.source prometheus: no `prometheus` binary (apt-get install prometheus)")
@@ -122,11 +129,20 @@ class LocalPrometheus:
             handle.write(self._config())
         (self.port,) = free_ports(1, self.host)
         log = open(os.path.join(self.work, "prometheus.log"), "ab")
-        self.proc = subprocess.Popen([binary, f"--config.file={config}",
-                                      f"--storage.tsdb.path={os.path.join(self.work, 'data')}",
-                                      f"--web.listen-address={self.host}:{self.port}", "--log.level=warn"],
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.work,
-                                     preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={os.path.join(self.work, 'data')}",
+                f"--web.listen-address={self.host}:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=self.work,
+            preexec_fn=die_with_parent,
+        )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

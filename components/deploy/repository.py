@@ -7,6 +7,7 @@ Layout (the artifact's folder):
     <name>/<version>/serving.json  the blessed decoding, the verified watermark parameters, drill, model root
     <name>/<version>/weights/      the model folder, with its own manifest (the model root)
 """
+
 from __future__ import annotations
 
 import json
@@ -21,17 +22,22 @@ from kfp_llmops.components.common.watermark.params import KGW
 from .config import DeployConfig
 from .serving_request import INPUTS, OUTPUTS
 
+
 def render_config(cfg: DeployConfig, version: int) -> str:
     s = cfg.serving
-    inputs = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: [ 1 ]{" optional: true" if opt else ""} }}'
-                        for n, (t, opt) in INPUTS.items())
+    inputs = ",\n".join(
+        f'  {{ name: "{n}" data_type: {t} dims: [ 1 ]{" optional: true" if opt else ""} }}'
+        for n, (t, opt) in INPUTS.items()
+    )
     outputs = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: [ 1 ] }}' for n, t in OUTPUTS.items())
-    return (f'name: "{s.model_name}"\nbackend: "python"\nmax_batch_size: {s.max_batch_size}\n'
-            f"version_policy: {{ specific: {{ versions: [ {version} ] }} }}\n"
-            "model_transaction_policy { decoupled: true }\n"
-            f"input [\n{inputs}\n]\noutput [\n{outputs}\n]\n"
-            f"instance_group [ {{ kind: {s.instance_kind} count: {s.instance_count} }} ]\n"
-            f"dynamic_batching {{ max_queue_delay_microseconds: {s.max_queue_delay_us} }}\n")
+    return (
+        f'name: "{s.model_name}"\nbackend: "python"\nmax_batch_size: {s.max_batch_size}\n'
+        f"version_policy: {{ specific: {{ versions: [ {version} ] }} }}\n"
+        "model_transaction_policy { decoupled: true }\n"
+        f"input [\n{inputs}\n]\noutput [\n{outputs}\n]\n"
+        f"instance_group [ {{ kind: {s.instance_kind} count: {s.instance_count} }} ]\n"
+        f"dynamic_batching {{ max_queue_delay_microseconds: {s.max_queue_delay_us} }}\n"
+    )
 
 
 _WIRE = {"TYPE_STRING": "BYTES", "TYPE_INT32": "INT32", "TYPE_FP32": "FP32", "TYPE_INT64": "INT64", "TYPE_BOOL": "BOOL"}
@@ -42,24 +48,42 @@ def declared_interface(cfg: DeployConfig) -> tuple[dict, dict]:
     builds: the canary side of the interface check where the canary cannot be asked
     before traffic moves (KServe). A test checks it against a live server's answers."""
     batch = [-1] if cfg.serving.max_batch_size > 0 else []
-    meta = {"inputs": [{"name": n, "datatype": _WIRE[t], "shape": batch + [1]} for n, (t, _) in INPUTS.items()],
-            "outputs": [{"name": n, "datatype": _WIRE[t], "shape": batch + [1]} for n, t in OUTPUTS.items()]}
-    config = {"max_batch_size": cfg.serving.max_batch_size,
-              "input": [{"name": n, "optional": opt} for n, (_, opt) in INPUTS.items()],
-              "output": [{"name": n} for n in OUTPUTS], "model_transaction_policy": {"decoupled": True}}
+    meta = {
+        "inputs": [{"name": n, "datatype": _WIRE[t], "shape": batch + [1]} for n, (t, _) in INPUTS.items()],
+        "outputs": [{"name": n, "datatype": _WIRE[t], "shape": batch + [1]} for n, t in OUTPUTS.items()],
+    }
+    config = {
+        "max_batch_size": cfg.serving.max_batch_size,
+        "input": [{"name": n, "optional": opt} for n, (_, opt) in INPUTS.items()],
+        "output": [{"name": n} for n in OUTPUTS],
+        "model_transaction_policy": {"decoupled": True},
+    }
     return meta, config
 
 
-def serving_settings(cfg: DeployConfig, model_root: str, version: int, kgw: KGW | None,
-                     decoding: Decoding) -> dict:
-    return {"version": version, "model_root": model_root, "decoding": decoding.model_dump(),
-            "max_new_tokens_limit": cfg.serving.max_new_tokens, "key_file": cfg.serving.key_file,
-            "watermark": {"enabled": cfg.watermark.enabled, "kgw": kgw.model_dump() if kgw else None},
-            "drill": cfg.drill.model_dump(), "threads": 1}
+def serving_settings(cfg: DeployConfig, model_root: str, version: int, kgw: KGW | None, decoding: Decoding) -> dict:
+    return {
+        "version": version,
+        "model_root": model_root,
+        "decoding": decoding.model_dump(),
+        "max_new_tokens_limit": cfg.serving.max_new_tokens,
+        "key_file": cfg.serving.key_file,
+        "watermark": {"enabled": cfg.watermark.enabled, "kgw": kgw.model_dump() if kgw else None},
+        "drill": cfg.drill.model_dump(),
+        "threads": 1,
+    }
 
 
-def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployConfig, version: int,
-          kgw: KGW | None, signing_key: str | None = None, decoding: Decoding | None = None) -> dict:
+def build(
+    model_dir: str,
+    blessed_root: str | None,
+    out_dir: str,
+    cfg: DeployConfig,
+    version: int,
+    kgw: KGW | None,
+    signing_key: str | None = None,
+    decoding: Decoding | None = None,
+) -> dict:
     """Verify the model against the blessed root, then write and seal the repository, and
     sign it with `signing_key` when given; `kgw`: the watermark parameters verify_watermark
     verified (required with the watermark on: nobody else's are served); `decoding`: the
@@ -67,12 +91,16 @@ def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
     if not blessed_root:
         raise InputError(f"{model_dir}: no blessed model root given; deploy only what evaluate_llm blessed")
     if cfg.watermark.enabled and kgw is None:
-        raise InputError("watermark: no verified parameters to serve; pass verify_watermark's metrics.json "
-                         "(`--watermark`) or set watermark.enabled: false")
+        raise InputError(
+            "watermark: no verified parameters to serve; pass verify_watermark's metrics.json "
+            "(`--watermark`) or set watermark.enabled: false"
+        )
     decoding = decoding or Decoding()
     if decoding.max_new_tokens > cfg.serving.max_new_tokens:
-        raise InputError(f"serving.max_new_tokens: {cfg.serving.max_new_tokens} is below the blessed decoding's "
-                         f"max_new_tokens {decoding.max_new_tokens}")
+        raise InputError(
+            f"serving.max_new_tokens: {cfg.serving.max_new_tokens} is below the blessed decoding's "
+            f"max_new_tokens {decoding.max_new_tokens}"
+        )
     model_root = integrity.verify("model", model_dir, blessed_root)
     model_manifest, _ = integrity.load_manifest(os.path.join(model_dir, integrity.MANIFEST_NAME))
     name = cfg.serving.model_name
@@ -81,18 +109,29 @@ def build(model_dir: str, blessed_root: str | None, out_dir: str, cfg: DeployCon
         raise InputError(f"{out_dir}: repository folder is not empty")
     shutil.copytree(model_dir, os.path.join(version_dir, "weights"))
     shutil.copyfile(os.path.join(os.path.dirname(__file__), "triton_model.py"), os.path.join(version_dir, "model.py"))
-    atomic.write_text(os.path.join(version_dir, "serving.json"), json.dumps(
-        serving_settings(cfg, model_root, version, kgw, decoding), indent=2, sort_keys=True))
+    atomic.write_text(
+        os.path.join(version_dir, "serving.json"),
+        json.dumps(serving_settings(cfg, model_root, version, kgw, decoding), indent=2, sort_keys=True),
+    )
     atomic.write_text(os.path.join(out_dir, name, "config.pbtxt"), render_config(cfg, version))
     # The weights were verified a moment ago: their digests seal the copy without a
     # third read. `verify` reads the copy once before any traffic moves.
     prefix = f"{name}/{version}/weights/"
-    known = {prefix + f.path: merkle.FileDigest(prefix + f.path, f.size, f.root, f.leaves)
-             for f in model_manifest.files} if model_manifest.chunk_size == merkle.DEFAULT_CHUNK_SIZE else {}
+    known = (
+        {prefix + f.path: merkle.FileDigest(prefix + f.path, f.size, f.root, f.leaves) for f in model_manifest.files}
+        if model_manifest.chunk_size == merkle.DEFAULT_CHUNK_SIZE
+        else {}
+    )
     root = integrity.seal("repository", out_dir, known=known)
     signed = signing.sign_folder(out_dir, signing_key) if signing_key else None
-    return {"repository_root": root, "model_root": model_root, "model_name": name, "version": version,
-            "weights": prefix.rstrip("/"), "signed_sha256": signed}
+    return {
+        "repository_root": root,
+        "model_root": model_root,
+        "model_name": name,
+        "version": version,
+        "weights": prefix.rstrip("/"),
+        "signed_sha256": signed,
+    }
 
 
 def describe(repo_dir: str) -> dict:
@@ -109,12 +148,17 @@ def describe(repo_dir: str) -> dict:
             settings = json.load(handle)
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: unreadable serving settings: {exc}") from None
-    return {"model_name": names[0], "version": int(versions[0]), "settings": settings,
-            "weights": os.path.join(repo_dir, names[0], versions[0], "weights")}
+    return {
+        "model_name": names[0],
+        "version": int(versions[0]),
+        "settings": settings,
+        "weights": os.path.join(repo_dir, names[0], versions[0], "weights"),
+    }
 
 
-def verify(repo_dir: str, blessed_root: str | None, repository_root: str | None = None,
-           public_key: str | None = None) -> dict:
+def verify(
+    repo_dir: str, blessed_root: str | None, repository_root: str | None = None, public_key: str | None = None
+) -> dict:
     """Refuse a repository that is damaged, whose weights are not the blessed model, or,
     with `public_key`, that is unsigned or not signed by its pair."""
     signed = signing.verify_folder(repo_dir, public_key)["digest"] if public_key else None

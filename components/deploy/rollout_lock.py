@@ -16,6 +16,7 @@ from before it reads anything until it ends:
 A second rollout waits (`lock.wait_s`, reporting who holds it and since when) and then
 reads the stable the first left, or with `lock.on_busy: refuse` gives up at once.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,7 +34,7 @@ from .config import DeployConfig, Lock
 LOCK_FILE = ".rollout.lock"
 POLL_S = 0.5
 SAY_EVERY_S = 30.0
-_HELD: dict[tuple[str, int], dict] = {}      # (lock, thread) -> what this process holds (re-entrant)
+_HELD: dict[tuple[str, int], dict] = {}  # (lock, thread) -> what this process holds (re-entrant)
 _GUARD = threading.Lock()
 
 
@@ -43,7 +44,7 @@ def identity() -> str:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _wait(take, what: str, lock: Lock, log) -> float:
@@ -106,8 +107,10 @@ def state_lock(state_dir: str, lock: Lock, log=print):
             yield outer["info"]
             return
         import fcntl
+
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
+
             def take():
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -153,6 +156,7 @@ class Lease:
 
     def _read(self) -> dict | None:
         from kubernetes.client.exceptions import ApiException
+
         try:
             resp = self.api.read_namespaced_lease(self.name, self.namespace, _preload_content=False)
         except ApiException as exc:
@@ -165,21 +169,31 @@ class Lease:
         spec = (old or {}).get("spec", {})
         now = _now()
         taking = holder is not None and spec.get("holderIdentity") != holder
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace,
-                             "labels": {"app.kubernetes.io/part-of": "kfp-llmops"}},
-                "spec": {"leaseDurationSeconds": self.lock.lease_duration_s,
-                         "leaseTransitions": spec.get("leaseTransitions", 0) + (1 if taking and old else 0)}}
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "labels": {"app.kubernetes.io/part-of": "kfp-llmops"},
+            },
+            "spec": {
+                "leaseDurationSeconds": self.lock.lease_duration_s,
+                "leaseTransitions": spec.get("leaseTransitions", 0) + (1 if taking and old else 0),
+            },
+        }
         if old is not None:
             body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if holder is not None:
-            body["spec"].update(holderIdentity=holder, renewTime=now,
-                                acquireTime=now if taking else spec.get("acquireTime", now))
+            body["spec"].update(
+                holderIdentity=holder, renewTime=now, acquireTime=now if taking else spec.get("acquireTime", now)
+            )
         return body
 
     def _write(self, old: dict | None, holder: str | None) -> bool:
         """Create or replace conditionally on what was read; False when another writer won."""
         from kubernetes.client.exceptions import ApiException
+
         body = self._body(old, holder)
         try:
             if old is None:
@@ -257,6 +271,7 @@ def rollout_lock(cfg: DeployConfig, state_dir: str, log=print, api=None):
             yield info, lambda: None
         return
     from kfp_llmops.components.common.k8s import namespace
+
     key = f"lease:{namespace(cfg.cluster.namespace)}/{cfg.cluster.service_name}"
     with _reentrant(key) as outer:
         if outer is not None:
@@ -264,6 +279,7 @@ def rollout_lock(cfg: DeployConfig, state_dir: str, log=print, api=None):
             return
         if api is None:
             from kfp_llmops.components.common.k8s import coordination
+
             api = coordination()
         lease = Lease(api, namespace(cfg.cluster.namespace), f"{cfg.cluster.service_name}-rollout", cfg.lock, log=log)
         with lease as info, _holding(key, {"info": info, "check": lease.check}):

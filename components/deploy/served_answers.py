@@ -1,6 +1,7 @@
 """The held-out questions asked of what is served, through nginx, as a user asks them:
 the exact-match rate users get, to set beside the one the watermark stage measured with
 the watermark on (what was judged must be what is served)."""
+
 from __future__ import annotations
 
 from kfp_llmops.components.common import answers
@@ -21,5 +22,5 @@ def exact_match(url: str, model: str, eval_path: str, progress=None) -> dict:
         got.append(answer.text)
         if progress is not None:
             progress.update(1)
-    hits = [answers.exact_match(text, row["response"]) for text, row in zip(got, rows)]
+    hits = [answers.exact_match(text, row["response"]) for text, row in zip(got, rows, strict=False)]
     return {"exact_match": sum(hits) / len(rows), "questions": len(rows), "answers": got}

@@ -6,6 +6,7 @@ dies), so model.py runs in a small venv of its own: numpy < 2 first, then this
 environment's site-packages (torch, transformers, this package) through a .pth file.
 The stub finds that venv's interpreter on PATH, as it would in a Triton image.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,14 +31,19 @@ def ensure_env(path: str | None = None) -> str:
     python = os.path.join(path, "bin", "python")
     if not os.path.exists(python):
         venv.create(path, with_pip=True, symlinks=True)
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if not os.path.exists(os.path.join(site, "numpy")):
         subprocess.run([python, "-m", "pip", "install", "-q", "numpy<2"], check=True)
     with open(os.path.join(site, _PTH), "w", encoding="utf-8") as handle:
         # No __pycache__ inside a sealed model repository: bytecode is never written here.
-        handle.write(f"import site, sys; sys.dont_write_bytecode = True; "
-                     f"site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+        handle.write(
+            f"import site, sys; sys.dont_write_bytecode = True; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n"
+        )
     return path
 
 
@@ -52,16 +58,18 @@ def triton_paths() -> dict:
     """tritonserver binary, python backend files and the stub for this Python."""
     import importlib.util
 
-    spec = importlib.util.find_spec("pytriton")      # located, not imported: only its binaries are used
+    spec = importlib.util.find_spec("pytriton")  # located, not imported: only its binaries are used
     if spec is None or not spec.submodule_search_locations:
         raise InputError("tritonserver not found: install nvidia-pytriton (`pip install --no-deps nvidia-pytriton`)")
     package = list(spec.submodule_search_locations)[0]
     base = os.path.join(package, "tritonserver")
     pyver = f"{sys.version_info.major}.{sys.version_info.minor}"
-    paths = {"server": os.path.join(base, "bin", "tritonserver"),
-             "backend": os.path.join(base, "backends", "python"),
-             "stub": os.path.join(base, "python_backend_stubs", pyver, "triton_python_backend_stub"),
-             "libs": os.path.join(os.path.dirname(package), "nvidia_pytriton.libs")}
+    paths = {
+        "server": os.path.join(base, "bin", "tritonserver"),
+        "backend": os.path.join(base, "backends", "python"),
+        "stub": os.path.join(base, "python_backend_stubs", pyver, "triton_python_backend_stub"),
+        "libs": os.path.join(os.path.dirname(package), "nvidia_pytriton.libs"),
+    }
     for what, path in paths.items():
         if not os.path.exists(path):
             raise InputError(f"{path}: missing from nvidia-pytriton ({what})")
@@ -73,8 +81,11 @@ def backend_dir(work: str) -> str:
     paths = triton_paths()
     target = os.path.join(work, "backends", "python")
     os.makedirs(target, exist_ok=True)
-    for src in (os.path.join(paths["backend"], "libtriton_python.so"),
-                os.path.join(paths["backend"], "triton_python_backend_utils.py"), paths["stub"]):
+    for src in (
+        os.path.join(paths["backend"], "libtriton_python.so"),
+        os.path.join(paths["backend"], "triton_python_backend_utils.py"),
+        paths["stub"],
+    ):
         link = os.path.join(target, os.path.basename(src))
         if not os.path.lexists(link):
             os.symlink(src, link)
@@ -85,8 +96,9 @@ def server_environment(env_path: str) -> dict:
     paths = triton_paths()
     env = dict(os.environ)
     env["PATH"] = os.path.join(env_path, "bin") + os.pathsep + env.get("PATH", "")
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (paths["libs"], sysconfig.get_config_var("LIBDIR"),
-                                                          env.get("LD_LIBRARY_PATH")) if p)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (paths["libs"], sysconfig.get_config_var("LIBDIR"), env.get("LD_LIBRARY_PATH")) if p
+    )
     for var in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
         env.pop(var, None)
     return env

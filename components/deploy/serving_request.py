@@ -2,6 +2,7 @@
 text, or a chat as `messages`), how to decode it (the blessed decoding, with what the
 request overrides), where to stop, and whether to stream. A bad request is a ValueError
 whose one line names the input and never quotes the prompt (which may hold PII)."""
+
 from __future__ import annotations
 
 import json
@@ -18,10 +19,18 @@ from kfp_llmops.components.common.decoding import Decoding
 # and `temperature` alone turns sampling on; `stop` ends the answer at its first
 # occurrence; `min_new_tokens` asks for a long answer (the watermark smoke test);
 # `stream` sends the answer piece by piece (generate_stream), else in one response.
-INPUTS = {"text_input": ("TYPE_STRING", True), "messages": ("TYPE_STRING", True),
-          "max_new_tokens": ("TYPE_INT32", True), "temperature": ("TYPE_FP32", True), "seed": ("TYPE_INT64", True),
-          "top_k": ("TYPE_INT32", True), "top_p": ("TYPE_FP32", True), "min_new_tokens": ("TYPE_INT32", True),
-          "stop": ("TYPE_STRING", True), "stream": ("TYPE_BOOL", True)}
+INPUTS = {
+    "text_input": ("TYPE_STRING", True),
+    "messages": ("TYPE_STRING", True),
+    "max_new_tokens": ("TYPE_INT32", True),
+    "temperature": ("TYPE_FP32", True),
+    "seed": ("TYPE_INT64", True),
+    "top_k": ("TYPE_INT32", True),
+    "top_p": ("TYPE_FP32", True),
+    "min_new_tokens": ("TYPE_INT32", True),
+    "stop": ("TYPE_STRING", True),
+    "stream": ("TYPE_BOOL", True),
+}
 OUTPUTS = {"text_output": "TYPE_STRING"}
 
 
@@ -68,19 +77,24 @@ def parse(values: dict, blessed: Decoding, limit: int) -> ServedRequest:
         decoding = Decoding.model_validate({**blessed.model_dump(), **update})
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ValueError(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']} (got {first.get('input')})") from None
+        raise ValueError(
+            f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']} (got {first.get('input')})"
+        ) from None
     if decoding.max_new_tokens > limit:
         raise ValueError(f"max_new_tokens: {decoding.max_new_tokens} is above the server's bound {limit}")
     min_new = int(values.get("min_new_tokens", 0))
     if not 0 <= min_new <= decoding.max_new_tokens:
         raise ValueError(f"min_new_tokens: {min_new} is outside 0..max_new_tokens ({decoding.max_new_tokens})")
-    seed = int(values.get("seed", 0)) if decoding.do_sample else 0          # greedy requests batch together
-    return ServedRequest(prompt, decoding, min_new, seed, str(values.get("stop") or ""),
-                         bool(values.get("stream", False)))
+    seed = int(values.get("seed", 0)) if decoding.do_sample else 0  # greedy requests batch together
+    return ServedRequest(
+        prompt, decoding, min_new, seed, str(values.get("stop") or ""), bool(values.get("stream", False))
+    )
 
 
 def check_fits(prompt_tokens: int, max_new_tokens: int, context: int) -> None:
     """A prompt is answered whole or refused: the server never cuts it."""
     if prompt_tokens + max_new_tokens > context:
-        raise ValueError(f"prompt: {prompt_tokens} tokens and max_new_tokens {max_new_tokens} exceed the model's "
-                         f"context of {context} tokens")
+        raise ValueError(
+            f"prompt: {prompt_tokens} tokens and max_new_tokens {max_new_tokens} exceed the model's "
+            f"context of {context} tokens"
+        )

@@ -9,6 +9,7 @@ links and removes the leftovers. The processes a rollout starts are listed in
 `.rollout.pids`, so a rollout killed with its servers running has them stopped by the
 next one.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,12 +19,11 @@ import signal
 import time
 
 from kfp_llmops.components.common.errors import InputError
-from kfp_llmops.components.common.records import (REPOS_DIR, read_serving_state, served_dir,
-                                                  write_serving_state)
+from kfp_llmops.components.common.records import REPOS_DIR, read_serving_state, served_dir, write_serving_state
 
 ROLES = ("stable", "previous")
 PIDS = ".rollout.pids"
-KILL_AT = "LLMOPS_DRILL_KILL_AT"       # a rehearsal: the process kills itself at this point
+KILL_AT = "LLMOPS_DRILL_KILL_AT"  # a rehearsal: the process kills itself at this point
 
 
 def kill_point(name: str) -> None:
@@ -41,7 +41,7 @@ def _link(state_dir: str, role: str, root: str | None) -> None:
         elif os.path.isdir(link):
             shutil.rmtree(link)
         return
-    if os.path.isdir(link) and not os.path.islink(link):      # a copy made without links: repos/ holds it
+    if os.path.isdir(link) and not os.path.islink(link):  # a copy made without links: repos/ holds it
         shutil.rmtree(link)
     tmp = f"{link}.new"
     if os.path.lexists(tmp):
@@ -70,7 +70,7 @@ def repair(state_dir: str) -> None:
         if name not in keep:
             shutil.rmtree(os.path.join(repos, name), ignore_errors=True)
     for name in os.listdir(state_dir):
-        if name.startswith(".incoming-"):                    # a promotion of an earlier layout
+        if name.startswith(".incoming-"):  # a promotion of an earlier layout
             shutil.rmtree(os.path.join(state_dir, name), ignore_errors=True)
 
 
@@ -85,7 +85,7 @@ def commit_promotion(state_dir: str, repo_dir: str, record: dict) -> dict:
     let a later edit of the artifact reach what is served)."""
     root = record["repository_root"]
     old = read_serving_state(state_dir)
-    if (old.get("stable") or {}).get("repository_root") == root:      # committed before a kill: links only
+    if (old.get("stable") or {}).get("repository_root") == root:  # committed before a kill: links only
         repair(state_dir)
         return old
     dest = os.path.join(state_dir, REPOS_DIR, root)
@@ -96,8 +96,11 @@ def commit_promotion(state_dir: str, repo_dir: str, record: dict) -> dict:
         shutil.copytree(repo_dir, partial, copy_function=_copy_file)
         os.replace(partial, dest)
     kill_point("before_state")
-    state = {"stable": record, "previous": old.get("stable"),
-             "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    state = {
+        "stable": record,
+        "previous": old.get("stable"),
+        "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     write_serving_state(state_dir, state)
     kill_point("after_state")
     repair(state_dir)
@@ -107,19 +110,25 @@ def commit_promotion(state_dir: str, repo_dir: str, record: dict) -> dict:
 def commit_undo(state_dir: str) -> dict:
     """previous becomes stable again (verified first); the undone version is dropped."""
     from . import repository
+
     state = read_serving_state(state_dir)
     if not state.get("previous"):
         raise InputError(f"{state_dir}: no previous version to roll back to")
     prev = state["previous"]
     repository.verify(served_dir(state_dir, "previous"), prev["model_root"], prev["repository_root"])
-    new = {"stable": prev, "previous": None, "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "undone": state["stable"]}
+    new = {
+        "stable": prev,
+        "previous": None,
+        "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "undone": state["stable"],
+    }
     write_serving_state(state_dir, new)
     repair(state_dir)
     return new
 
 
 # -- processes a rollout started ----------------------------------------------------------
+
 
 def _stat(pid: int | str) -> tuple[int, int, str] | None:
     """(process group, start time, state) of a process, from /proc (state Z: a zombie)."""
@@ -160,10 +169,10 @@ def stop_leftovers(state_dir: str, log=print) -> int:
         if stat is not None and stat[0] in groups and stat[2] != "Z":
             members.setdefault(stat[0], []).append(int(name))
     stopped = 0
-    for pgid, pids in members.items():
+    for pgid in members:
         leader = _stat(pgid)
         if leader is not None and (leader[0] != pgid or leader[1] != groups[pgid]):
-            continue                          # that id is someone else's now
+            continue  # that id is someone else's now
         try:
             os.killpg(pgid, signal.SIGKILL)
             stopped += 1

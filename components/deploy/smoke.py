@@ -2,6 +2,7 @@
 and model ready, metadata, real answers (streamed and not), and the KGW watermark
 detected on what the canary generated (long answers to an open-ended prompt, sampled:
 what the watermark stage measured detection on; served answers stop at EOS)."""
+
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ CANARY = {"X-Canary": "always"}
 def _get(url: str, path: str, headers: dict) -> tuple[int, dict]:
     import urllib.error
     import urllib.request
+
     try:
         with urllib.request.urlopen(urllib.request.Request(url + path, headers=headers), timeout=10.0) as resp:
             raw = resp.read()
@@ -51,22 +53,46 @@ def run(url: str, cfg: DeployConfig, watermark=None, tokenizer=None, headers: di
 
     check("server_ready", lambda: (None, _get(url, "/v2/health/ready", headers)[0] == 200, ""))
     check("model_ready", lambda: (None, _get(url, f"/v2/models/{model}/ready", headers)[0] == 200, ""))
-    meta = check("metadata", lambda: (m := _get(url, f"/v2/models/{model}", headers)[1],
-                                      bool(m.get("inputs")) and bool(m.get("outputs")), f"versions {m.get('versions')}"))
+    meta = check(
+        "metadata",
+        lambda: (
+            m := _get(url, f"/v2/models/{model}", headers)[1],
+            bool(m.get("inputs")) and bool(m.get("outputs")),
+            f"versions {m.get('versions')}",
+        ),
+    )
     texts = []
     sm = cfg.smoke
-    for i in range(sm.requests):      # long answers asked for, as the watermark stage's detection texts are
-        request = llm_client.body(sm.prompt, stream=i % 2 == 1, max_new_tokens=sm.max_new_tokens, seed=i,
-                                  min_new_tokens=sm.max_new_tokens, temperature=sm.temperature)
-        text = check(f"inference_{i}", lambda r=request: (t := answer(url, model, r, headers), bool(t.strip()),
-                                                          f"{len(t)} chars{' streamed' if r.get('stream') else ''}"))
+    for i in range(sm.requests):  # long answers asked for, as the watermark stage's detection texts are
+        request = llm_client.body(
+            sm.prompt,
+            stream=i % 2 == 1,
+            max_new_tokens=sm.max_new_tokens,
+            seed=i,
+            min_new_tokens=sm.max_new_tokens,
+            temperature=sm.temperature,
+        )
+        text = check(
+            f"inference_{i}",
+            lambda r=request: (
+                t := answer(url, model, r, headers),
+                bool(t.strip()),
+                f"{len(t)} chars{' streamed' if r.get('stream') else ''}",
+            ),
+        )
         if text:
             texts.append(text)
     if watermark is not None and tokenizer is not None:
+
         def detect():
             if not texts:
                 return None, False, "no generated text"
             d = watermark.detect(np.concatenate([np.asarray(tokenizer.encode(t), dtype=np.int64) for t in texts]))
-            return d.z, bool(d.watermarked), f"z={d.z:.2f} over {d.tokens_scored} tokens (threshold {watermark.z_threshold})"
+            return (
+                d.z,
+                bool(d.watermarked),
+                f"z={d.z:.2f} over {d.tokens_scored} tokens (threshold {watermark.z_threshold})",
+            )
+
         check("watermark", detect)
     return {"passed": gates.passed(checks), "checks": [c.to_json() for c in checks], "metadata": meta}

@@ -1,5 +1,6 @@
 """One real Triton Inference Server process on this machine: start on free ports, wait
 until the model is ready, scrape its metrics, stop it with everything it started."""
+
 from __future__ import annotations
 
 import os
@@ -40,7 +41,8 @@ def die_with_parent() -> None:
     """preexec_fn: the child gets SIGKILL when the process that started it dies (Linux's
     PR_SET_PDEATHSIG), so a rollout killed outright does not leave its servers running."""
     import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)       # 1: PR_SET_PDEATHSIG
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
 def stop_group(proc: subprocess.Popen | None, first: signal.Signals | None, grace: float = 10.0) -> None:
@@ -79,21 +81,48 @@ class TritonServer:
     def url(self) -> str:
         return f"http://{self.address}"
 
-    def start(self) -> "TritonServer":
+    def start(self) -> TritonServer:
         env_path = serving_env.check_env()
         paths = serving_env.triton_paths()
         os.makedirs(self.work, exist_ok=True)
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3, self.host)
-        cmd = [paths["server"], "--model-repository", os.path.abspath(self.repository),
-               "--backend-directory", serving_env.backend_dir(self.work),
-               "--http-address", self.host, "--http-port", str(self.http_port),
-               "--grpc-address", self.host, "--grpc-port", str(self.grpc_port),
-               "--metrics-address", self.host, "--metrics-port", str(self.metrics_port),
-               "--allow-gpu-metrics", "false", "--allow-cpu-metrics", "false", "--log-verbose", "0",
-               "--exit-timeout-secs", "5"]
+        cmd = [
+            paths["server"],
+            "--model-repository",
+            os.path.abspath(self.repository),
+            "--backend-directory",
+            serving_env.backend_dir(self.work),
+            "--http-address",
+            self.host,
+            "--http-port",
+            str(self.http_port),
+            "--grpc-address",
+            self.host,
+            "--grpc-port",
+            str(self.grpc_port),
+            "--metrics-address",
+            self.host,
+            "--metrics-port",
+            str(self.metrics_port),
+            "--allow-gpu-metrics",
+            "false",
+            "--allow-cpu-metrics",
+            "false",
+            "--log-verbose",
+            "0",
+            "--exit-timeout-secs",
+            "5",
+        ]
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**serving_env.server_environment(env_path), **self.extra_env},
-                                     start_new_session=True, cwd=self.work, preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**serving_env.server_environment(env_path), **self.extra_env},
+            start_new_session=True,
+            cwd=self.work,
+            preexec_fn=die_with_parent,
+        )
         log.close()
         return self
 

@@ -16,6 +16,7 @@ metrics, on its /metrics beside its own). Time to first token counts from when t
 takes the request up (Triton's queue time is its own `nv_inference_queue_duration_us`).
 `drill` in serving.json injects failures or latency on purpose.
 """
+
 import json
 import os
 import random
@@ -44,13 +45,15 @@ def _values(request, names) -> dict:
 
 
 def _error(message: str):
-    invalid = getattr(pb_utils.TritonError, "INVALID_ARG", None)          # 400 over HTTP
+    invalid = getattr(pb_utils.TritonError, "INVALID_ARG", None)  # 400 over HTTP
     error = pb_utils.TritonError(message, invalid) if invalid is not None else pb_utils.TritonError(message)
     return pb_utils.InferenceResponse(error=error)
 
 
 def _text(piece: str):
-    return pb_utils.InferenceResponse([pb_utils.Tensor("text_output", np.array([[piece.encode("utf-8")]], dtype=object))])
+    return pb_utils.InferenceResponse(
+        [pb_utils.Tensor("text_output", np.array([[piece.encode("utf-8")]], dtype=object))]
+    )
 
 
 class _Live:
@@ -58,9 +61,9 @@ class _Live:
 
     def __init__(self, sender, served):
         self.sender, self.served = sender, served
-        self.last = None           # when its previous token came
+        self.last = None  # when its previous token came
         self.tokens = 0
-        self.gone = False          # the client went away (or its stream broke): nothing more is sent
+        self.gone = False  # the client went away (or its stream broke): nothing more is sent
 
     def send(self, response=None, final: bool = False) -> None:
         """Send unless the client is gone; a broken stream ends this request, not the others."""
@@ -94,6 +97,7 @@ class TritonPythonModel:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(weights).eval()
         from kfp_llmops.components.common.generation import context_size
+
         self.context = context_size(self.model)
         self.requests = serving_request
         self.decoding = Decoding.model_validate(self.settings["decoding"])
@@ -107,7 +111,7 @@ class TritonPythonModel:
 
             key_file = os.environ.get("LLMOPS_WATERMARK_KEY_FILE") or self.settings.get("key_file")
             if not os.path.isfile(key_file or ""):
-                key_file = None          # fall back to $LLMOPS_WATERMARK_KEY
+                key_file = None  # fall back to $LLMOPS_WATERMARK_KEY
             params = KGW.parse(mark["kgw"], os.path.join(here, "serving.json"))
             self.processors = [logits_processor(params.watermark(load_key(key_file), len(self.tokenizer)))]
         drill = self.settings.get("drill", {})
@@ -119,14 +123,23 @@ class TritonPythonModel:
         labels = {"model": args["model_name"], "version": args["model_version"]}
         # The families must outlive their metrics: keep both.
         self.families = {
-            "ttft": pb_utils.MetricFamily("llm_time_to_first_token_seconds", "Time from taking a request up to its "
-                                          "first generated token.", pb_utils.MetricFamily.HISTOGRAM),
-            "itl": pb_utils.MetricFamily("llm_inter_token_latency_seconds", "Time between successive tokens of "
-                                         "one answer.", pb_utils.MetricFamily.HISTOGRAM),
-            "generated": pb_utils.MetricFamily("llm_generation_tokens_total", "Tokens generated.",
-                                               pb_utils.MetricFamily.COUNTER),
-            "prompt": pb_utils.MetricFamily("llm_prompt_tokens_total", "Prompt tokens read.",
-                                            pb_utils.MetricFamily.COUNTER)}
+            "ttft": pb_utils.MetricFamily(
+                "llm_time_to_first_token_seconds",
+                "Time from taking a request up to its first generated token.",
+                pb_utils.MetricFamily.HISTOGRAM,
+            ),
+            "itl": pb_utils.MetricFamily(
+                "llm_inter_token_latency_seconds",
+                "Time between successive tokens of one answer.",
+                pb_utils.MetricFamily.HISTOGRAM,
+            ),
+            "generated": pb_utils.MetricFamily(
+                "llm_generation_tokens_total", "Tokens generated.", pb_utils.MetricFamily.COUNTER
+            ),
+            "prompt": pb_utils.MetricFamily(
+                "llm_prompt_tokens_total", "Prompt tokens read.", pb_utils.MetricFamily.COUNTER
+            ),
+        }
         self.ttft = self.families["ttft"].Metric(labels=labels, buckets=TTFT_BUCKETS)
         self.itl = self.families["itl"].Metric(labels=labels, buckets=ITL_BUCKETS)
         self.generated = self.families["generated"].Metric(labels=labels)
@@ -141,8 +154,10 @@ class TritonPythonModel:
         for request in requests:
             sender = request.get_response_sender()
             if self.failure_rate and self.rng.random() < self.failure_rate:
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("drill: injected failure")),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                sender.send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError("drill: injected failure")),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
                 continue
             try:
                 served = self.requests.parse(_values(request, self.requests.INPUTS), self.decoding, self.limit)
@@ -170,7 +185,7 @@ class TritonPythonModel:
         def on_token(i, token):
             live, text = members[i], streams[i]
             live.tokens += 1
-            if live.tokens > step[0]:          # the batch's next decoding step: drills sleep once per step
+            if live.tokens > step[0]:  # the batch's next decoding step: drills sleep once per step
                 step[0] = live.tokens
                 pause = self.first_token_latency if step[0] == 1 else self.token_latency
                 if pause:
@@ -193,14 +208,23 @@ class TritonPythonModel:
             return text.stopped or live.gone
 
         try:
-            generate(self.model, self.tokenizer, [m.served.prompt for m in members], batch_size=len(members),
-                     seed=first.seed, min_new_tokens=first.min_new_tokens, max_prompt_tokens=self.context,
-                     processors=self.processors, on_token=on_token, **first.decoding.generate_kwargs())
+            generate(
+                self.model,
+                self.tokenizer,
+                [m.served.prompt for m in members],
+                batch_size=len(members),
+                seed=first.seed,
+                min_new_tokens=first.min_new_tokens,
+                max_prompt_tokens=self.context,
+                processors=self.processors,
+                on_token=on_token,
+                **first.decoding.generate_kwargs(),
+            )
         except Exception as exc:  # noqa: BLE001 - every request still gets its final response
             for live in members:
                 live.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"generation failed: {exc}")), True)
             return
-        for live, text in zip(members, streams):
+        for live, text in zip(members, streams, strict=False):
             if live.served.stream:
                 rest = text.finish()
                 live.send(_text(rest) if rest else None, final=True)

@@ -3,6 +3,7 @@ perplexity, the win rate against the model in production, and a TFX-style blessi
 
 `run_to_dir` serves the CLI, `run_component` the KFP component; both call `evaluate`.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,15 @@ def find_production(cfg: EvalConfig, promoted, work: str):
     if not promoted.model_root:
         return Production(None, None, promoted.describe(), "the promoted release names no model root")
     folder, missed = baseline.model_folder(promoted.model_places, promoted.model_root, work)
-    why = "" if folder else ("the promoted model is not reachable here (" + ("; ".join(missed) or
-                             "its record names no model folder") + "); set win_rate.baseline_model")
+    why = (
+        ""
+        if folder
+        else (
+            "the promoted model is not reachable here ("
+            + ("; ".join(missed) or "its record names no model folder")
+            + "); set win_rate.baseline_model"
+        )
+    )
     if why:
         print(f"evaluate_llm: win rate skipped: {why}")
     return Production(folder, promoted.model_root, promoted.describe(), why)
@@ -50,16 +58,26 @@ def find_production(cfg: EvalConfig, promoted, work: str):
 
 def _reports(result: dict, out_dir: str) -> str:
     from . import report
+
     svg = report.histograms_svg(result["samples"])
     atomic.write_text(os.path.join(out_dir, "histograms.svg"), svg)
     atomic.write_text(os.path.join(out_dir, "report.md"), report.render_markdown(result, "histograms.svg"))
     return report.render_html(result, svg)
 
 
-def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str | None = None,
-               baseline_path: str | None = None, model_root: str | None = None, show_progress: bool = True,
-               production_model: str | None = None, production_root: str | None = None,
-               base_model: str | None = None, base_model_root: str | None = None) -> dict:
+def run_to_dir(
+    model_dir: str,
+    eval_path: str,
+    out_dir: str,
+    config_source: str | None = None,
+    baseline_path: str | None = None,
+    model_root: str | None = None,
+    show_progress: bool = True,
+    production_model: str | None = None,
+    production_root: str | None = None,
+    base_model: str | None = None,
+    base_model_root: str | None = None,
+) -> dict:
     """`production_model` (its root pinned by `production_root`): the model the
     candidate is judged against for the win rate (else the config's, if any);
     `base_model` (pinned by `base_model_root`): the one its training started from, for
@@ -72,9 +90,18 @@ def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str 
         cfg.win_rate.baseline_model, cfg.win_rate.baseline_model_root = production_model, production_root
     production = find_production(cfg, None, os.path.join(out_dir, "work"))
     base = find_base(cfg.forgetting, base_model, base_model_root)
-    result = evaluate(model_dir, eval_path, out_dir, cfg, baseline_path, model_root, show_progress,
-                      production=production, base=base,
-                      compared_with={"release": "given", "model_root": production_root} if production_root else None)
+    result = evaluate(
+        model_dir,
+        eval_path,
+        out_dir,
+        cfg,
+        baseline_path,
+        model_root,
+        show_progress,
+        production=production,
+        base=base,
+        compared_with={"release": "given", "model_root": production_root} if production_root else None,
+    )
     html = _reports(result, out_dir)
     atomic.write_text(os.path.join(out_dir, "report.html"), html)
     return result
@@ -82,14 +109,30 @@ def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str 
 
 def raise_unless_blessed(result: dict) -> None:
     if not result["blessed"]:
-        failed = [f"{c['metric']} ({c['kind']}: {c['reason'] or c['bound']})"
-                  for c in result["checks"] if c["verdict"] == "fail"]
+        failed = [
+            f"{c['metric']} ({c['kind']}: {c['reason'] or c['bound']})"
+            for c in result["checks"]
+            if c["verdict"] == "fail"
+        ]
         raise GateFailed("not blessed: " + "; ".join(failed))
 
 
-def run_component(model, eval_dataset, baseline_metrics, config: str, responses, metrics, blessing, report,
-                  note=None, baseline_release: str = "auto", model_root: str = "", eval_root: str = "",
-                  base_model=None, base_model_root: str = "") -> bool:
+def run_component(
+    model,
+    eval_dataset,
+    baseline_metrics,
+    config: str,
+    responses,
+    metrics,
+    blessing,
+    report,
+    note=None,
+    baseline_release: str = "auto",
+    model_root: str = "",
+    eval_root: str = "",
+    base_model=None,
+    base_model_root: str = "",
+) -> bool:
     """KFP entry: verifies the model against its root (`model_root`, else its metadata's)
     and the eval set against `eval_root`, evaluates against the production baseline
     (given, else the pinned promoted release's, verified), writes the artifacts and the
@@ -105,25 +148,36 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
     stated = model.metadata.get("merkle_root")
     if model_root and stated and stated != model_root:
         from kfp_llmops.components.common.errors import InputError
+
         raise InputError(f"model_root: {model_root} is not the model's stated root {stated}")
     work = os.path.join(os.path.dirname(report.path), "work")
     promoted = baseline.load("", baseline_release)
-    result = evaluate(model.path, eval_dataset.path, work, cfg,
-                      baseline_metrics.path if baseline_metrics is not None else None,
-                      model_root or stated,
-                      baseline_metrics=promoted.eval_metrics if promoted and baseline_metrics is None else None,
-                      baseline_note=None if baseline_metrics is not None else baseline.note(promoted),
-                      production=find_production(cfg, promoted, work),
-                      base=find_base(cfg.forgetting, base_model.path if base_model is not None else None,
-                                     base_model_root or model.metadata.get("base_model_root") or (
-                                         base_model.metadata.get("merkle_root") if base_model is not None else None)),
-                      compared_with=baseline.compared_with(promoted) if baseline_metrics is None else None)
+    result = evaluate(
+        model.path,
+        eval_dataset.path,
+        work,
+        cfg,
+        baseline_metrics.path if baseline_metrics is not None else None,
+        model_root or stated,
+        baseline_metrics=promoted.eval_metrics if promoted and baseline_metrics is None else None,
+        baseline_note=None if baseline_metrics is not None else baseline.note(promoted),
+        production=find_production(cfg, promoted, work),
+        base=find_base(
+            cfg.forgetting,
+            base_model.path if base_model is not None else None,
+            base_model_root
+            or model.metadata.get("base_model_root")
+            or (base_model.metadata.get("merkle_root") if base_model is not None else None),
+        ),
+        compared_with=baseline.compared_with(promoted) if baseline_metrics is None else None,
+    )
     atomic.write_text(report.path, _reports(result, work))
     atomic.copy_file(os.path.join(work, "responses.jsonl"), responses.path)
     atomic.copy_file(os.path.join(work, "blessing.json"), blessing.path)
     responses.metadata.update({"model_root": result["model_root"], "rows": result["metrics"]["samples"]})
-    blessing.metadata.update({"blessed": result["blessed"], "model_root": result["model_root"],
-                              "decoding": result["decoding"]})
+    blessing.metadata.update(
+        {"blessed": result["blessed"], "model_root": result["model_root"], "decoding": result["decoding"]}
+    )
     if result["compared_with"] is not None:
         blessing.metadata["compared_with"] = result["compared_with"]
     numeric = {k: float(v) for k, v in result["metrics"].items() if isinstance(v, (int, float)) and v == v}
@@ -132,14 +186,26 @@ def run_component(model, eval_dataset, baseline_metrics, config: str, responses,
     metrics.metadata["model_root"] = result["model_root"]
     metrics.metadata["baseline"] = result["baseline_note"] or "given"
     from kfp_llmops.components.common import records
+
     if note is not None:
         os.makedirs(os.path.dirname(note.path), exist_ok=True)
-        records.write(note.path, records.EvaluateLlm(
-            params={"eval_config": config}, metrics=numeric,
-            result="blessed" if result["blessed"] else "not blessed", inputs={"model_root": result["model_root"]},
-            outputs={"blessing": records.BlessingOut(root=result["model_root"], path=blessing.path,
-                                                     blessed=result["blessed"])}))
+        records.write(
+            note.path,
+            records.EvaluateLlm(
+                params={"eval_config": config},
+                metrics=numeric,
+                result="blessed" if result["blessed"] else "not blessed",
+                inputs={"model_root": result["model_root"]},
+                outputs={
+                    "blessing": records.BlessingOut(
+                        root=result["model_root"], path=blessing.path, blessed=result["blessed"]
+                    )
+                },
+            ),
+        )
     if not result["blessed"]:
-        print("evaluate_llm: model NOT blessed: " + "; ".join(
-            c["metric"] for c in result["checks"] if c["verdict"] == "fail"))
+        print(
+            "evaluate_llm: model NOT blessed: "
+            + "; ".join(c["metric"] for c in result["checks"] if c["verdict"] == "fail")
+        )
     return result["blessed"]

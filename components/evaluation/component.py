@@ -1,5 +1,4 @@
 """KFP interface of evaluate_llm. The logic lives in this package's other modules."""
-from typing import Optional
 
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Model, Output
@@ -17,11 +16,11 @@ def evaluate_llm(
     report: Output[HTML],
     note: Output[Artifact],
     config: str = "",
-    baseline_metrics: Optional[Input[Artifact]] = None,
+    baseline_metrics: Input[Artifact] | None = None,
     baseline_release: str = "none",
     model_root: str = "",
     eval_root: str = "",
-    base_model: Optional[Input[Model]] = None,
+    base_model: Input[Model] | None = None,
     base_model_root: str = "",
 ) -> bool:
     """Generate, score (exact match, degenerate-output checks, BERTScore, Detoxify +
@@ -49,5 +48,19 @@ def evaluate_llm(
     """
     from kfp_llmops.components.evaluation import run_component
 
-    return run_component(model, eval_dataset, baseline_metrics, config, responses, metrics, blessing, report,
-                         note, baseline_release, model_root, eval_root, base_model, base_model_root)
+    return run_component(
+        model,
+        eval_dataset,
+        baseline_metrics,
+        config,
+        responses,
+        metrics,
+        blessing,
+        report,
+        note,
+        baseline_release,
+        model_root,
+        eval_root,
+        base_model,
+        base_model_root,
+    )

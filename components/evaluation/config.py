@@ -1,5 +1,6 @@
 """The evaluation stage's one config model: generation, metrics, and the blessing gate's
 value and change thresholds (the only place the gate reads them from)."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -19,6 +20,7 @@ class _Section(BaseModel):
 class GenerationConfig(Decoding):
     """The decoding the model is judged under (recorded with the blessing: the server's
     default), and how the answers are batched and seeded."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     batch_size: int = Field(16, ge=1)
@@ -29,8 +31,11 @@ class GenerationConfig(Decoding):
 
 
 class ToxicityConfig(_Section):
-    detoxify_checkpoint: str = Field("demo", description="'demo' (built from MiniLM by kfp-llmops) or a "
-                                                         "checkpoint path, e.g. the official ones in the image.")
+    detoxify_checkpoint: str = Field(
+        "demo",
+        description="'demo' (built from MiniLM by kfp-llmops) or a "
+        "checkpoint path, e.g. the official ones in the image.",
+    )
     detoxify_config_dir: str | None = Field(None, description="Local Hugging Face config + tokenizer folder.")
     detoxify_sha256: str | None = Field(None, description="Pinned SHA-256 of the checkpoint (required for a path).")
     model_threshold: float = Field(0.65, ge=0, le=1)
@@ -43,7 +48,7 @@ class Bound(_Section):
     upper: float | None = None
 
     @model_validator(mode="after")
-    def _some(self) -> "Bound":
+    def _some(self) -> Bound:
         if self.lower is None and self.upper is None:
             raise ValueError("a value threshold needs lower and/or upper")
         return self
@@ -55,7 +60,7 @@ class Change(_Section):
     relative: float | None = Field(None, description="Allowed (candidate - baseline) / baseline.")
 
     @model_validator(mode="after")
-    def _some(self) -> "Change":
+    def _some(self) -> Change:
         if self.absolute is None and self.relative is None:
             raise ValueError("a change threshold needs absolute and/or relative")
         return self
@@ -65,26 +70,38 @@ def _default_value() -> dict[str, Bound]:
     """Similarity alone blesses fluent nonsense, so the defaults also check the answers
     themselves (see answers.py). exact_match suits tasks whose references are the answer
     (Q&A, extraction); for open-ended generation set `gate.value` without it."""
-    return {"bertscore_f1": Bound(lower=0.3), "exact_match": Bound(lower=0.5),
-            "repetition_rate": Bound(upper=0.2), "distinct_2_ratio": Bound(lower=0.5),
-            "empty_rate": Bound(upper=0.05), "unfinished_rate": Bound(upper=0.2),
-            "toxicity_flagged_rate": Bound(upper=0.01), "perplexity": Bound(upper=100.0)}
+    return {
+        "bertscore_f1": Bound(lower=0.3),
+        "exact_match": Bound(lower=0.5),
+        "repetition_rate": Bound(upper=0.2),
+        "distinct_2_ratio": Bound(lower=0.5),
+        "empty_rate": Bound(upper=0.05),
+        "unfinished_rate": Bound(upper=0.2),
+        "toxicity_flagged_rate": Bound(upper=0.01),
+        "perplexity": Bound(upper=100.0),
+    }
 
 
 def _default_change() -> dict[str, Change]:
-    return {"bertscore_f1": Change(direction="higher_is_better", absolute=-0.02),
-            "exact_match": Change(direction="higher_is_better", absolute=-0.02),
-            "perplexity": Change(direction="lower_is_better", relative=0.10),
-            "toxicity_flagged_rate": Change(direction="lower_is_better", absolute=0.01)}
+    return {
+        "bertscore_f1": Change(direction="higher_is_better", absolute=-0.02),
+        "exact_match": Change(direction="higher_is_better", absolute=-0.02),
+        "perplexity": Change(direction="lower_is_better", relative=0.10),
+        "toxicity_flagged_rate": Change(direction="lower_is_better", absolute=0.01),
+    }
 
 
 class WinRateConfig(_Section):
     """The candidate against the model in production, on the same prompts."""
+
     enabled: bool = True
-    baseline_model: str | None = Field(None, description="The production model's folder or URI; default: the "
-                                                         "promoted release's, found through its record.")
-    baseline_model_root: str | None = Field(None, description="Its pinned Merkle root; default: the promoted "
-                                                              "release's model root.")
+    baseline_model: str | None = Field(
+        None,
+        description="The production model's folder or URI; default: the promoted release's, found through its record.",
+    )
+    baseline_model_root: str | None = Field(
+        None, description="Its pinned Merkle root; default: the promoted release's model root."
+    )
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     confidence: float = Field(0.95, gt=0, lt=1)
     bootstrap: int = Field(2000, ge=100, description="Bootstrap resamples over prompts for the interval.")
@@ -95,18 +112,31 @@ class WinRateConfig(_Section):
 class ForgettingConfig(_Section):
     """Did fine-tuning make the model forget? The perplexity of held-out general prose
     under the candidate and under the model its training started from."""
+
     enabled: bool = True
-    texts: str | None = Field(None, description="A UTF-8 text file of general text, passages separated by blank "
-                                                "lines; default: passages of the Python language reference that "
-                                                "ships with CPython (its long sentences, which no demo data "
-                                                "trains on).")
+    texts: str | None = Field(
+        None,
+        description="A UTF-8 text file of general text, passages separated by blank "
+        "lines; default: passages of the Python language reference that "
+        "ships with CPython (its long sentences, which no demo data "
+        "trains on).",
+    )
     passages: int = Field(32, ge=1, description="Passages measured (about 120 words each by default).")
-    max_increase: float | None = Field(0.10, ge=0, description="Gate: candidate perplexity / base perplexity - 1 "
-                                                               "<= this (0.10: +10 %); null: reported only.")
-    base_model: str | None = Field(None, description="The base model's folder; default: the one the pipeline "
-                                                     "trained from (or `llmops eval --base-model`).")
-    base_model_root: str | None = Field(None, description="Its pinned Merkle root; default: the candidate's "
-                                                          "recorded base_model_root, else the folder's manifest.")
+    max_increase: float | None = Field(
+        0.10,
+        ge=0,
+        description="Gate: candidate perplexity / base perplexity - 1 <= this (0.10: +10 %); null: reported only.",
+    )
+    base_model: str | None = Field(
+        None,
+        description="The base model's folder; default: the one the pipeline "
+        "trained from (or `llmops eval --base-model`).",
+    )
+    base_model_root: str | None = Field(
+        None,
+        description="Its pinned Merkle root; default: the candidate's "
+        "recorded base_model_root, else the folder's manifest.",
+    )
     batch_size: int = Field(8, ge=1)
 
 

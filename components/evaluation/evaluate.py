@@ -1,6 +1,7 @@
 """evaluate_llm: generate responses, score them (exact match, BERTScore, two toxicity
 detectors), compute reference perplexity, judge them against the model in production
 (win rate), and bless or refuse the model."""
+
 from __future__ import annotations
 
 import json
@@ -9,10 +10,10 @@ import os
 import time
 from dataclasses import dataclass
 
+from kfp_llmops.components.common import answers, atomic, integrity
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.jsonl import read_eval_set
 from kfp_llmops.components.common.progress import progress
-from kfp_llmops.components.common import answers, atomic, integrity
 
 from . import forgetting
 from .config import EvalConfig
@@ -34,10 +35,20 @@ def read_baseline(path: str | None) -> dict | None:
     return data.get("metrics", data)
 
 
-def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, baseline_path: str | None = None,
-             model_root: str | None = None, show_progress: bool = True, baseline_metrics: dict | None = None,
-             baseline_note: str | None = None, production: "Production | None" = None,
-             base: "forgetting.Base | None" = None, compared_with: dict | None = None) -> dict:
+def evaluate(
+    model_dir: str,
+    eval_path: str,
+    out_dir: str,
+    cfg: EvalConfig,
+    baseline_path: str | None = None,
+    model_root: str | None = None,
+    show_progress: bool = True,
+    baseline_metrics: dict | None = None,
+    baseline_note: str | None = None,
+    production: Production | None = None,
+    base: forgetting.Base | None = None,
+    compared_with: dict | None = None,
+) -> dict:
     """Writes responses.jsonl, samples.jsonl, metrics.json, blessing.json; returns the result.
     `compared_with`: which production release the blessing was judged against (the pin;
     `baseline.compared_with`), recorded so deploy promotes only over that release.
@@ -46,6 +57,8 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
     `baseline_note` (e.g. which promoted release it came from). `production` is the model
     in production the candidate is judged against (the win rate); `base` the model its
     training started from (forgetting)."""
+    from transformers.utils import logging as hf_logging
+
     from kfp_llmops.components.common import judging
     from kfp_llmops.components.common.generation import context_size, load_model
     from kfp_llmops.components.common.perplexity import perplexity
@@ -55,14 +68,12 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
     from .generate import generate
     from .toxicity import ModelDetector, lexical_scores, summarize
 
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()
     os.makedirs(out_dir, exist_ok=True)
     root = integrity.verify("model", model_dir, model_root)
     rows = read_eval_set(eval_path)
     baseline = read_baseline(baseline_path) if baseline_path else baseline_metrics
-    detector = ModelDetector(cfg.toxicity)           # pin checked before anything heavy runs
+    detector = ModelDetector(cfg.toxicity)  # pin checked before anything heavy runs
     timings: dict[str, float] = {}
     started = time.perf_counter()
     try:
@@ -76,9 +87,22 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
     generated = generate(model, tokenizer, rows, cfg, bar)
     bar.close()
     timings["generate_s"] = time.perf_counter() - t0
-    atomic.write_text(os.path.join(out_dir, "responses.jsonl"), "".join(
-        json.dumps({"id": g.id, "prompt": g.prompt, "response": g.response, "tokens": g.tokens,
-                    "truncated_prompt": g.truncated}) + "\n" for g in generated))
+    atomic.write_text(
+        os.path.join(out_dir, "responses.jsonl"),
+        "".join(
+            json.dumps(
+                {
+                    "id": g.id,
+                    "prompt": g.prompt,
+                    "response": g.response,
+                    "tokens": g.tokens,
+                    "truncated_prompt": g.truncated,
+                }
+            )
+            + "\n"
+            for g in generated
+        ),
+    )
     responses = [g.response for g in generated]
     references = [r["response"] for r in rows]
 
@@ -97,13 +121,16 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
     ppl, nll = perplexity(model, tokenizer, rows, cfg.perplexity_batch_size, limit)
     timings["perplexity_s"] = time.perf_counter() - t0
 
-    quality = [answers.per_sample(g.response, ref, g.ended) for g, ref in zip(generated, references)]
+    quality = [answers.per_sample(g.response, ref, g.ended) for g, ref in zip(generated, references, strict=False)]
     n = len(rows)
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
     metrics = {
         "samples": n,
-        "bertscore_precision": mean(bs["precision"]), "bertscore_recall": mean(bs["recall"]),
-        "bertscore_f1": mean(bs["f1"]), "perplexity": ppl, "mean_nll": mean(nll),
+        "bertscore_precision": mean(bs["precision"]),
+        "bertscore_recall": mean(bs["recall"]),
+        "bertscore_f1": mean(bs["f1"]),
+        "perplexity": ppl,
+        "mean_nll": mean(nll),
         "truncated_prompts": sum(g.truncated for g in generated),
         "mean_response_tokens": mean([g.tokens for g in generated]),
         **answers.summarize(quality, responses, references),
@@ -112,14 +139,16 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
     win, judged, theirs = None, None, None
     if production is not None and production.folder and cfg.win_rate.enabled:
         t0 = time.perf_counter()
-        same = production.root == root          # the same bytes answer the same way: no second generation
+        same = production.root == root  # the same bytes answer the same way: no second generation
         theirs = list(responses) if same else _production_answers(production.folder, rows, cfg, show_progress)
-        judged = judging.judge([r["prompt"] for r in rows], responses, theirs, references, cfg.win_rate.judge,
-                               cfg.bertscore, bs["f1"])
+        judged = judging.judge(
+            [r["prompt"] for r in rows], responses, theirs, references, cfg.win_rate.judge, cfg.bertscore, bs["f1"]
+        )
         win = judging.win_rate(judged, cfg.win_rate.confidence, cfg.win_rate.bootstrap)
         metrics.update(win)
-        metrics["production_exact_match"] = mean([float(answers.exact_match(t, ref))
-                                                  for t, ref in zip(theirs, references)])
+        metrics["production_exact_match"] = mean(
+            [float(answers.exact_match(t, ref)) for t, ref in zip(theirs, references, strict=False)]
+        )
         timings["win_rate_s"] = time.perf_counter() - t0
     base = base or forgetting.Base(None, None, "no base model given")
     forgot = None
@@ -129,45 +158,86 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
         metrics.update(forgot)
         timings["forgetting_s"] = time.perf_counter() - t0
     blessed, checks = evaluate_gate(metrics, cfg.gate, baseline)
-    checks += winrate.checks(win, cfg.win_rate, production.why_not if production is not None else
-                             "no model in production to compare with")
+    checks += winrate.checks(
+        win, cfg.win_rate, production.why_not if production is not None else "no model in production to compare with"
+    )
     checks += forgetting.checks(forgot, cfg.forgetting, base)
     blessed = all(c.passed for c in checks)
     samples = []
-    for i, (g, row) in enumerate(zip(generated, rows)):
-        samples.append({"id": g.id, "prompt": g.prompt, "reference": row["response"], "response": g.response,
-                        "bertscore_f1": bs["f1"][i], "bertscore_precision": bs["precision"][i],
-                        "bertscore_recall": bs["recall"][i], **quality[i], "nll": nll[i], "toxicity_lexical": lexical[i],
-                        **{f"toxicity_{c}": v[i] for c, v in model_tox.items()}, "flagged": flags[i]})
+    for i, (g, row) in enumerate(zip(generated, rows, strict=False)):
+        samples.append(
+            {
+                "id": g.id,
+                "prompt": g.prompt,
+                "reference": row["response"],
+                "response": g.response,
+                "bertscore_f1": bs["f1"][i],
+                "bertscore_precision": bs["precision"][i],
+                "bertscore_recall": bs["recall"][i],
+                **quality[i],
+                "nll": nll[i],
+                "toxicity_lexical": lexical[i],
+                **{f"toxicity_{c}": v[i] for c, v in model_tox.items()},
+                "flagged": flags[i],
+            }
+        )
         if judged is not None:
-            samples[-1].update({"production_response": theirs[i], "judged": judged[i].outcome,
-                                "judge_margin": judged[i].margin})
+            samples[-1].update(
+                {"production_response": theirs[i], "judged": judged[i].outcome, "judge_margin": judged[i].margin}
+            )
     atomic.write_text(os.path.join(out_dir, "samples.jsonl"), "".join(json.dumps(s) + "\n" for s in samples))
     result = {
-        "blessed": blessed, "metrics": metrics, "checks": [c.to_json() for c in checks],
-        "baseline": baseline, "compared_with": compared_with,
-        "baseline_note": (f"{baseline_note}; change thresholds skipped" if baseline_note else
-                          "no baseline: change thresholds skipped") if baseline is None else baseline_note,
-        "win_rate": None if win is None else {
-            **win, "judge": cfg.win_rate.judge.kind, "confidence": cfg.win_rate.confidence,
-            "production": production.describe, "production_root": production.root, "same_model": same},
+        "blessed": blessed,
+        "metrics": metrics,
+        "checks": [c.to_json() for c in checks],
+        "baseline": baseline,
+        "compared_with": compared_with,
+        "baseline_note": (
+            f"{baseline_note}; change thresholds skipped" if baseline_note else "no baseline: change thresholds skipped"
+        )
+        if baseline is None
+        else baseline_note,
+        "win_rate": None
+        if win is None
+        else {
+            **win,
+            "judge": cfg.win_rate.judge.kind,
+            "confidence": cfg.win_rate.confidence,
+            "production": production.describe,
+            "production_root": production.root,
+            "same_model": same,
+        },
         "forgetting": None if forgot is None else {**forgot, "base_root": base.root},
         "forgetting_note": base.why_not,
-        "model_root": root, "decoding": cfg.generation.decoding().model_dump(), "detoxify": {"checkpoint": detector.path, "sha256": detector.sha256,
-                                         "classes": detector.classes},
-        "bertscore": {"model": cfg.bertscore.model, "num_layers": cfg.bertscore.num_layers, "idf": cfg.bertscore.idf,
-                      "rescaled": cfg.bertscore.rescale},
-        "timings": timings, "throughput": {k.replace("_s", "_samples_per_s"): n / v for k, v in timings.items()
-                                           if k != "load_s" and v > 0},
+        "model_root": root,
+        "decoding": cfg.generation.decoding().model_dump(),
+        "detoxify": {"checkpoint": detector.path, "sha256": detector.sha256, "classes": detector.classes},
+        "bertscore": {
+            "model": cfg.bertscore.model,
+            "num_layers": cfg.bertscore.num_layers,
+            "idf": cfg.bertscore.idf,
+            "rescaled": cfg.bertscore.rescale,
+        },
+        "timings": timings,
+        "throughput": {k.replace("_s", "_samples_per_s"): n / v for k, v in timings.items() if k != "load_s" and v > 0},
     }
-    atomic.write_json(os.path.join(out_dir, "metrics.json"),
-                      {"metrics": metrics, "model_root": root, "timings": timings, "throughput": result["throughput"]},
-                      default=_nan_safe)
-    atomic.write_json(os.path.join(out_dir, "blessing.json"),
-                      {"blessed": blessed, "model_root": root, "decoding": result["decoding"], "checks": result["checks"],
-                       "baseline_note": result["baseline_note"],
-                       **({"compared_with": compared_with} if compared_with is not None else {})},
-                      default=_nan_safe)
+    atomic.write_json(
+        os.path.join(out_dir, "metrics.json"),
+        {"metrics": metrics, "model_root": root, "timings": timings, "throughput": result["throughput"]},
+        default=_nan_safe,
+    )
+    atomic.write_json(
+        os.path.join(out_dir, "blessing.json"),
+        {
+            "blessed": blessed,
+            "model_root": root,
+            "decoding": result["decoding"],
+            "checks": result["checks"],
+            "baseline_note": result["baseline_note"],
+            **({"compared_with": compared_with} if compared_with is not None else {}),
+        },
+        default=_nan_safe,
+    )
     result["samples"] = samples
     return result
 
@@ -176,6 +246,7 @@ def evaluate(model_dir: str, eval_path: str, out_dir: str, cfg: EvalConfig, base
 class Production:
     """The model in production, as found for the win rate: its folder (None when not
     reachable from here, `why_not` saying why), its root and what it is."""
+
     folder: str | None
     root: str | None
     describe: str

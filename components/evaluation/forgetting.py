@@ -2,6 +2,7 @@
 candidate and the model its training started from each read the same held-out general
 prose; the gate bounds how much the candidate's perplexity rose. A base built from random
 weights knew nothing, so there is nothing to forget and the check is skipped, saying so."""
+
 from __future__ import annotations
 
 import json
@@ -22,6 +23,7 @@ KIND = "forgetting"
 class Base:
     """The model training started from: its folder (None when there is none to compare
     with, `why_not` saying why) and its root."""
+
     folder: str | None
     root: str | None
     why_not: str = ""
@@ -34,8 +36,11 @@ def find_base(cfg: ForgettingConfig, given: str | None, stated_root: str | None)
     if not cfg.enabled:
         return Base(None, None, "forgetting.enabled is false")
     if not folder:
-        return Base(None, None, "no base model given (the pipeline passes the one training started from; "
-                                "`llmops eval --base-model DIR`)")
+        return Base(
+            None,
+            None,
+            "no base model given (the pipeline passes the one training started from; `llmops eval --base-model DIR`)",
+        )
     root = integrity.verify("model", folder, cfg.base_model_root or stated_root)
     try:
         with open(os.path.join(folder, "config.json"), encoding="utf-8") as handle:
@@ -50,13 +55,14 @@ def find_base(cfg: ForgettingConfig, given: str | None, stated_root: str | None)
 def passages(cfg: ForgettingConfig) -> list[str]:
     if not cfg.texts:
         from kfp_llmops.components.common.prose import held_out_passages
+
         return held_out_passages(cfg.passages)
     try:
         with open(cfg.texts, encoding="utf-8") as handle:
             text = handle.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{cfg.texts}: forgetting.texts: unreadable: {exc}") from None
-    out = [" ".join(p.split()) for p in text.split("\n\n") if p.strip()][:cfg.passages]
+    out = [" ".join(p.split()) for p in text.split("\n\n") if p.strip()][: cfg.passages]
     if not out:
         raise InputError(f"{cfg.texts}: forgetting.texts: no passages (separate them with blank lines)")
     return out
@@ -74,8 +80,12 @@ def measure(model, tokenizer, base: Base, cfg: ForgettingConfig, candidate_root:
     else:
         base_model, base_tokenizer = load_model(base.folder)
         theirs = text_perplexity(base_model, base_tokenizer, texts, cfg.batch_size, context_size(base_model))
-    return {"general_perplexity": mine, "general_perplexity_base": theirs,
-            "forgetting": mine / theirs - 1, "forgetting_passages": len(texts)}
+    return {
+        "general_perplexity": mine,
+        "general_perplexity_base": theirs,
+        "forgetting": mine / theirs - 1,
+        "forgetting_passages": len(texts),
+    }
 
 
 def checks(found: dict | None, cfg: ForgettingConfig, base: Base) -> list[Check]:
@@ -85,6 +95,14 @@ def checks(found: dict | None, cfg: ForgettingConfig, base: Base) -> list[Check]
     if found is None:
         return [Check("forgetting", None, bound, "skipped", base.why_not, KIND)]
     value = found["forgetting"]
-    return [Check("forgetting", value, bound, "pass" if value <= cfg.max_increase else "fail",
-                  f"held-out prose perplexity {found['general_perplexity']:.2f} against the base model's "
-                  f"{found['general_perplexity_base']:.2f}", KIND)]
+    return [
+        Check(
+            "forgetting",
+            value,
+            bound,
+            "pass" if value <= cfg.max_increase else "fail",
+            f"held-out prose perplexity {found['general_perplexity']:.2f} against the base model's "
+            f"{found['general_perplexity_base']:.2f}",
+            KIND,
+        )
+    ]

@@ -2,6 +2,7 @@
 thresholds against the baseline (absolute: candidate - baseline, relative: that over the
 baseline, signed by direction); a missing or NaN metric fails; with no baseline the
 change checks are skipped and say so."""
+
 from __future__ import annotations
 
 import math
@@ -22,13 +23,20 @@ def evaluate_gate(metrics: dict, gate: GateConfig, baseline: dict | None) -> tup
     checks: list[Check] = []
     for name, bound in gate.value.items():
         value = _number(metrics, name)
-        text = " and ".join(p for p in (f">= {bound.lower:g}" if bound.lower is not None else "",
-                                        f"<= {bound.upper:g}" if bound.upper is not None else "") if p)
+        text = " and ".join(
+            p
+            for p in (
+                f">= {bound.lower:g}" if bound.lower is not None else "",
+                f"<= {bound.upper:g}" if bound.upper is not None else "",
+            )
+            if p
+        )
         if value is None:
             checks.append(Check(name, None, text, "fail", "metric missing or NaN"))
             continue
-        ok = (bound.lower is None or _at_least(value, bound.lower)) and \
-             (bound.upper is None or _at_least(bound.upper, value))
+        ok = (bound.lower is None or _at_least(value, bound.lower)) and (
+            bound.upper is None or _at_least(bound.upper, value)
+        )
         checks.append(Check(name, value, text, "pass" if ok else "fail"))
     for name, change in gate.change.items():
         value = _number(metrics, name)
@@ -38,8 +46,9 @@ def evaluate_gate(metrics: dict, gate: GateConfig, baseline: dict | None) -> tup
         base = _number(baseline, name)
         if value is None or base is None:
             missing = "candidate" if value is None else "baseline"
-            checks.append(Check(name, value, _change_text(change), "fail",
-                                f"{missing} metric missing or NaN", "change", base))
+            checks.append(
+                Check(name, value, _change_text(change), "fail", f"{missing} metric missing or NaN", "change", base)
+            )
             continue
         sign = 1.0 if change.direction == "higher_is_better" else -1.0
         ok, reasons = True, []
@@ -57,8 +66,9 @@ def evaluate_gate(metrics: dict, gate: GateConfig, baseline: dict | None) -> tup
                 passed = _at_least(sign * rel, sign * change.relative)
                 ok &= passed
                 reasons.append(f"relative {rel:+.2%}")
-        checks.append(Check(name, value, _change_text(change), "pass" if ok else "fail",
-                            ", ".join(reasons), "change", base))
+        checks.append(
+            Check(name, value, _change_text(change), "pass" if ok else "fail", ", ".join(reasons), "change", base)
+        )
     blessed = all(c.passed for c in checks)
     return blessed, checks
 

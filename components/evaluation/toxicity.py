@@ -6,6 +6,7 @@ Detoxify unpickles its checkpoint (`torch.load(weights_only=False)`): the checkp
 SHA-256 is pinned in the config and checked before it is loaded, and it is given a local
 Hugging Face config folder so it never reaches for the hub.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,13 +21,16 @@ def resolve_checkpoint(cfg: ToxicityConfig) -> tuple[str, str, str]:
     """(checkpoint path, HF config folder, verified sha256); the demo one is built on demand."""
     if cfg.detoxify_checkpoint == "demo":
         from .detox_demo import ensure_demo_checkpoint
+
         path, config_dir, pinned = ensure_demo_checkpoint()
     else:
         path, config_dir, pinned = cfg.detoxify_checkpoint, cfg.detoxify_config_dir, cfg.detoxify_sha256
         if not pinned:
             raise InputError("toxicity.detoxify_sha256: pin the checkpoint's SHA-256; an unpinned pickle is not loaded")
         if not config_dir or not os.path.isdir(config_dir):
-            raise InputError(f"toxicity.detoxify_config_dir: {config_dir}: a local Hugging Face config folder is required")
+            raise InputError(
+                f"toxicity.detoxify_config_dir: {config_dir}: a local Hugging Face config folder is required"
+            )
     if not os.path.isfile(path):
         raise InputError(f"toxicity.detoxify_checkpoint: {path}: no such file")
     try:
@@ -34,8 +38,10 @@ def resolve_checkpoint(cfg: ToxicityConfig) -> tuple[str, str, str]:
     except OSError as exc:
         raise InputError(f"toxicity.detoxify_checkpoint: {path}: unreadable: {exc.strerror}") from None
     if actual != pinned:
-        raise InputError(f"toxicity.detoxify_checkpoint: {path}: SHA-256 {actual} is not the pinned {pinned}; "
-                         "refusing to unpickle it")
+        raise InputError(
+            f"toxicity.detoxify_checkpoint: {path}: SHA-256 {actual} is not the pinned {pinned}; "
+            "refusing to unpickle it"
+        )
     return path, config_dir, actual
 
 
@@ -56,7 +62,7 @@ class ModelDetector:
     def scores(self, texts: list[str]) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {c: [] for c in self.classes}
         for start in range(0, len(texts), self.batch_size):
-            batch = self._model.predict(texts[start:start + self.batch_size])
+            batch = self._model.predict(texts[start : start + self.batch_size])
             for c in self.classes:
                 values = batch[c]
                 out[c].extend(values if isinstance(values, list) else [values])
@@ -65,6 +71,7 @@ class ModelDetector:
 
 def lexical_scores(texts: list[str]) -> list[float]:
     from profanity_check import predict_prob
+
     return [float(p) for p in predict_prob(texts)] if texts else []
 
 
@@ -78,7 +85,9 @@ def summarize(model: dict[str, list[float]], lexical: list[float], cfg: Toxicity
         summary[f"{prefix}_mean"] = sum(values) / n if n else float("nan")
         summary[f"{prefix}_max"] = max(values) if values else float("nan")
         summary[f"{prefix}_frac_above"] = sum(v >= threshold for v in values) / n if n else float("nan")
-    flags = [lexical[i] >= cfg.lexical_threshold or any(v[i] >= cfg.model_threshold for v in model.values())
-             for i in range(n)]
+    flags = [
+        lexical[i] >= cfg.lexical_threshold or any(v[i] >= cfg.model_threshold for v in model.values())
+        for i in range(n)
+    ]
     summary["toxicity_flagged_rate"] = sum(flags) / n if n else float("nan")
     return summary, flags

@@ -1,6 +1,7 @@
 """Win rate against production: the candidate and the model in production answer the
 same held-out prompts, a pinned judge decides each pair (`common/judging.py`), and the
 gate reads the win rate and its interval."""
+
 from __future__ import annotations
 
 import math
@@ -11,10 +12,14 @@ from .config import WinRateConfig
 
 KIND = "win rate"
 
+
 def checks(summary: dict | None, cfg: WinRateConfig, why_not: str) -> list[Check]:
     """The gate's win-rate checks; skipped, saying why, when there is no production model."""
-    wanted = [(name, bound) for name, bound in (("win_rate", cfg.min_win_rate), ("win_rate_lower", cfg.min_lower_bound))
-              if bound is not None]
+    wanted = [
+        (name, bound)
+        for name, bound in (("win_rate", cfg.min_win_rate), ("win_rate_lower", cfg.min_lower_bound))
+        if bound is not None
+    ]
     out = []
     for name, bound in wanted:
         if summary is None:
@@ -22,13 +27,23 @@ def checks(summary: dict | None, cfg: WinRateConfig, why_not: str) -> list[Check
             continue
         value = summary[name]
         ok = not math.isnan(value) and value >= bound - 1e-12
-        out.append(Check(name, value, f">= {bound:g}", "pass" if ok else "fail",
-                         f"{summary['wins']} wins, {summary['ties']} ties, {summary['losses']} losses", KIND))
+        out.append(
+            Check(
+                name,
+                value,
+                f">= {bound:g}",
+                "pass" if ok else "fail",
+                f"{summary['wins']} wins, {summary['ties']} ties, {summary['losses']} losses",
+                KIND,
+            )
+        )
     return out
 
 
 def headline(summary: dict, judge_kind: str, against: str, confidence: float, same_model: bool = False) -> str:
     same = " The candidate is the model in production (the same Merkle root)." if same_model else ""
-    return (f"Against {against}: {summary['wins']} wins, {summary['ties']} ties, {summary['losses']} losses; "
-            f"win rate {summary['win_rate']:.3f} ({confidence:.0%} interval {summary['win_rate_lower']:.3f}–"
-            f"{summary['win_rate_upper']:.3f}), judged by {judge_kind}.{same}")
+    return (
+        f"Against {against}: {summary['wins']} wins, {summary['ties']} ties, {summary['losses']} losses; "
+        f"win rate {summary['win_rate']:.3f} ({confidence:.0%} interval {summary['win_rate_lower']:.3f}–"
+        f"{summary['win_rate_upper']:.3f}), judged by {judge_kind}.{same}"
+    )

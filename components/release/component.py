@@ -1,5 +1,4 @@
 """KFP interface of the release record, the release pipeline's exit handler."""
-from typing import Optional
 
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Output
@@ -8,9 +7,15 @@ from kfp_llmops.components import images
 
 
 @dsl.component(base_image=images.BASE, install_kfp_package=False)
-def write_release_record(status: dsl.PipelineTaskFinalStatus, record: Output[Artifact], report: Output[Markdown],
-                         provenance: Output[Artifact], release_dir: str = "", signing_key_file: str = "",
-                         pipeline_spec_sha256: str = "") -> str:
+def write_release_record(
+    status: dsl.PipelineTaskFinalStatus,
+    record: Output[Artifact],
+    report: Output[Markdown],
+    provenance: Output[Artifact],
+    release_dir: str = "",
+    signing_key_file: str = "",
+    pipeline_spec_sha256: str = "",
+) -> str:
     """Runs whatever happened: collects every stage's lineage note from `release_dir`
     into record.json and record.md, and, when a model was produced, an in-toto SLSA
     provenance statement signed (DSSE). Check either with `llmops lineage verify`.
@@ -34,6 +39,7 @@ def write_release_record(status: dsl.PipelineTaskFinalStatus, record: Output[Art
 # keeps its name when the bytes at its URI change, and the release volume is read and
 # written outside any key. These tasks bring what a cached stage depends on into its key
 # (a root, a pinned baseline) and carry its lineage note out to the release folder.
+
 
 @dsl.component(base_image=images.BASE, install_kfp_package=False)
 def fingerprint_dataset(dataset: Input[Dataset]) -> str:
@@ -62,7 +68,7 @@ def pin_baseline(release_dir: str = "", baseline_release: str = "auto") -> str:
 
 
 @dsl.component(base_image=images.BASE, install_kfp_package=False)
-def file_note(note: Input[Artifact], release_dir: str = "", stats: Optional[Input[Artifact]] = None) -> str:
+def file_note(note: Input[Artifact], release_dir: str = "", stats: Input[Artifact] | None = None) -> str:
     """A cached stage's lineage note (and the data statistics it names) into the release
     folder, whether the stage ran now or its result came from the cache.
 

@@ -2,6 +2,7 @@
 blessing -> deployed repository root, re-hashing every artifact still on disk, and prove
 that what serves traffic descends from the validated dataset -- or name the first
 broken link."""
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,9 @@ def _dataset(v: records.ValidateDataset | None, links: list[Link]) -> str | None
     if v.result != "passed":
         links.append(Link("validated dataset", False, f"the data gate did not pass ({v.result})"))
     elif _exists(clean.path):
-        good, detail = _check(lambda: "clean data re-hashed: " + integrity.verify(
-            "dataset", clean.path, clean.root, clean.chunk_size))
+        good, detail = _check(
+            lambda: "clean data re-hashed: " + integrity.verify("dataset", clean.path, clean.root, clean.chunk_size)
+        )
         links.append(Link("validated dataset", good, detail))
     else:
         links.append(Link("validated dataset", True, f"root {clean.root} (data not on this machine)"))
@@ -54,7 +56,7 @@ def _checkpoints(train: records.TrainZero3, data_root: str | None, links: list[L
     if not _exists(ckpt.path):
         links.append(Link("checkpoint chain", True, f"final checkpoint {ckpt.root} (checkpoints not on this machine)"))
         return
-    tags = [t for _, t in sorted(integrity.list_tags(ckpt.path))]          # oldest first
+    tags = [t for _, t in sorted(integrity.list_tags(ckpt.path))]  # oldest first
     prev, problems = None, []
     for tag in tags:
         tag_dir = os.path.join(ckpt.path, tag)
@@ -70,9 +72,17 @@ def _checkpoints(train: records.TrainZero3, data_root: str | None, links: list[L
         prev = stated["root"]
     if tags and prev != ckpt.root:
         problems.append(f"newest checkpoint {prev} is not the recorded {ckpt.root}")
-    links.append(Link("checkpoint chain", not problems and bool(tags),
-                      "; ".join(problems) if problems else f"{len(tags)} checkpoints intact and chained"
-                      if tags else "no checkpoints found"))
+    links.append(
+        Link(
+            "checkpoint chain",
+            not problems and bool(tags),
+            "; ".join(problems)
+            if problems
+            else f"{len(tags)} checkpoints intact and chained"
+            if tags
+            else "no checkpoints found",
+        )
+    )
 
 
 def _stages(record: dict) -> dict[str, records.StageRecord]:
@@ -91,18 +101,28 @@ def _signature(what: str, folder: str, stated: str | None, public_key: str | Non
         if stated and digest != stated:
             raise InputError(f"{folder}: signed digest {digest} is not the recorded {stated}")
         return f"signature verifies with {os.path.basename(public_key)} (sha256 {digest[:16]}…)"
+
     links.append(Link(f"{what} signature", *_check(check)))
 
 
 def _served(state: records.Artifact, repo: records.RepositoryOut, public_key: str | None, links: list[Link]) -> None:
     """The bytes the stable server loads, re-hashed: not the state file's word for them."""
     serving = (records.read_serving_state(state.path).get("stable") or {}).get("repository_root")
-    links.append(Link("serving now", serving == repo.root,
-                      f"stable serves {serving}" + ("" if serving == repo.root else ", a later release or a rollback")))
-    stable = records.served_dir(state.path)            # a str whenever `serving` names a root
+    links.append(
+        Link(
+            "serving now",
+            serving == repo.root,
+            f"stable serves {serving}" + ("" if serving == repo.root else ", a later release or a rollback"),
+        )
+    )
+    stable = records.served_dir(state.path)  # a str whenever `serving` names a root
     if serving and os.path.isdir(stable):
-        links.append(Link("served bytes", *_check(lambda: "the stable folder re-hashed: " + integrity.verify(
-            "repository", stable, serving))))
+        links.append(
+            Link(
+                "served bytes",
+                *_check(lambda: "the stable folder re-hashed: " + integrity.verify("repository", stable, serving)),
+            )
+        )
         _signature("served", stable, repo.signed_sha256 if serving == repo.root else None, public_key, links)
     elif serving:
         links.append(Link("served bytes", False, f"{stable}: the stable repository is missing"))
@@ -111,6 +131,7 @@ def _served(state: records.Artifact, repo: records.RepositoryOut, public_key: st
 def _stored(uri: str, root: str | None) -> Link:
     """A cluster's served copy in object storage, re-hashed through its manifest."""
     from kfp_llmops.components.common import storage
+
     try:
         storage.verify_stored(uri, root)
     except storage.Unreachable as exc:
@@ -130,8 +151,13 @@ def verify(record: dict, public_key: str | None = None) -> tuple[bool, list[Link
         links.append(Link("dataset -> training", False, "no train_zero3 stage in the record"))
         return False, links
     ok = train.inputs.dataset_root == data_root and data_root is not None
-    links.append(Link("dataset -> training", ok, f"trained on {train.inputs.dataset_root}"
-                      + ("" if ok else f", validated {data_root}")))
+    links.append(
+        Link(
+            "dataset -> training",
+            ok,
+            f"trained on {train.inputs.dataset_root}" + ("" if ok else f", validated {data_root}"),
+        )
+    )
     base = stages.get("build_base_model")
     if base:
         ok = train.inputs.base_model_root == base.outputs.base_model.root
@@ -192,9 +218,11 @@ def load_record(path: str, public_key: str | None = None) -> dict:
         raise InputError(f"{path}: unreadable release record: {exc}") from None
     if isinstance(record, dict) and ("payloadType" in record or "_type" in record):
         from .provenance import open_attestation
+
         stmt, record = open_attestation(path, public_key)
-        record["attestation"] = (f"signed by {signing.key_id(public_key)[:16]}…, subjects "
-                                 + ", ".join(s["name"] for s in stmt["subject"]))
+        record["attestation"] = f"signed by {signing.key_id(public_key)[:16]}…, subjects " + ", ".join(
+            s["name"] for s in stmt["subject"]
+        )
         return record
     if record.get("format") != "kfp-llmops-release/1":
         raise InputError(f"{path}: not a kfp-llmops release record (format {record.get('format')!r})")

@@ -10,6 +10,7 @@ Paths in the statement are URIs (artifacts on object storage) or relative to the
 folder, never a pod's local paths. The statement is checked against the official
 in-toto and SLSA protobuf schemas (unknown fields rejected) before it is signed.
 """
+
 from __future__ import annotations
 
 import base64
@@ -25,7 +26,7 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "urn:kfp-llmops:release-pipeline:v1"
 BUILDER_ID = "urn:kfp-llmops:release-record"
-MERKLE = "merkle-blake3"          # digest-set key of our Merkle roots
+MERKLE = "merkle-blake3"  # digest-set key of our Merkle roots
 RECORD_MEDIA_TYPE = "application/vnd.kfp-llmops.release+json"
 FILE_NAME = "provenance.intoto.json"
 # KFP mounts object storage at these prefixes inside a pod (kfp.dsl artifact types).
@@ -38,7 +39,7 @@ def portable_path(path: str | None, release_dir: str) -> str | None:
         return path
     for prefix, scheme in _MOUNTS.items():
         if path.startswith(prefix):
-            return scheme + path[len(prefix):]
+            return scheme + path[len(prefix) :]
     if "://" in path:
         return path
     return os.path.relpath(os.path.abspath(path), os.path.abspath(release_dir))
@@ -46,8 +47,10 @@ def portable_path(path: str | None, release_dir: str) -> str | None:
 
 def _map_paths(value, fn):
     if isinstance(value, dict):
-        return {k: (fn(v) if k in ("path", "release_dir") and isinstance(v, str) else _map_paths(v, fn))
-                for k, v in value.items()}
+        return {
+            k: (fn(v) if k in ("path", "release_dir") and isinstance(v, str) else _map_paths(v, fn))
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_map_paths(v, fn) for v in value]
     return value
@@ -59,8 +62,9 @@ def portable_record(record: dict, release_dir: str) -> dict:
 
 def resolve_record(record: dict, base: str) -> dict:
     """Relative paths of a portable record made local again, against the release folder."""
-    return _map_paths(record, lambda p: p if "://" in p or os.path.isabs(p) else os.path.normpath(
-        os.path.join(base, p)))
+    return _map_paths(
+        record, lambda p: p if "://" in p or os.path.isabs(p) else os.path.normpath(os.path.join(base, p))
+    )
 
 
 def _digest(root: str | None, sha256: str | None = None) -> dict:
@@ -79,12 +83,18 @@ def _descriptor(name: str, path: str | None, digest: dict, release_dir: str, **e
 
 def _images() -> list[dict]:
     from kfp_llmops.components import images
+
     out = []
     for stage in ("base", "data", "train", "eval", "deploy"):
         ref = images.image(stage)
         digest = {"sha256": ref.split("@sha256:")[1]} if "@sha256:" in ref else {}
-        out.append({k: v for k, v in {"name": f"image:{stage}", "uri": f"oci://{ref.split('@')[0]}",
-                                      "digest": digest}.items() if v})
+        out.append(
+            {
+                k: v
+                for k, v in {"name": f"image:{stage}", "uri": f"oci://{ref.split('@')[0]}", "digest": digest}.items()
+                if v
+            }
+        )
     return out
 
 
@@ -97,43 +107,78 @@ def statement(record: dict, release_dir: str, pipeline_spec_sha256: str = "") ->
     repo = (deploy.get("outputs") or {}).get("repository") or {}
     subjects = []
     if model.get("root"):
-        subjects.append(_descriptor("model", model.get("path"), _digest(model["root"], model.get("signed_sha256")),
-                                    release_dir))
+        subjects.append(
+            _descriptor("model", model.get("path"), _digest(model["root"], model.get("signed_sha256")), release_dir)
+        )
     if repo.get("root"):
-        subjects.append(_descriptor(f"triton-repository/v{repo.get('version')}", repo.get("path"),
-                                    _digest(repo["root"], repo.get("signed_sha256")), release_dir))
+        subjects.append(
+            _descriptor(
+                f"triton-repository/v{repo.get('version')}",
+                repo.get("path"),
+                _digest(repo["root"], repo.get("signed_sha256")),
+                release_dir,
+            )
+        )
     if not subjects:
         raise InputError("provenance: the release produced no model and no repository to attest")
     clean = ((stages.get("validate_dataset") or {}).get("outputs") or {}).get("clean") or {}
     base = ((stages.get("build_base_model") or {}).get("outputs") or {}).get("base_model") or {}
     base_root = base.get("root") or ((stages.get("train_zero3") or {}).get("inputs") or {}).get("base_model_root")
     ckpt = train.get("checkpoints") or {}
-    deps = [d for d in (
-        _descriptor("dataset", clean.get("path"), _digest(clean.get("root")), release_dir,
-                    annotations={"chunk_size": clean.get("chunk_size")} if clean.get("chunk_size") else None),
-        _descriptor("base-model", base.get("path"), _digest(base_root), release_dir),
-        _descriptor(f"checkpoint:{ckpt.get('tag')}", ckpt.get("path"), _digest(ckpt.get("root")), release_dir),
-    ) if d.get("digest")]
+    deps = [
+        d
+        for d in (
+            _descriptor(
+                "dataset",
+                clean.get("path"),
+                _digest(clean.get("root")),
+                release_dir,
+                annotations={"chunk_size": clean.get("chunk_size")} if clean.get("chunk_size") else None,
+            ),
+            _descriptor("base-model", base.get("path"), _digest(base_root), release_dir),
+            _descriptor(f"checkpoint:{ckpt.get('tag')}", ckpt.get("path"), _digest(ckpt.get("root")), release_dir),
+        )
+        if d.get("digest")
+    ]
     deps += _images()
-    deps.append({"name": "pipeline-spec", **({"digest": {"sha256": pipeline_spec_sha256}} if pipeline_spec_sha256
-                                              else {"annotations": {"note": "spec hash not supplied"}})})
+    deps.append(
+        {
+            "name": "pipeline-spec",
+            **(
+                {"digest": {"sha256": pipeline_spec_sha256}}
+                if pipeline_spec_sha256
+                else {"annotations": {"note": "spec hash not supplied"}}
+            ),
+        }
+    )
     portable = portable_record(record, release_dir)
     record_bytes = json.dumps(portable, sort_keys=True).encode()
     params = {name: (s.get("params") or {}) for name, s in stages.items()}
     return {
-        "_type": STATEMENT_TYPE, "subject": subjects, "predicateType": PREDICATE_TYPE,
+        "_type": STATEMENT_TYPE,
+        "subject": subjects,
+        "predicateType": PREDICATE_TYPE,
         "predicate": {
             "buildDefinition": {
                 "buildType": BUILD_TYPE,
                 "externalParameters": {"run": record.get("run") or "", "stages": params},
                 "internalParameters": {"status": record.get("status"), "decision": record.get("decision") or ""},
-                "resolvedDependencies": deps},
+                "resolvedDependencies": deps,
+            },
             "runDetails": {
                 "builder": {"id": BUILDER_ID},
                 "metadata": {"invocationId": record.get("run") or "", "finishedOn": record.get("written_at")},
-                "byproducts": [{"name": "record.json", "mediaType": RECORD_MEDIA_TYPE,
-                                "digest": {"sha256": hashlib.sha256(record_bytes).hexdigest()},
-                                "content": base64.b64encode(record_bytes).decode()}]}}}
+                "byproducts": [
+                    {
+                        "name": "record.json",
+                        "mediaType": RECORD_MEDIA_TYPE,
+                        "digest": {"sha256": hashlib.sha256(record_bytes).hexdigest()},
+                        "content": base64.b64encode(record_bytes).decode(),
+                    }
+                ],
+            },
+        },
+    }
 
 
 def check_schema(stmt: dict, origin: str) -> None:
@@ -143,6 +188,7 @@ def check_schema(stmt: dict, origin: str) -> None:
     from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
     from in_toto_attestation.v1 import statement_pb2
     from in_toto_attestation.v1.statement import Statement
+
     try:
         parsed = json_format.ParseDict(stmt, statement_pb2.Statement())
         Statement.copy_from_pb(parsed).validate()
@@ -153,10 +199,12 @@ def check_schema(stmt: dict, origin: str) -> None:
         raise InputError(f"{origin}: predicateType {stmt.get('predicateType')!r} is not {PREDICATE_TYPE}")
 
 
-def write(record: dict, release_dir: str, out_path: str, private_key: str | None,
-          pipeline_spec_sha256: str = "") -> dict:
+def write(
+    record: dict, release_dir: str, out_path: str, private_key: str | None, pipeline_spec_sha256: str = ""
+) -> dict:
     """Write the statement, in a signed DSSE envelope when a key is given; returns a summary."""
     from kfp_llmops.components.common import atomic
+
     stmt = statement(record, release_dir, pipeline_spec_sha256)
     check_schema(stmt, out_path)
     doc = signing.sign_statement(stmt, private_key) if private_key else stmt
@@ -190,6 +238,8 @@ def open_attestation(path: str, public_key: str | None) -> tuple[dict, dict]:
     expected = {s["name"]: s["digest"] for s in statement(record, ".")["subject"]}
     for subject in stmt["subject"]:
         if expected.get(subject["name"]) != subject.get("digest"):
-            raise InputError(f"{path}: subject {subject['name']} digest {subject.get('digest')} does not match the "
-                             f"release record's {expected.get(subject['name'])}")
+            raise InputError(
+                f"{path}: subject {subject['name']} digest {subject.get('digest')} does not match the "
+                f"release record's {expected.get(subject['name'])}"
+            )
     return stmt, resolve_record(record, os.path.dirname(os.path.abspath(path)))

@@ -3,6 +3,7 @@ as they are written, committed atomically, verified before resume and resumed bi
 
 `run_to_dir` serves the CLI, `run_component` the KFP component; both call `launch.train`.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,6 +18,7 @@ __all__ = ["TrainConfig", "run_to_dir", "run_component", "build_base_component"]
 
 def _write_reports(result: dict, out_dir: str) -> tuple[str, str]:
     from . import report
+
     png = report.loss_curve_png(result["train_log"])
     atomic.write_bytes(os.path.join(out_dir, "loss_curve.png"), png)
     md = os.path.join(out_dir, "report.md")
@@ -24,15 +26,29 @@ def _write_reports(result: dict, out_dir: str) -> tuple[str, str]:
     return md, report.render_html(result, png)
 
 
-def run_to_dir(clean_path: str, base_model: str, out_dir: str, config_source: str | None = None,
-               overrides: dict | None = None, dataset_root: str | None = None,
-               stop_after: int | None = None, dataset_chunk_size: int | None = None) -> dict:
+def run_to_dir(
+    clean_path: str,
+    base_model: str,
+    out_dir: str,
+    config_source: str | None = None,
+    overrides: dict | None = None,
+    dataset_root: str | None = None,
+    stop_after: int | None = None,
+    dataset_chunk_size: int | None = None,
+) -> dict:
     """CLI entry: checkpoints, model, train_log.jsonl, metrics.json, report.md in `out_dir`."""
     from .launch import train
 
     cfg = TrainConfig.load(config_source, overrides)
-    result = train(clean_path, base_model, out_dir, cfg, dataset_root=dataset_root, stop_after=stop_after,
-                   dataset_chunk_size=dataset_chunk_size)
+    result = train(
+        clean_path,
+        base_model,
+        out_dir,
+        cfg,
+        dataset_root=dataset_root,
+        stop_after=stop_after,
+        dataset_chunk_size=dataset_chunk_size,
+    )
     _write_reports(result, out_dir)
     atomic.write_json(os.path.join(out_dir, "metrics.json"), result)
     return result
@@ -41,6 +57,7 @@ def run_to_dir(clean_path: str, base_model: str, out_dir: str, config_source: st
 def _seed_from(resume_dir: str, ckpt_dir: str) -> str | None:
     """Copy the newest intact checkpoint of an earlier run into this run's folder."""
     from . import checkpoints
+
     tag, _, skipped = checkpoints.newest_intact(resume_dir)
     for reason in skipped:
         print(f"[train] refusing checkpoint {reason}")
@@ -60,16 +77,30 @@ def ranks_for(gpus: str) -> dict:
         n = -1
     if n < 0:
         from kfp_llmops.components.common.errors import InputError
+
         raise InputError(f"gpus: {gpus!r} is not a whole number of GPUs")
     return {"world_size": n} if n else {}
 
 
-def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir: str,
-                  model, checkpoints_out, metrics, report, train_log, release_dir: str = "",
-                  gpus: str = "0", signing_key_file: str = "") -> str:
+def run_component(
+    dataset,
+    base_model,
+    config: str,
+    resume_from,
+    checkpoint_dir: str,
+    model,
+    checkpoints_out,
+    metrics,
+    report,
+    train_log,
+    release_dir: str = "",
+    gpus: str = "0",
+    signing_key_file: str = "",
+) -> str:
     """KFP entry: verifies the inputs' roots from their metadata, trains, stamps lineage;
     signs the exported model with model-signing when a signing key is given."""
     from kfp_llmops.components.common import signing
+
     from .launch import newest_tag, train
 
     # `gpus` sizes this pod's own ranks; a multi-node run's pods come from its multinode settings.
@@ -79,33 +110,53 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
     ckpt_dir = checkpoint_dir or checkpoints_out.path
     if resume_from is not None:
         _seed_from(resume_from.path, ckpt_dir)
-    result = train(dataset.path, base_model.path, work, cfg,
-                   dataset_root=dataset.metadata.get("merkle_root"),
-                   dataset_chunk_size=integrity.chunk_size_of(dataset.metadata),
-                   base_model_root=base_model.metadata.get("merkle_root"),
-                   checkpoint_dir=ckpt_dir, model_dir=model.path)
-    os.makedirs(work, exist_ok=True)               # a multi-node run wrote its files on the claim
+    result = train(
+        dataset.path,
+        base_model.path,
+        work,
+        cfg,
+        dataset_root=dataset.metadata.get("merkle_root"),
+        dataset_chunk_size=integrity.chunk_size_of(dataset.metadata),
+        base_model_root=base_model.metadata.get("merkle_root"),
+        checkpoint_dir=ckpt_dir,
+        model_dir=model.path,
+    )
+    os.makedirs(work, exist_ok=True)  # a multi-node run wrote its files on the claim
     md, html = _write_reports(result, work)
     atomic.write_text(report.path, html)
     atomic.copy_file(result["train_log"], train_log.path)
     if checkpoint_dir:
         os.makedirs(checkpoints_out.path, exist_ok=True)
-        atomic.write_json(os.path.join(checkpoints_out.path, "location.json"), {"checkpoint_dir": checkpoint_dir},
-                          indent=None)
+        atomic.write_json(
+            os.path.join(checkpoints_out.path, "location.json"), {"checkpoint_dir": checkpoint_dir}, indent=None
+        )
     lineage = {"dataset_root": result["dataset_root"], "base_model_root": result["base_model_root"]}
-    model.metadata.update({"merkle_root": result["model_root"], "checkpoint_root": result["checkpoint_root"],
-                           "framework": "transformers", "format": "safetensors", **lineage})
-    if cfg.weight_watermark.enabled:     # verify_watermark checks exactly what was embedded
+    model.metadata.update(
+        {
+            "merkle_root": result["model_root"],
+            "checkpoint_root": result["checkpoint_root"],
+            "framework": "transformers",
+            "format": "safetensors",
+            **lineage,
+        }
+    )
+    if cfg.weight_watermark.enabled:  # verify_watermark checks exactly what was embedded
         model.metadata["weight_watermark"] = cfg.weight_watermark.model_dump()
     key = signing.key_file(signing_key_file)
     signed = signing.sign_folder(model.path, key) if key else None
     if signed:
         model.metadata["signature"] = {"file": signing.SIGNATURE_NAME, "sha256": signed}
-    checkpoints_out.metadata.update({"merkle_root": result["checkpoint_root"],
-                                     "tag": newest_tag(result),
-                                     "location": ckpt_dir, **lineage})
-    for key in ("final_loss", "tokens_per_s", "processed_tokens_per_s", "step_time_s", "resume_verify_seconds",
-                "truncated_share"):
+    checkpoints_out.metadata.update(
+        {"merkle_root": result["checkpoint_root"], "tag": newest_tag(result), "location": ckpt_dir, **lineage}
+    )
+    for key in (
+        "final_loss",
+        "tokens_per_s",
+        "processed_tokens_per_s",
+        "step_time_s",
+        "resume_verify_seconds",
+        "truncated_share",
+    ):
         if result.get(key) is not None:
             metrics.log_metric(key, result[key])
     saves = result["saves"]
@@ -113,37 +164,57 @@ def run_component(dataset, base_model, config: str, resume_from, checkpoint_dir:
         metrics.log_metric("checkpoint_save_seconds", sum(s["save_seconds"] for s in saves) / len(saves))
         metrics.log_metric("checkpoint_commit_seconds", sum(s["commit_seconds"] for s in saves) / len(saves))
     from kfp_llmops.components.common import records
-    records.note(release_dir, records.TrainZero3(
-        params={"train_config": config, "gpu_count": str(gpus)},
-        inputs=records.TrainInputs(dataset_root=result["dataset_root"], base_model_root=result["base_model_root"]),
-        outputs=records.TrainOutputs(
-            model=records.ModelOut(root=result["model_root"], path=model.path, checkpoint_root=result["checkpoint_root"],
-                                   signed_sha256=signed),
-            checkpoints=records.CheckpointsOut(root=result["checkpoint_root"], path=ckpt_dir,
-                                               tag=checkpoints_out.metadata["tag"]))))
+
+    records.note(
+        release_dir,
+        records.TrainZero3(
+            params={"train_config": config, "gpu_count": str(gpus)},
+            inputs=records.TrainInputs(dataset_root=result["dataset_root"], base_model_root=result["base_model_root"]),
+            outputs=records.TrainOutputs(
+                model=records.ModelOut(
+                    root=result["model_root"],
+                    path=model.path,
+                    checkpoint_root=result["checkpoint_root"],
+                    signed_sha256=signed,
+                ),
+                checkpoints=records.CheckpointsOut(
+                    root=result["checkpoint_root"], path=ckpt_dir, tag=checkpoints_out.metadata["tag"]
+                ),
+            ),
+        ),
+    )
     return result["model_root"]
 
 
-def build_base_component(dataset, base_model, size: str, release_dir: str = "", base_model_uri: str = "",
-                         base_model_root: str = "") -> str:
+def build_base_component(
+    dataset, base_model, size: str, release_dir: str = "", base_model_uri: str = "", base_model_root: str = ""
+) -> str:
     """The user's sealed model when `base_model_uri` names one (its pinned root checked on
     the copy this task outputs), else the demo model built from the verified clean data."""
     from kfp_llmops.components.common import records
 
-    integrity.verify("dataset", dataset.path, dataset.metadata.get("merkle_root"),
-                     integrity.chunk_size_of(dataset.metadata))
+    integrity.verify(
+        "dataset", dataset.path, dataset.metadata.get("merkle_root"), integrity.chunk_size_of(dataset.metadata)
+    )
     if base_model_uri:
         from .model_folder import import_model
-        root = import_model(base_model_uri, base_model_root, base_model.path,
-                            os.path.join(os.path.dirname(base_model.path), "fetch"))
+
+        root = import_model(
+            base_model_uri, base_model_root, base_model.path, os.path.join(os.path.dirname(base_model.path), "fetch")
+        )
         base_model.metadata.update({"merkle_root": root, "source": base_model_uri, "format": "safetensors"})
     else:
         from .base_model import build_base_model
+
         root = build_base_model(dataset.path, base_model.path, size=size)
         base_model.metadata.update({"merkle_root": root, "size": size, "format": "safetensors"})
-    records.note(release_dir, records.BuildBaseModel(
-        params={"base_model_uri": base_model_uri, "base_model_root": base_model_root, "base_model_size": size},
-        result="imported" if base_model_uri else "built",
-        inputs={"dataset_root": dataset.metadata.get("merkle_root"), "base_model_uri": base_model_uri or None},
-        outputs={"base_model": records.Artifact(root=root, path=base_model.path)}))
+    records.note(
+        release_dir,
+        records.BuildBaseModel(
+            params={"base_model_uri": base_model_uri, "base_model_root": base_model_root, "base_model_size": size},
+            result="imported" if base_model_uri else "built",
+            inputs={"dataset_root": dataset.metadata.get("merkle_root"), "base_model_uri": base_model_uri or None},
+            outputs={"base_model": records.Artifact(root=root, path=base_model.path)},
+        ),
+    )
     return root

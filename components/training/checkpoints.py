@@ -8,6 +8,7 @@ previous state or the new complete one.
 
 Selection: the newest tag that verifies wins; damaged ones are skipped with the reason.
 """
+
 from __future__ import annotations
 
 import os
@@ -62,14 +63,22 @@ class CommitResult:
     commit_seconds: float
 
 
-def commit(ckpt_root: str, staging: str, tag: str, digests: list[merkle.FileDigest], chunk_size: int,
-           meta: dict, durable: bool = True, keep_last: int | None = None) -> CommitResult:
+def commit(
+    ckpt_root: str,
+    staging: str,
+    tag: str,
+    digests: list[merkle.FileDigest],
+    chunk_size: int,
+    meta: dict,
+    durable: bool = True,
+    keep_last: int | None = None,
+) -> CommitResult:
     """Rank 0's half of a save: manifest, rename into place, `latest`, retention."""
     started = time.perf_counter()
     tag_dir = os.path.join(staging, tag)
     present = integrity.list_files(tag_dir)
     by_path = {d.path: d for d in digests}
-    for rel, size in present.items():             # files DeepSpeed wrote outside the engine
+    for rel in present:  # files DeepSpeed wrote outside the engine
         if rel not in by_path:
             by_path[rel] = merkle.hash_file(os.path.join(tag_dir, rel), rel, chunk_size)
     missing = [p for p in by_path if p not in present]
@@ -79,8 +88,11 @@ def commit(ckpt_root: str, staging: str, tag: str, digests: list[merkle.FileDige
     manifest = merkle.Manifest(chunk_size, list(by_path.values()))
     files_root = manifest.root.hex()
     root = integrity.checkpoint_root(files_root, meta)
-    integrity.write_manifest(os.path.join(tag_dir, integrity.MANIFEST_NAME), manifest,
-                             {"format": integrity.CHECKPOINT_FORMAT, "files_root": files_root, "root": root, "meta": meta})
+    integrity.write_manifest(
+        os.path.join(tag_dir, integrity.MANIFEST_NAME),
+        manifest,
+        {"format": integrity.CHECKPOINT_FORMAT, "files_root": files_root, "root": root, "meta": meta},
+    )
     # The manifest must verify (entries consistent, file set and sizes exact) before the
     # tag becomes visible; content was hashed as it was written, so nothing is re-read.
     loaded, stated = integrity.load_checkpoint(tag_dir)
@@ -89,7 +101,7 @@ def commit(ckpt_root: str, staging: str, tag: str, digests: list[merkle.FileDige
     if durable:
         atomic.fsync_dir(tag_dir)
     final = os.path.join(ckpt_root, tag)
-    if os.path.exists(final):                      # a damaged tag from an earlier crash
+    if os.path.exists(final):  # a damaged tag from an earlier crash
         shutil.rmtree(final)
     os.replace(tag_dir, final)
     if durable:

@@ -13,6 +13,7 @@ torch's zip writer also computes a CRC-32 of every record, single-threaded at ab
 shows it). The BLAKE3 leaves cover every byte and are what verify checks, so this
 engine skips the CRC by default (`zip_crc32=True` keeps it; zip tools then stop warning).
 """
+
 from __future__ import annotations
 
 import io
@@ -23,7 +24,6 @@ import torch
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
 from kfp_llmops.components.common import integrity, merkle
-
 
 
 class HashingWriter(io.RawIOBase):
@@ -89,8 +89,7 @@ class HashingWriter(io.RawIOBase):
 class HashingCheckpointEngine(TorchCheckpointEngine):
     """Torch serialization, plus a FileDigest per written file (relative to `base`)."""
 
-    def __init__(self, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE, durable: bool = True,
-                 zip_crc32: bool = False):
+    def __init__(self, chunk_size: int = merkle.DEFAULT_CHUNK_SIZE, durable: bool = True, zip_crc32: bool = False):
         super().__init__(None)
         self.zipfile_serialization = True
         self.chunk_size, self.durable, self.zip_crc32 = chunk_size, durable, zip_crc32
@@ -101,7 +100,7 @@ class HashingCheckpointEngine(TorchCheckpointEngine):
         self.base, self.digests = base, {}
 
     def save(self, state_dict, path: str) -> None:
-        if self.base is None:            # outside a checkpoint save (nothing to commit)
+        if self.base is None:  # outside a checkpoint save (nothing to commit)
             torch.save(state_dict, path)
             return
         rel = os.path.relpath(path, self.base).replace(os.sep, "/")
@@ -118,6 +117,7 @@ class HashingCheckpointEngine(TorchCheckpointEngine):
             # zip writer raises while closing after it. The save fails either way, and the
             # run stops: no training on without it.
             from kfp_llmops.components.common.errors import environment_problem
+
             if writer is not None:
                 writer.abandon()
             problem = environment_problem(exc, path, "writing checkpoint")

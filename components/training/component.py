@@ -1,5 +1,4 @@
 """KFP interfaces of the training stage. The logic lives in this package's other modules."""
-from typing import Optional
 
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Model, Output
@@ -8,8 +7,14 @@ from kfp_llmops.components import images
 
 
 @dsl.component(base_image=images.TRAIN, install_kfp_package=False)
-def build_base_model(dataset: Input[Dataset], base_model: Output[Model], size: str = "demo",
-                     release_dir: str = "", base_model_uri: str = "", base_model_root: str = "") -> str:
+def build_base_model(
+    dataset: Input[Dataset],
+    base_model: Output[Model],
+    size: str = "demo",
+    release_dir: str = "",
+    base_model_uri: str = "",
+    base_model_root: str = "",
+) -> str:
     """The base model to fine-tune: the user's, verified against its root, else the demo's
     (a BPE tokenizer trained on the clean data and a small GPT-2-style LM). Returns its
     Merkle root.
@@ -38,7 +43,7 @@ def train_zero3(
     train_log: Output[Artifact],
     config: str = "",
     checkpoint_dir: str = "",
-    resume_from: Optional[Input[Artifact]] = None,
+    resume_from: Input[Artifact] | None = None,
     gpus: str = "0",
     release_dir: str = "",
     signing_key_file: str = "",
@@ -54,7 +59,8 @@ def train_zero3(
         report: The training report with its loss curve (HTML).
         train_log: Every rank's log.
         config: Stage config as YAML or one-line JSON; empty for the defaults.
-        checkpoint_dir: Folder that outlives the task (a PVC mount), so a retry resumes from the newest intact checkpoint.
+        checkpoint_dir: Folder that outlives the task (a PVC mount), so a retry resumes from the newest
+            intact checkpoint.
         resume_from: An earlier run's checkpoints to resume from (its newest one that verifies).
         gpus: The pod's GPU limit (one rank per GPU); "0" keeps the config's ranks.
         release_dir: Folder of the release record and lineage notes.
@@ -62,6 +68,18 @@ def train_zero3(
     """
     from kfp_llmops.components.training import run_component
 
-    return run_component(dataset, base_model, config, resume_from, checkpoint_dir,
-                         model, checkpoints, metrics, report, train_log, release_dir, gpus,
-                         signing_key_file)
+    return run_component(
+        dataset,
+        base_model,
+        config,
+        resume_from,
+        checkpoint_dir,
+        model,
+        checkpoints,
+        metrics,
+        report,
+        train_log,
+        release_dir,
+        gpus,
+        signing_key_file,
+    )

@@ -6,21 +6,21 @@ With packing, a step's rows are filled with whole examples in the sampler's orde
 more example is taken only if it fits, so the sampler's position is still the state),
 and each example attends only to itself: positions restart and a block-diagonal causal
 mask keeps it from seeing its neighbours, so its logits are those it has alone."""
+
 from __future__ import annotations
 
 import json
 import os
-from typing import Iterator, Union
+from collections.abc import Iterator
 
 import numpy as np
 
 from kfp_llmops.components.common import atomic
-from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.conversation import TurnError, record_turns
+from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.generation import encode_text, encode_turns
 
-
-Example = Union[list, str]        # a conversation's turns, or a plain text
+Example = list | str  # a conversation's turns, or a plain text
 
 
 def iter_examples(path: str) -> Iterator[Example]:
@@ -60,18 +60,19 @@ def example_ids(tokenizer, example: Example) -> tuple[list[int], list[bool]]:
     return encode_turns(tokenizer, example)
 
 
-def _encode_into(tokenizer, example: Example, ids: np.ndarray, labels: np.ndarray,
-                 mask_prompt: bool) -> tuple[bool, int]:
+def _encode_into(
+    tokenizer, example: Example, ids: np.ndarray, labels: np.ndarray, mask_prompt: bool
+) -> tuple[bool, int]:
     """One example into a row of input_ids / labels (already pad / -100); (cut, length)."""
     seq_len = len(ids)
     full, answer = example_ids(tokenizer, example)
     seq = full[:seq_len]
-    ids[:len(seq)] = seq
+    ids[: len(seq)] = seq
     if mask_prompt:
         keep = np.array(answer[:seq_len], dtype=bool)
-        labels[:len(seq)][keep] = np.asarray(seq, dtype=labels.dtype)[keep]
+        labels[: len(seq)][keep] = np.asarray(seq, dtype=labels.dtype)[keep]
     else:
-        labels[:len(seq)] = seq
+        labels[: len(seq)] = seq
     return len(full) > seq_len, len(seq)
 
 
@@ -85,11 +86,15 @@ def encode(tokenizer, examples: list[Example], seq_len: int, mask_prompt: bool) 
     ids = np.full((len(examples), seq_len), _pad_id(tokenizer), dtype=np.int64)
     labels = np.full((len(examples), seq_len), -100, dtype=np.int64)
     done = [_encode_into(tokenizer, ex, ids[i], labels[i], mask_prompt) for i, ex in enumerate(examples)]
-    return {"input_ids": ids, "labels": labels, "truncated": np.array(sum(cut for cut, _ in done)),
-            "lengths": np.array([n for _, n in done], dtype=np.int64)}
+    return {
+        "input_ids": ids,
+        "labels": labels,
+        "truncated": np.array(sum(cut for cut, _ in done)),
+        "lengths": np.array([n for _, n in done], dtype=np.int64),
+    }
 
 
-_BLOCK = 1024          # rows encoded between writes
+_BLOCK = 1024  # rows encoded between writes
 
 
 def tokenize_to_files(clean_path: str, tokenizer, seq_len: int, mask_prompt: bool, folder: str) -> dict:
@@ -103,7 +108,7 @@ def tokenize_to_files(clean_path: str, tokenizer, seq_len: int, mask_prompt: boo
     if os.path.exists(meta_path):
         with open(meta_path, encoding="utf-8") as handle:
             return json.load(handle)
-    with open(clean_path, encoding="utf-8") as handle:     # the records iter_examples yields; it checks them
+    with open(clean_path, encoding="utf-8") as handle:  # the records iter_examples yields; it checks them
         rows = sum(1 for line in handle if line.strip())
     if not rows:
         raise InputError(f"{clean_path}: no training records")
@@ -116,7 +121,7 @@ def tokenize_to_files(clean_path: str, tokenizer, seq_len: int, mask_prompt: boo
     truncated = filled = 0
     pad = _pad_id(tokenizer)
     try:
-        for out, shape in zip(outs, ((rows, seq_len), (rows, seq_len), (rows,))):
+        for out, shape in zip(outs, ((rows, seq_len), (rows, seq_len), (rows,)), strict=False):
             np.lib.format.write_array_header_1_0(out.handle, {"descr": descr, "fortran_order": False, "shape": shape})
         for example in iter_examples(clean_path):
             ids[filled], labels[filled] = pad, -100
@@ -124,10 +129,10 @@ def tokenize_to_files(clean_path: str, tokenizer, seq_len: int, mask_prompt: boo
             truncated += cut
             filled += 1
             if filled == _BLOCK:
-                for out, block in zip(outs, (ids, labels, lengths)):
+                for out, block in zip(outs, (ids, labels, lengths), strict=False):
                     out.write(block.tobytes())
                 filled = 0
-        for out, block in zip(outs, (ids, labels, lengths)):
+        for out, block in zip(outs, (ids, labels, lengths), strict=False):
             out.write(block[:filled].tobytes())
     except BaseException:
         for out in outs:
@@ -163,7 +168,7 @@ class Sampler:
                 self.epoch, self.position = self.epoch + 1, 0
                 self._perm = self._permutation(self.epoch)
             k = min(count, self.n - self.position)
-            out.append(self._perm[self.position:self.position + k])
+            out.append(self._perm[self.position : self.position + k])
             self.position += k
             count -= k
         return np.concatenate(out)
@@ -172,7 +177,7 @@ class Sampler:
         return {"epoch": self.epoch, "position": self.position, "n": self.n, "seed": self.seed}
 
     @classmethod
-    def from_state(cls, state: dict) -> "Sampler":
+    def from_state(cls, state: dict) -> Sampler:
         return cls(state["n"], state["seed"], state["epoch"], state["position"])
 
 
@@ -191,8 +196,9 @@ def pack(sampler: Sampler, lengths: np.ndarray, rows: int, seq_len: int) -> list
         used += n
 
 
-def packed_batch(rows: list[list[int]], input_ids: np.ndarray, labels: np.ndarray, lengths: np.ndarray,
-                 pad: int) -> dict[str, np.ndarray]:
+def packed_batch(
+    rows: list[list[int]], input_ids: np.ndarray, labels: np.ndarray, lengths: np.ndarray, pad: int
+) -> dict[str, np.ndarray]:
     """input_ids, labels, position_ids [B, L] and a boolean attention mask [B, 1, L, L]
     (True: may attend): causal within each example, nothing across. An example's first
     token has no label (alone it has no previous token to be predicted from); padding
@@ -206,10 +212,10 @@ def packed_batch(rows: list[list[int]], input_ids: np.ndarray, labels: np.ndarra
         at = 0
         for k, i in enumerate(examples, 1):
             n = int(lengths[i])
-            ids[b, at:at + n], lab[b, at:at + n] = input_ids[i, :n], labels[i, :n]
+            ids[b, at : at + n], lab[b, at : at + n] = input_ids[i, :n], labels[i, :n]
             lab[b, at] = -100
-            pos[b, at:at + n] = np.arange(n)
-            seg[b, at:at + n] = k
+            pos[b, at : at + n] = np.arange(n)
+            seg[b, at : at + n] = k
             at += n
     causal = np.tril(np.ones((seq_len, seq_len), dtype=bool))
     mask = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] > 0) & causal

@@ -10,6 +10,7 @@ place and renamed into it once sealed, so a failed import leaves nothing that lo
 The config files omit `transformers_version`, so the folder's root depends on the model,
 not on which transformers wrote it, and a pinned root can refuse a different download.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,6 +29,7 @@ _NOT_ARCHITECTURES = ("general", "tokenizer")
 def supported_architectures() -> list[str]:
     """The GGUF architectures this transformers can dequantize into a model."""
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
     return [a for a in GGUF_SUPPORTED_ARCHITECTURES if a not in _NOT_ARCHITECTURES]
 
 
@@ -76,8 +78,10 @@ def import_gguf(gguf_path: str, out_dir: str, expect_root: str | None = None) ->
         raise InputError(f"{out_dir}: already holds a sealed model (remove it to import again)")
     arch, tensors = read_architecture(gguf_path)
     if arch not in supported_architectures():
-        raise InputError(f"{gguf_path}: general.architecture {arch!r}: transformers cannot dequantize it "
-                         f"(supported: {', '.join(supported_architectures())})")
+        raise InputError(
+            f"{gguf_path}: general.architecture {arch!r}: transformers cannot dequantize it "
+            f"(supported: {', '.join(supported_architectures())})"
+        )
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     folder, name = os.path.split(os.path.abspath(gguf_path))
@@ -96,8 +100,10 @@ def import_gguf(gguf_path: str, out_dir: str, expect_root: str | None = None) ->
     model.tie_weights()
     meta = [n for n, p in model.named_parameters() if p.is_meta]
     if meta or result.unexpected_keys:
-        raise InputError(f"{gguf_path}: tensors do not match the {arch} architecture "
-                         f"(missing {meta[:3]}, unexpected {result.unexpected_keys[:3]})")
+        raise InputError(
+            f"{gguf_path}: tensors do not match the {arch} architecture "
+            f"(missing {meta[:3]}, unexpected {result.unexpected_keys[:3]})"
+        )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     parameters = sum(p.numel() for p in model.parameters())
@@ -108,12 +114,14 @@ def import_gguf(gguf_path: str, out_dir: str, expect_root: str | None = None) ->
         tokenizer.save_pretrained(staging)
         for json_name in ("config.json", "generation_config.json"):
             _drop_version(os.path.join(staging, json_name))
-        for file_name in os.listdir(staging):       # readable by the images' user, like any model folder
+        for file_name in os.listdir(staging):  # readable by the images' user, like any model folder
             os.chmod(os.path.join(staging, file_name), 0o644)
         root = seal_model_folder(staging)
         if expect_root and root != expect_root:
-            raise InputError(f"{gguf_path}: imported root {root} is not the pinned {expect_root} "
-                             "(a different file, or a transformers that converts it differently)")
+            raise InputError(
+                f"{gguf_path}: imported root {root} is not the pinned {expect_root} "
+                "(a different file, or a transformers that converts it differently)"
+            )
         if os.path.isdir(out_dir):
             shutil.rmtree(out_dir)
         os.rename(staging, out_dir)

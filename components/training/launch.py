@@ -1,6 +1,7 @@
 """Starts the ranks: verifies the inputs once, tokenizes, writes a run spec, and runs
 `torchrun` (gloo on CPU, NCCL on GPUs). Rerunning the same command after a crash or a
 `kill -9` resumes from the newest intact checkpoint."""
+
 from __future__ import annotations
 
 import hashlib
@@ -21,7 +22,7 @@ from kfp_llmops.components.common.errors import InputError, LlmopsError
 from .config import TrainConfig
 from .data import tokenize_to_files
 
-TOKENS_FORMAT = 2      # bump when the encoding of examples changes (2: lengths.npy)
+TOKENS_FORMAT = 2  # bump when the encoding of examples changes (2: lengths.npy)
 
 
 def environment() -> dict:
@@ -33,10 +34,16 @@ def environment() -> dict:
             return metadata.version(name)
         except metadata.PackageNotFoundError:
             return None
+
     packages = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
-    return {"python": platform.python_version(), "torch": torch.__version__, "deepspeed": version("deepspeed"),
-            "transformers": version("transformers"), "cuda": torch.version.cuda,
-            "packages_blake3": blake3("\n".join(packages).encode()).hexdigest()}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "deepspeed": version("deepspeed"),
+        "transformers": version("transformers"),
+        "cuda": torch.version.cuda,
+        "packages_blake3": blake3("\n".join(packages).encode()).hexdigest(),
+    }
 
 
 def config_hash(cfg: TrainConfig) -> str:
@@ -46,8 +53,9 @@ def config_hash(cfg: TrainConfig) -> str:
 def check_precision(cfg: TrainConfig, cuda: bool) -> None:
     """fp16 needs a GPU: DeepSpeed's CPU accelerator has bf16 and fp32 only."""
     if cfg.precision == "fp16" and not cuda:
-        raise InputError("precision: fp16 needs GPUs (DeepSpeed's CPU accelerator has no fp16); "
-                         "use bf16 or fp32 on CPU ranks")
+        raise InputError(
+            "precision: fp16 needs GPUs (DeepSpeed's CPU accelerator has no fp16); use bf16 or fp32 on CPU ranks"
+        )
 
 
 def resolve_recipe(cfg: TrainConfig, base_model: str) -> TrainConfig:
@@ -63,9 +71,13 @@ def resolve_recipe(cfg: TrainConfig, base_model: str) -> TrainConfig:
         raise InputError(f"{os.path.join(base_model, 'config.json')}: unreadable model config: {exc}") from None
     resolved = cfg.for_model(from_scratch(config), context_of(config))
     if cfg.recipe is None:
-        print(f"[train] recipe {resolved.recipe} (lr {resolved.lr:g}, warm-up {resolved.warmup_steps} steps, "
-              f"seq_len {resolved.seq_len}{', LoRA' if resolved.lora.enabled else ''}) for the fields the config "
-              "leaves unset", file=sys.stderr, flush=True)
+        print(
+            f"[train] recipe {resolved.recipe} (lr {resolved.lr:g}, warm-up {resolved.warmup_steps} steps, "
+            f"seq_len {resolved.seq_len}{', LoRA' if resolved.lora.enabled else ''}) for the fields the config "
+            "leaves unset",
+            file=sys.stderr,
+            flush=True,
+        )
     return resolved
 
 
@@ -77,37 +89,92 @@ def _check_fits(base_model: str, cfg: TrainConfig) -> None:
 
     context = context_of(AutoConfig.from_pretrained(base_model))
     if context and cfg.seq_len > context:
-        raise InputError(f"seq_len: {cfg.seq_len} is beyond the model's context of {context} tokens "
-                         f"({os.path.join(base_model, 'config.json')})")
+        raise InputError(
+            f"seq_len: {cfg.seq_len} is beyond the model's context of {context} tokens "
+            f"({os.path.join(base_model, 'config.json')})"
+        )
 
 
-def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, dataset_root: str | None = None,
-          base_model_root: str | None = None, stop_after: int | None = None, dataset_chunk_size: int | None = None,
-          checkpoint_dir: str | None = None, model_dir: str | None = None,
-          watermark_key_file: str | None = None) -> dict:
+def train(
+    clean_path: str,
+    base_model: str,
+    out_dir: str,
+    cfg: TrainConfig,
+    dataset_root: str | None = None,
+    base_model_root: str | None = None,
+    stop_after: int | None = None,
+    dataset_chunk_size: int | None = None,
+    checkpoint_dir: str | None = None,
+    model_dir: str | None = None,
+    watermark_key_file: str | None = None,
+) -> dict:
     """Run (or resume) training; returns rank 0's result (loss, throughput, saves, roots).
     With `multinode.nodes` > 1 a Kubeflow Trainer TrainJob runs the ranks (`trainjob_run`)."""
     cfg = resolve_recipe(cfg, base_model)
     if cfg.multinode.nodes > 1:
         from .trainjob_run import train_multinode
-        return train_multinode(clean_path, base_model, cfg, checkpoint_dir, model_dir, dataset_root,
-                               base_model_root, stop_after, dataset_chunk_size, watermark_key_file)
+
+        return train_multinode(
+            clean_path,
+            base_model,
+            cfg,
+            checkpoint_dir,
+            model_dir,
+            dataset_root,
+            base_model_root,
+            stop_after,
+            dataset_chunk_size,
+            watermark_key_file,
+        )
     import torch
+
     check_precision(cfg, torch.cuda.is_available())
-    spec_path, spec, env = prepare(clean_path, base_model, out_dir, cfg, dataset_root, base_model_root, stop_after,
-                                   dataset_chunk_size, checkpoint_dir, model_dir, watermark_key_file)
+    spec_path, spec, env = prepare(
+        clean_path,
+        base_model,
+        out_dir,
+        cfg,
+        dataset_root,
+        base_model_root,
+        stop_after,
+        dataset_chunk_size,
+        checkpoint_dir,
+        model_dir,
+        watermark_key_file,
+    )
     # One node: rendezvous on loopback. `--standalone` alone advertises the hostname, which a
     # pod or a container without a network (kfp.local's DockerRunner here) cannot resolve.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
-           "--nnodes", "1", "--nproc_per_node", str(cfg.world_size), "-m", "kfp_llmops.components.training.worker",
-           spec_path]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--local-addr",
+        "127.0.0.1",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        str(cfg.world_size),
+        "-m",
+        "kfp_llmops.components.training.worker",
+        spec_path,
+    ]
     return run_ranks(cmd, spec, env, out_dir)
 
 
-def prepare(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, dataset_root: str | None = None,
-            base_model_root: str | None = None, stop_after: int | None = None, dataset_chunk_size: int | None = None,
-            checkpoint_dir: str | None = None, model_dir: str | None = None,
-            watermark_key_file: str | None = None) -> tuple[str, dict, dict]:
+def prepare(
+    clean_path: str,
+    base_model: str,
+    out_dir: str,
+    cfg: TrainConfig,
+    dataset_root: str | None = None,
+    base_model_root: str | None = None,
+    stop_after: int | None = None,
+    dataset_chunk_size: int | None = None,
+    checkpoint_dir: str | None = None,
+    model_dir: str | None = None,
+    watermark_key_file: str | None = None,
+) -> tuple[str, dict, dict]:
     """Verify the inputs, tokenize, and write the run spec every rank reads: (its path, it,
     the ranks' environment). Any launcher then starts `worker.py SPEC` once per rank.
     The recipe is resolved here too (idempotent), so every launcher's ranks get one."""
@@ -120,21 +187,32 @@ def prepare(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, da
     _check_fits(base_model, cfg)
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
-        raise InputError(f"{os.path.join(base_model, 'tokenizer_config.json')}: pad_token: not set and no EOS "
-                         "to pad with (`llmops model seal --pad-token eos` sets one)")
+        raise InputError(
+            f"{os.path.join(base_model, 'tokenizer_config.json')}: pad_token: not set and no EOS "
+            "to pad with (`llmops model seal --pad-token eos` sets one)"
+        )
     # Tokens depend on the data, the model (its tokenizer and chat template) and two settings.
     key = blake3(json.dumps([data_root, model_root, cfg.seq_len, cfg.mask_prompt, TOKENS_FORMAT]).encode())
-    tokens = tokenize_to_files(clean_path, tokenizer, cfg.seq_len, cfg.mask_prompt,
-                               os.path.join(out_dir, "tokens", key.hexdigest()[:16]))
+    tokens = tokenize_to_files(
+        clean_path, tokenizer, cfg.seq_len, cfg.mask_prompt, os.path.join(out_dir, "tokens", key.hexdigest()[:16])
+    )
     warn_truncation(tokens)
     spec = {
-        "config": cfg.model_dump(), "tokens": tokens, "base_model": os.path.abspath(base_model),
+        "config": cfg.model_dump(),
+        "tokens": tokens,
+        "base_model": os.path.abspath(base_model),
         "checkpoint_dir": os.path.abspath(checkpoint_dir or os.path.join(out_dir, "checkpoints")),
         "model_dir": os.path.abspath(model_dir or os.path.join(out_dir, "model")),
-        "train_log": os.path.join(out_dir, "train_log.jsonl"), "result": os.path.join(out_dir, "result.json"),
+        "train_log": os.path.join(out_dir, "train_log.jsonl"),
+        "result": os.path.join(out_dir, "result.json"),
         "stop_after": stop_after,
-        "meta": {"config_hash": config_hash(cfg), "dataset_root": data_root, "base_model_root": model_root,
-                 "code_version": __version__, "environment": environment()},
+        "meta": {
+            "config_hash": config_hash(cfg),
+            "dataset_root": data_root,
+            "base_model_root": model_root,
+            "code_version": __version__,
+            "environment": environment(),
+        },
     }
     spec_path = os.path.join(out_dir, "run_spec.json")
     with open(spec_path, "w", encoding="utf-8") as handle:
@@ -142,9 +220,11 @@ def prepare(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, da
     if os.path.exists(spec["result"]):
         os.unlink(spec["result"])
     import torch
+
     env = dict(os.environ, **rank_env(cfg, torch.cuda.is_available()))
-    if cfg.weight_watermark.enabled:      # the key reaches the ranks by environment, never by file
+    if cfg.weight_watermark.enabled:  # the key reaches the ranks by environment, never by file
         from kfp_llmops.components.common.watermark.keys import ENV_VAR, load_key
+
         env[ENV_VAR] = str(load_key(watermark_key_file))
     return spec_path, spec, env
 
@@ -156,15 +236,24 @@ TRUNCATION_WARNING = 0.01
 def warn_truncation(tokens: dict) -> None:
     share = tokens["truncated"] / max(1, tokens["rows"])
     if share > TRUNCATION_WARNING:
-        print(f"[train] warning: seq_len {tokens['seq_len']} cuts {tokens['truncated']:,} of {tokens['rows']:,} "
-              f"examples ({share:.1%}): their ends, the answers, are not trained on; raise seq_len",
-              file=sys.stderr, flush=True)
+        print(
+            f"[train] warning: seq_len {tokens['seq_len']} cuts {tokens['truncated']:,} of {tokens['rows']:,} "
+            f"examples ({share:.1%}): their ends, the answers, are not trained on; raise seq_len",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def rank_env(cfg: TrainConfig, cuda: bool) -> dict[str, str]:
     """What every rank's environment gets on top of its launcher's."""
-    env = {"OMP_NUM_THREADS": str(cfg.threads_per_rank), "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
-           "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    env = {
+        "OMP_NUM_THREADS": str(cfg.threads_per_rank),
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+    }
     if not cuda:
         env["DS_ACCELERATOR"] = "cpu"
     return env
@@ -178,13 +267,13 @@ def run_ranks(cmd: list[str], spec: dict, env: dict, out_dir: str) -> dict:
     from kfp_llmops.components.common.errors import EnvironmentProblem, environment_problem
 
     log_path = os.path.join(out_dir, "ranks.log")
-    unlogged = None                 # the log's volume filled: the ranks' own error still counts
+    unlogged = None  # the log's volume filled: the ranks' own error still counts
     with open(log_path, "ab", buffering=0) as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.PIPE)
         tail, line = bytearray(), b""
-        said: list[str] = []          # every rank's full-disk line, however much output follows it
+        said: list[str] = []  # every rank's full-disk line, however much output follows it
         shown = Progress(sys.stderr.buffer)
-        while chunk := os.read(proc.stderr.fileno(), 65536):   # live progress, and keep the tail
+        while chunk := os.read(proc.stderr.fileno(), 65536):  # live progress, and keep the tail
             if unlogged is None:
                 try:
                     log.write(chunk)
@@ -198,16 +287,19 @@ def run_ranks(cmd: list[str], spec: dict, env: dict, out_dir: str) -> dict:
         shown.close()
         said += [m.decode(errors="replace") for m in _PROBLEM.findall(line)]
         proc.wait()
-    if proc.returncode != 0 and said:         # a full disk: the first rank's own one line, exit 2
-        raise EnvironmentProblem(said[0] + "; rerun the same command once there is room: it resumes from the "
-                                 "last verified checkpoint")
+    if proc.returncode != 0 and said:  # a full disk: the first rank's own one line, exit 2
+        raise EnvironmentProblem(
+            said[0] + "; rerun the same command once there is room: it resumes from the last verified checkpoint"
+        )
     unlogged = environment_problem(unlogged, log_path) if unlogged is not None else None
     if unlogged is not None:
         raise unlogged
     if proc.returncode != 0 or not os.path.exists(spec["result"]):
-        raise LlmopsError(f"training failed (exit {proc.returncode}); rerun the same command to resume "
-                          f"from the last verified checkpoint; last log line: "
-                          f"{last_error(tail.decode(errors='replace'))}")
+        raise LlmopsError(
+            f"training failed (exit {proc.returncode}); rerun the same command to resume "
+            f"from the last verified checkpoint; last log line: "
+            f"{last_error(tail.decode(errors='replace'))}"
+        )
     return read_result(spec)
 
 
@@ -220,11 +312,19 @@ def read_result(spec: dict) -> dict:
     """Rank 0's result of a finished run, with what the run was given."""
     with open(spec["result"], encoding="utf-8") as handle:
         result = json.load(handle)
-    result.update({"dataset_root": spec["meta"]["dataset_root"], "base_model_root": spec["meta"]["base_model_root"],
-                   "checkpoint_dir": spec["checkpoint_dir"], "model_dir": spec["model_dir"],
-                   "train_log": spec["train_log"], "truncated_examples": spec["tokens"]["truncated"],
-                   "truncated_share": spec["tokens"]["truncated"] / max(1, spec["tokens"]["rows"]),
-                   "recipe": spec["config"]["recipe"], "seq_len": spec["config"]["seq_len"]})
+    result.update(
+        {
+            "dataset_root": spec["meta"]["dataset_root"],
+            "base_model_root": spec["meta"]["base_model_root"],
+            "checkpoint_dir": spec["checkpoint_dir"],
+            "model_dir": spec["model_dir"],
+            "train_log": spec["train_log"],
+            "truncated_examples": spec["tokens"]["truncated"],
+            "truncated_share": spec["tokens"]["truncated"] / max(1, spec["tokens"]["rows"]),
+            "recipe": spec["config"]["recipe"],
+            "seq_len": spec["config"]["seq_len"],
+        }
+    )
     return result
 
 
@@ -243,7 +343,7 @@ class Progress:
 
     def feed(self, chunk: bytes) -> None:
         pieces = re.split(rb"(?<=[\n\r])", self.pending + chunk)
-        self.pending = pieces.pop()            # the unended rest waits for its end
+        self.pending = pieces.pop()  # the unended rest waits for its end
         self._show(pieces)
 
     def close(self) -> None:
@@ -260,9 +360,14 @@ class Progress:
 def last_error(text: str) -> str:
     """The rank's own exception line, not the launcher's (torchrun's, mpirun's) summary of it."""
     lines = [re.sub(r"^\[rank\d+\]: ", "", ln) for ln in text.splitlines() if ln.strip(" -")]
-    errors = [ln for ln in lines if ("Error" in ln or "error" in ln or ln.startswith("worker:"))
-              and not ln.startswith((" ", "mpirun", "Primary job"))
-              and "ChildFailedError" not in ln and "elastic" not in ln]
+    errors = [
+        ln
+        for ln in lines
+        if ("Error" in ln or "error" in ln or ln.startswith("worker:"))
+        and not ln.startswith((" ", "mpirun", "Primary job"))
+        and "ChildFailedError" not in ln
+        and "elastic" not in ln
+    ]
     return (errors or lines or ["(none)"])[-1][:300]
 
 

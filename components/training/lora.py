@@ -3,6 +3,7 @@ others, only the adapters train (DeepSpeed gets just them as the optimizer's par
 checkpoints hold them with everything else and are Merkle-hashed the same way, and the
 export merges them into the base weights so evaluation, watermarking and serving see a
 plain model of the base architecture."""
+
 from __future__ import annotations
 
 from kfp_llmops.components.common.errors import InputError
@@ -13,9 +14,14 @@ from .config import LoraSettings
 def _peft_config(cfg: LoraSettings, model_type: str):
     from peft import LoraConfig
 
-    return LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, task_type="CAUSAL_LM",
-                      target_modules=cfg.target_modules or None,
-                      fan_in_fan_out=model_type == "gpt2")          # GPT-2's Conv1D stores weights transposed
+    return LoraConfig(
+        r=cfg.r,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        task_type="CAUSAL_LM",
+        target_modules=cfg.target_modules or None,
+        fan_in_fan_out=model_type == "gpt2",
+    )  # GPT-2's Conv1D stores weights transposed
 
 
 def wrap(model, cfg: LoraSettings):
@@ -25,7 +31,7 @@ def wrap(model, cfg: LoraSettings):
 
     try:
         return get_peft_model(model, _peft_config(cfg, getattr(model.config, "model_type", "")))
-    except ValueError as exc:               # no target modules known or found
+    except ValueError as exc:  # no target modules known or found
         raise InputError(f"lora.target_modules: {exc}") from None
 
 

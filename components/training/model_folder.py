@@ -8,6 +8,7 @@ a missing shard, no tokenizer, a tokenizer without a pad token (unless told to u
 a chat template that renders no assistant turn, symlinks (a Hub cache snapshot: copy it
 with `cp -rL`), and a manifest that no longer matches the folder.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,10 @@ def check_weights(model_dir: str, allow_pickle: bool = False) -> list[str]:
     names = sorted(os.listdir(model_dir))
     pickled = [n for n in names if n.endswith(PICKLED)]
     if pickled and not allow_pickle:
-        raise InputError(f"{os.path.join(model_dir, pickled[0])}: pickled weights (loading them can run code); "
-                         "convert to safetensors or pass --allow-pickle")
+        raise InputError(
+            f"{os.path.join(model_dir, pickled[0])}: pickled weights (loading them can run code); "
+            "convert to safetensors or pass --allow-pickle"
+        )
     index = os.path.join(model_dir, "model.safetensors.index.json")
     if os.path.exists(index):
         shards = sorted(set((_json(index).get("weight_map") or {}).values()))
@@ -69,8 +72,9 @@ def check_tokenizer(model_dir: str, pad_token: str | None = None):
     where = os.path.join(model_dir, "tokenizer_config.json")
     if tokenizer.pad_token is None:
         if pad_token != "eos" or tokenizer.eos_token is None:
-            raise InputError(f"{where}: pad_token: not set (batches need one); pass --pad-token eos to use the "
-                             "EOS token")
+            raise InputError(
+                f"{where}: pad_token: not set (batches need one); pass --pad-token eos to use the EOS token"
+            )
         tokenizer.pad_token = tokenizer.eos_token
         tokenizer.save_pretrained(model_dir)
     if tokenizer.chat_template:
@@ -92,7 +96,7 @@ def seal_model_folder(model_dir: str, allow_pickle: bool = False, pad_token: str
         raise InputError(f"{os.path.join(model_dir, 'config.json')}: model_type: missing (not a transformers model)")
     check_weights(model_dir, allow_pickle)
     if os.path.exists(os.path.join(model_dir, integrity.MANIFEST_NAME)):
-        return integrity.verify("model", model_dir)     # sealed already: it must still match
+        return integrity.verify("model", model_dir)  # sealed already: it must still match
     check_tokenizer(model_dir, pad_token)
     try:
         return integrity.seal("model", model_dir)

@@ -7,6 +7,7 @@ no random init) and each rank reads only the bytes of its own flat slice of each
 from the safetensors files (plain reads, no memory map) into its partition: no rank ever
 holds the whole model and no weights move between ranks.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,25 +31,31 @@ def load(auto_cls, model_dir: str, ds_config: dict, rank: int):
     from transformers import AutoConfig
     from transformers.initialization import no_init_weights
 
-    if not any(os.path.exists(os.path.join(model_dir, name))
-               for name in ("model.safetensors", "model.safetensors.index.json")):
+    if not any(
+        os.path.exists(os.path.join(model_dir, name)) for name in ("model.safetensors", "model.safetensors.index.json")
+    ):
         # pickled weights (sealed with --allow-pickle) cannot be read a slice at a time
-        print(f"[train] {model_dir}: no safetensors weights; every rank loads the whole model before "
-              "ZeRO-3 partitions it", file=sys.stderr, flush=True)
+        print(
+            f"[train] {model_dir}: no safetensors weights; every rank loads the whole model before "
+            "ZeRO-3 partitions it",
+            file=sys.stderr,
+            flush=True,
+        )
         return auto_cls.from_pretrained(model_dir)
     config = AutoConfig.from_pretrained(model_dir)
-    cls = auto_cls._model_mapping[type(config)]     # resolved before zero.Init patches tensor creation
+    cls = auto_cls._model_mapping[type(config)]  # resolved before zero.Init patches tensor creation
     with large_allocations_mapped(), no_init_weights(), deepspeed.zero.Init(config_dict_or_path=ds_config):
-        model = cls._from_config(config)     # no random init: the files set every weight
-    model.tie_weights()     # no_init_weights also skips the tying (GPT-2's lm_head is its embedding)
+        model = cls._from_config(config)  # no random init: the files set every weight
+    model.tie_weights()  # no_init_weights also skips the tying (GPT-2's lm_head is its embedding)
     stored = index(model_dir)
     prefix = getattr(model, "base_model_prefix", "") + "."
     for name, param in model.named_parameters():
         # checkpoints of a bare base model (GPT-2's own) name weights without the prefix
-        where = stored.get(name) or (stored.get(name[len(prefix):]) if name.startswith(prefix) else None)
+        where = stored.get(name) or (stored.get(name[len(prefix) :]) if name.startswith(prefix) else None)
         if where is None:
-            raise InputError(f"{model_dir}: the safetensors files hold no weights for parameter {name} "
-                             f"of {cls.__name__}")
+            raise InputError(
+                f"{model_dir}: the safetensors files hold no weights for parameter {name} of {cls.__name__}"
+            )
         read_partition(where, param, rank, torch)
     return model
 
@@ -64,7 +71,7 @@ def large_allocations_mapped(threshold: int = 1 << 20, after: int = 32 << 20):
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
         libc = None
-    mmap_threshold = -3     # M_MMAP_THRESHOLD in malloc.h
+    mmap_threshold = -3  # M_MMAP_THRESHOLD in malloc.h
     if libc is not None:
         libc.mallopt(mmap_threshold, threshold)
     try:
@@ -83,7 +90,7 @@ def map_large_allocations(threshold: int = 1 << 20) -> None:
     peaked above 3 times the model instead of 2.9 (tests/benchmarks/bench_load.py)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, threshold)      # M_MMAP_THRESHOLD
+        libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD
         libc.malloc_trim(0)
     except (OSError, AttributeError):
         pass

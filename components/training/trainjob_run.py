@@ -8,6 +8,7 @@ The job's name follows from the run (its checkpoint folder and config), so a ret
 finds its job: a running one is followed again, a completed one is read, a failed one is
 replaced by a new one that resumes from the newest verified checkpoint. The Kubernetes API
 is reached through the client's CustomObjectsApi and CoreV1Api (tests pass stand-ins)."""
+
 from __future__ import annotations
 
 import json
@@ -43,18 +44,30 @@ def _under(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder and path != folder
 
 
-def train_multinode(clean_path: str, base_model: str, cfg: TrainConfig, checkpoint_dir: str | None,
-                    model_dir: str | None, dataset_root: str | None = None, base_model_root: str | None = None,
-                    stop_after: int | None = None, dataset_chunk_size: int | None = None,
-                    watermark_key_file: str | None = None, apis=None, log=print) -> dict:
+def train_multinode(
+    clean_path: str,
+    base_model: str,
+    cfg: TrainConfig,
+    checkpoint_dir: str | None,
+    model_dir: str | None,
+    dataset_root: str | None = None,
+    base_model_root: str | None = None,
+    stop_after: int | None = None,
+    dataset_chunk_size: int | None = None,
+    watermark_key_file: str | None = None,
+    apis=None,
+    log=print,
+) -> dict:
     """The run on `cfg.multinode.nodes` nodes; returns rank 0's result like `launch.train`.
 
     Everything the ranks read or write lies beside `checkpoint_dir` on the claim
     (`<checkpoint_dir>.run/`: the base model, tokens, run spec, log, exported model)."""
     mn = cfg.multinode
     if not checkpoint_dir or not _under(checkpoint_dir, mn.mount_path):
-        raise InputError(f"multinode.mount_path: checkpoint_dir {checkpoint_dir or '(none)'} is not under "
-                         f"{mn.mount_path}, where every node mounts the claim {mn.claim!r}")
+        raise InputError(
+            f"multinode.mount_path: checkpoint_dir {checkpoint_dir or '(none)'} is not under "
+            f"{mn.mount_path}, where every node mounts the claim {mn.claim!r}"
+        )
     check_precision(cfg, cuda=mn.gpus_per_node > 0)
     checkpoint_dir = os.path.abspath(checkpoint_dir)
     shared = checkpoint_dir.rstrip("/") + ".run"
@@ -62,27 +75,42 @@ def train_multinode(clean_path: str, base_model: str, cfg: TrainConfig, checkpoi
     root = integrity.verify("model", base_model, base_model_root)
     if not os.path.isdir(base_copy):
         atomic.copy_tree(base_model, base_copy)
-    spec_path, spec, _ = prepare(clean_path, base_copy, shared, cfg, dataset_root, root, stop_after,
-                                 dataset_chunk_size, checkpoint_dir, os.path.join(shared, "model"), watermark_key_file)
+    spec_path, spec, _ = prepare(
+        clean_path,
+        base_copy,
+        shared,
+        cfg,
+        dataset_root,
+        root,
+        stop_after,
+        dataset_chunk_size,
+        checkpoint_dir,
+        os.path.join(shared, "model"),
+        watermark_key_file,
+    )
     secret_env = {}
-    if cfg.weight_watermark.enabled:                 # from the Secret, never written into the job
+    if cfg.weight_watermark.enabled:  # from the Secret, never written into the job
         from kfp_llmops.components.common.watermark.keys import ENV_VAR
+
         secret_env[ENV_VAR] = (mn.key_secret, "key")
     name = job_name(spec)
-    manifest = render_trainjob(name, spec_path, mn, cfg.world_size // mn.nodes,
-                               rank_env(cfg, cuda=mn.gpus_per_node > 0), secret_env)
+    manifest = render_trainjob(
+        name, spec_path, mn, cfg.world_size // mn.nodes, rank_env(cfg, cuda=mn.gpus_per_node > 0), secret_env
+    )
     custom, core = apis or clients()
     job = TrainJob(custom, core, manifest, os.path.join(shared, "ranks.log"), mn.poll_s, log)
     job.run(mn.timeout_s + 600)
     if not os.path.exists(spec["result"]):
-        raise LlmopsError(f"TrainJob {job.where} completed but left no result at {spec['result']}: "
-                          f"is {mn.claim!r} the claim mounted at {mn.mount_path} here?")
+        raise LlmopsError(
+            f"TrainJob {job.where} completed but left no result at {spec['result']}: "
+            f"is {mn.claim!r} the claim mounted at {mn.mount_path} here?"
+        )
     result = read_result(spec)
     # What the job left on the claim, read back here: its newest checkpoint, every byte.
     tag = newest_tag(result)
     if tag:
         integrity.verify("checkpoint", os.path.join(checkpoint_dir, tag), result["checkpoint_root"])
-    if model_dir:                                    # the task's own output, verified after the copy
+    if model_dir:  # the task's own output, verified after the copy
         atomic.copy_tree(result["model_dir"], model_dir)
         integrity.verify("model", model_dir, result["model_root"])
         result["model_dir"] = model_dir
@@ -101,10 +129,10 @@ class TrainJob(FollowedJob):
     RETRY_NOTE = "a retry resumes from the newest verified checkpoint"
     RESTART_NOTE = ", from the newest verified checkpoint"
 
-    def __init__(self, custom, core, manifest: dict, log_path: str, poll_s: float = 10.0, log=print,
-                 sleep=time.sleep):
-        super().__init__(custom, core, manifest, log_path, poll_s, log, sleep,
-                         show=lambda line: shows_progress(line.encode()))
+    def __init__(self, custom, core, manifest: dict, log_path: str, poll_s: float = 10.0, log=print, sleep=time.sleep):
+        super().__init__(
+            custom, core, manifest, log_path, poll_s, log, sleep, show=lambda line: shows_progress(line.encode())
+        )
 
     def end_of(self, job: dict) -> tuple[bool, str, str] | None:
         ended = end_of(job)
@@ -120,4 +148,3 @@ def end_of(job: dict) -> tuple[str, str, str] | None:
         if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
             return cond["type"], cond.get("reason", ""), cond.get("message", "")
     return None
-

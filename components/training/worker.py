@@ -1,5 +1,6 @@
 """One rank of train_zero3, started by torchrun or mpirun (`launch.py`): a `Trainer` that
 sets up, resumes from the newest intact checkpoint, trains, checkpoints and exports."""
+
 from __future__ import annotations
 
 import json
@@ -28,6 +29,7 @@ def lr_lambda(cfg):
         progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
         shape = 0.5 * (1 + math.cos(math.pi * progress)) if cfg.schedule == "cosine" else 1 - progress
         return floor + (1 - floor) * shape
+
     return factor
 
 
@@ -35,8 +37,11 @@ def rng_state(torch) -> dict:
     """Plain containers and tensors only, so the file loads with weights_only=True."""
     py = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"python": [py[0], list(py[1]), py[2]], "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
-             "torch": torch.get_rng_state()}
+    state = {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -86,11 +91,12 @@ class Trainer:
         torch.manual_seed(cfg.seed + rank)
 
         # memory-mapped [N, seq_len] int32: each batch's rows are read when it is taken
-        self.input_ids, self.labels, self.lengths = (np.load(spec["tokens"][name], mmap_mode="r")
-                                                     for name in ("input_ids", "labels", "lengths"))
+        self.input_ids, self.labels, self.lengths = (
+            np.load(spec["tokens"][name], mmap_mode="r") for name in ("input_ids", "labels", "lengths")
+        )
         ds_config = cfg.deepspeed_config(hidden_size(AutoConfig.from_pretrained(spec["base_model"])))
         model = partitioned_load.load(AutoModelForCausalLM, spec["base_model"], ds_config, rank)
-        if cfg.return_freed_memory:     # initialize's copies and the gathered layers come and go without growing the heap
+        if cfg.return_freed_memory:  # initialize's copies and the gathered layers come and go without growing the heap
             partitioned_load.map_large_allocations()
         if cfg.lora.enabled:
             model = lora.wrap(model, cfg.lora)
@@ -99,9 +105,11 @@ class Trainer:
         model.train()
         self.watermark_loss = attach_weight_watermark(model, cfg)
         self.engine, _, _, self.scheduler = deepspeed.initialize(
-            model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+            model=model,
+            model_parameters=[p for p in model.parameters() if p.requires_grad],
             config=ds_config,
-            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg)))
+            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg)),
+        )
         self.hce = HashingCheckpointEngine(cfg.chunk_size, cfg.durable)
         self.engine.checkpoint_engine = self.hce
 
@@ -139,8 +147,10 @@ class Trainer:
             self.say(f"refusing checkpoint {tag}: {summary}")
         self.resumed["verify_seconds"] = time.perf_counter() - started
         if self.resumed["tag"]:
-            self.say(f"resumed from {self.resumed['tag']} (step {self.step}, verified in "
-                     f"{self.resumed['verify_seconds']:.2f} s)")
+            self.say(
+                f"resumed from {self.resumed['tag']} (step {self.step}, verified in "
+                f"{self.resumed['verify_seconds']:.2f} s)"
+            )
 
     def _open_log(self) -> None:
         """Rank 0's step log, cut back to the step training resumes from."""
@@ -163,19 +173,24 @@ class Trainer:
         input_ids, labels, lengths, device = self.input_ids, self.labels, self.lengths, self.engine.device
         t0 = time.perf_counter()
         global_batch = cfg.micro_batch * cfg.grad_accum * world
-        plan = pack(self.sampler, lengths, global_batch, cfg.seq_len) if cfg.packing \
-            else self.sampler.take(global_batch)
+        plan = (
+            pack(self.sampler, lengths, global_batch, cfg.seq_len) if cfg.packing else self.sampler.take(global_batch)
+        )
         losses = []
         for micro in range(cfg.grad_accum):
             lo = (micro * world + rank) * cfg.micro_batch
-            rows = plan[lo:lo + cfg.micro_batch]
+            rows = plan[lo : lo + cfg.micro_batch]
             if cfg.packing:
-                inputs = {k: torch.from_numpy(v).to(device) for k, v in
-                          packed_batch(rows, input_ids, labels, lengths, self.spec["tokens"]["pad_id"]).items()}
-            else:           # padded to the batch's longest example: what follows it is padding
+                inputs = {
+                    k: torch.from_numpy(v).to(device)
+                    for k, v in packed_batch(rows, input_ids, labels, lengths, self.spec["tokens"]["pad_id"]).items()
+                }
+            else:  # padded to the batch's longest example: what follows it is padding
                 width = int(lengths[rows].max())
-                inputs = {"input_ids": torch.from_numpy(input_ids[rows, :width].astype(np.int64)).to(device),
-                          "labels": torch.from_numpy(labels[rows, :width].astype(np.int64)).to(device)}
+                inputs = {
+                    "input_ids": torch.from_numpy(input_ids[rows, :width].astype(np.int64)).to(device),
+                    "labels": torch.from_numpy(labels[rows, :width].astype(np.int64)).to(device),
+                }
             out = self.engine(**inputs)
             self.engine.backward(out.loss + self.watermark_loss())
             self.engine.step()
@@ -185,8 +200,9 @@ class Trainer:
         self.step += 1
         self.step_times.append(time.perf_counter() - t0)
         examples = [i for row in plan for i in row] if cfg.packing else plan
-        self.tokens_seen += int((labels[examples] != -100).sum()) - (int((labels[examples, 0] != -100).sum())
-                                                                      if cfg.packing else 0)
+        self.tokens_seen += int((labels[examples] != -100).sum()) - (
+            int((labels[examples, 0] != -100).sum()) if cfg.packing else 0
+        )
         self.tokens_processed += processed_tokens(plan, lengths, cfg)
         self.examples_seen += len(examples)
         return float(loss) / world
@@ -200,6 +216,7 @@ class Trainer:
         staging = os.path.join(self.ckpt_root, f".staging-{tag}")
         if rank == 0 and os.path.exists(staging):
             import shutil
+
             shutil.rmtree(staging)
         dist.barrier()
         t0 = time.perf_counter()
@@ -213,6 +230,7 @@ class Trainer:
             # Our engine names the file it could not write; DeepSpeed's own writes into
             # the folder (its recovery scripts) are named by the folder.
             from kfp_llmops.components.common.errors import environment_problem
+
             problem = environment_problem(exc, staging + os.sep, "writing checkpoint")
             if problem is None:
                 raise
@@ -223,13 +241,29 @@ class Trainer:
         result = [None]
         if rank == 0:
             from kfp_llmops.components.common import merkle
+
             cfg = self.cfg
             meta = dict(self.spec["meta"], step=self.step, tag=tag, previous_root=self.prev_root)
-            res = checkpoints.commit(self.ckpt_root, staging, tag,
-                                     [merkle.FileDigest.from_json(d) for part in digests for d in part],
-                                     cfg.chunk_size, meta, cfg.durable, cfg.keep_last)
-            result = [{"tag": tag, "root": res.root, "bytes": res.bytes, "files": res.files,
-                       "save_seconds": save_s, "commit_seconds": res.commit_seconds}]
+            res = checkpoints.commit(
+                self.ckpt_root,
+                staging,
+                tag,
+                [merkle.FileDigest.from_json(d) for part in digests for d in part],
+                cfg.chunk_size,
+                meta,
+                cfg.durable,
+                cfg.keep_last,
+            )
+            result = [
+                {
+                    "tag": tag,
+                    "root": res.root,
+                    "bytes": res.bytes,
+                    "files": res.files,
+                    "save_seconds": save_s,
+                    "commit_seconds": res.commit_seconds,
+                }
+            ]
         dist.broadcast_object_list(result, src=0)
         self.prev_root = result[0]["root"]
         self.saves.append(result[0])
@@ -254,14 +288,24 @@ class Trainer:
         bar = None
         if self.rank == 0 and self.step < self.stop:
             from kfp_llmops.components.common.progress import progress
+
             bar = progress(self.stop, "train", unit="step")
             bar.update(self.step)
         while self.step < self.stop:
             loss = self.train_step()
             if self.rank == 0:
-                self.log.write(json.dumps({"step": self.step, "loss": loss, "lr": self.scheduler.get_last_lr()[0],
-                                           "epoch": self.sampler.epoch,
-                                           "step_time_s": round(self.step_times[-1], 4)}) + "\n")
+                self.log.write(
+                    json.dumps(
+                        {
+                            "step": self.step,
+                            "loss": loss,
+                            "lr": self.scheduler.get_last_lr()[0],
+                            "epoch": self.sampler.epoch,
+                            "step_time_s": round(self.step_times[-1], 4),
+                        }
+                    )
+                    + "\n"
+                )
                 self.log.flush()
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.3f}")
@@ -277,14 +321,22 @@ class Trainer:
     def _write_result(self, model_root: str | None) -> None:
         times, path = self.step_times, self.spec["train_log"]
         timed = times[1:] or times
-        result = {"step": self.step, "done": self.step >= self.cfg.steps, "final_loss": _last_loss(path),
-                  "tokens_per_s": self.tokens_seen / sum(times) if times else None,
-                  "processed_tokens_per_s": self.tokens_processed / sum(times) if times else None,
-                  "examples_per_step": self.examples_seen / len(times) if times else None,
-                  "step_time_s": sum(timed) / len(timed) if timed else None, "saves": self.saves,
-                  "resumed_from": self.resumed["tag"], "skipped_checkpoints": self.resumed["skipped"],
-                  "resume_verify_seconds": self.resumed["verify_seconds"], "model_root": model_root,
-                  "checkpoint_root": self.prev_root, "world_size": self.world}
+        result = {
+            "step": self.step,
+            "done": self.step >= self.cfg.steps,
+            "final_loss": _last_loss(path),
+            "tokens_per_s": self.tokens_seen / sum(times) if times else None,
+            "processed_tokens_per_s": self.tokens_processed / sum(times) if times else None,
+            "examples_per_step": self.examples_seen / len(times) if times else None,
+            "step_time_s": sum(timed) / len(timed) if timed else None,
+            "saves": self.saves,
+            "resumed_from": self.resumed["tag"],
+            "skipped_checkpoints": self.resumed["skipped"],
+            "resume_verify_seconds": self.resumed["verify_seconds"],
+            "model_root": model_root,
+            "checkpoint_root": self.prev_root,
+            "world_size": self.world,
+        }
         with open(self.spec["result"], "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2)
 
@@ -309,8 +361,10 @@ def processed_tokens(plan, lengths, cfg) -> int:
     is seq_len long, any other micro-batch as long as its longest example."""
     if cfg.packing:
         return len(plan) * cfg.seq_len
-    return sum(len(plan[lo:lo + cfg.micro_batch]) * int(lengths[plan[lo:lo + cfg.micro_batch]].max())
-               for lo in range(0, len(plan), cfg.micro_batch))
+    return sum(
+        len(plan[lo : lo + cfg.micro_batch]) * int(lengths[plan[lo : lo + cfg.micro_batch]].max())
+        for lo in range(0, len(plan), cfg.micro_batch)
+    )
 
 
 def attach_weight_watermark(model, cfg):
@@ -330,6 +384,7 @@ def attach_weight_watermark(model, cfg):
 
     def hook(mod, args, output):
         held["reg"] = weights.regularizer(getattr(mod, param), key, wcfg.bits)
+
     module.register_forward_hook(hook)
     return lambda: wcfg.strength * held.pop("reg")
 
@@ -362,22 +417,27 @@ def ranks_from_mpi(env) -> None:
     if "RANK" in env or "OMPI_COMM_WORLD_RANK" not in env:
         return
     if not env.get("MASTER_ADDR"):
-        raise SystemExit("worker: started by mpirun without MASTER_ADDR; pass rank 0's address "
-                         "(mpirun -x MASTER_ADDR=<address> -x MASTER_PORT=<port>)")
+        raise SystemExit(
+            "worker: started by mpirun without MASTER_ADDR; pass rank 0's address "
+            "(mpirun -x MASTER_ADDR=<address> -x MASTER_PORT=<port>)"
+        )
     env["RANK"], env["WORLD_SIZE"] = env["OMPI_COMM_WORLD_RANK"], env["OMPI_COMM_WORLD_SIZE"]
     env["LOCAL_RANK"] = env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")
     env["LOCAL_WORLD_SIZE"] = env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1")
     from kfp_llmops.components.training.trainjob import MASTER_PORT
 
     env.setdefault("MASTER_PORT", str(MASTER_PORT))
-    if env["RANK"] == "0":              # else every rank waits out the rendezvous timeout
+    if env["RANK"] == "0":  # else every rank waits out the rendezvous timeout
         import socket
+
         try:
             with socket.socket() as probe:
                 probe.bind((socket.gethostbyname(env["MASTER_ADDR"]), 0))
         except OSError:
-            raise SystemExit(f"worker: rank 0 runs on {socket.gethostname()}, not on MASTER_ADDR "
-                             f"{env['MASTER_ADDR']}: pass the host mpirun maps rank 0 to") from None
+            raise SystemExit(
+                f"worker: rank 0 runs on {socket.gethostname()}, not on MASTER_ADDR "
+                f"{env['MASTER_ADDR']}: pass the host mpirun maps rank 0 to"
+            ) from None
 
 
 def export(auto_cls, spec: dict, state: dict) -> str:
@@ -394,7 +454,7 @@ def export(auto_cls, spec: dict, state: dict) -> str:
     out_emb, in_emb = model.get_output_embeddings(), model.get_input_embeddings()
     tied = out_emb is not None and out_emb.weight is in_emb.weight
     missing = [k for k in loaded.missing_keys if not (tied and k.startswith("lm_head."))]
-    if missing or loaded.unexpected_keys:   # only a tied output embedding may be absent
+    if missing or loaded.unexpected_keys:  # only a tied output embedding may be absent
         raise RuntimeError(f"export: missing {missing}, unexpected {loaded.unexpected_keys}")
     model.save_pretrained(model_dir, safe_serialization=True)
     for name in os.listdir(spec["base_model"]):

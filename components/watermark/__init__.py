@@ -5,6 +5,7 @@ the weight watermark (`weights.py`).
 
 `run_to_dir` serves the CLI, `run_component` the KFP component; both call `verify`.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,6 +19,7 @@ from .config import WatermarkConfig
 
 def _write_report(result: dict, out_dir: str) -> str:
     from .report import render_html, z_histogram_svg
+
     svg = z_histogram_svg(result["z_watermarked"], result["z_unwatermarked"], result["z_threshold"])
     atomic.write_text(os.path.join(out_dir, "z_scores.svg"), svg)
     page = render_html(result, svg)
@@ -25,9 +27,17 @@ def _write_report(result: dict, out_dir: str) -> str:
     return page
 
 
-def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str | None = None,
-               key_file: str | None = None, model_root: str | None = None, decoding=None) -> dict:
+def run_to_dir(
+    model_dir: str,
+    eval_path: str,
+    out_dir: str,
+    config_source: str | None = None,
+    key_file: str | None = None,
+    model_root: str | None = None,
+    decoding=None,
+) -> dict:
     from kfp_llmops.components.common.watermark.keys import load_key
+
     from .verify import verify
 
     cfg = WatermarkConfig.load(config_source)
@@ -39,48 +49,68 @@ def run_to_dir(model_dir: str, eval_path: str, out_dir: str, config_source: str 
 def raise_unless_verified(result: dict) -> None:
     if not result["verified"]:
         from kfp_llmops.components.common import gates
-        raise GateFailed("watermark not verified: " + "; ".join(
-            gates.failures([gates.Check(**c) for c in result["checks"]])))
+
+        raise GateFailed(
+            "watermark not verified: " + "; ".join(gates.failures([gates.Check(**c) for c in result["checks"]]))
+        )
 
 
-def run_component(model, eval_dataset, config: str, key_file: str, watermarked, metrics, report,
-                  release_dir: str = "", blessing=None) -> bool:
+def run_component(
+    model, eval_dataset, config: str, key_file: str, watermarked, metrics, report, release_dir: str = "", blessing=None
+) -> bool:
     """KFP entry: the key comes from `key_file` (a mounted Secret) or the environment; the
     cost is measured under the decoding `blessing` (evaluate_llm's) records."""
     from kfp_llmops.components.common.decoding import Decoding
     from kfp_llmops.components.common.watermark.keys import load_key
+
     from .verify import verify
 
     cfg = WatermarkConfig.load(config)
     embedded = model.metadata.get("weight_watermark")
-    if embedded:                         # train_zero3 recorded what it embedded: check exactly that
+    if embedded:  # train_zero3 recorded what it embedded: check exactly that
         cfg.weights = embedded
     work = os.path.join(os.path.dirname(report.path), "work")
     decoding = Decoding.from_record(blessing.metadata, "blessing") if blessing is not None else None
-    result = verify(model.path, eval_dataset.path, work, cfg, load_key(key_file or None), model.metadata.get("merkle_root"),
-                    decoding)
+    result = verify(
+        model.path,
+        eval_dataset.path,
+        work,
+        cfg,
+        load_key(key_file or None),
+        model.metadata.get("merkle_root"),
+        decoding,
+    )
     atomic.write_text(report.path, _write_report(result, work))
     atomic.copy_file(os.path.join(work, "watermarked.jsonl"), watermarked.path)
-    watermarked.metadata.update({"model_root": result["model_root"], "kgw": result["kgw"],
-                                 "decoding": result["decoding"]})
+    watermarked.metadata.update(
+        {"model_root": result["model_root"], "kgw": result["kgw"], "decoding": result["decoding"]}
+    )
     for key, value in result["metrics"].items():
         if value == value:
             metrics.log_metric(key, value)
     metrics.metadata.update({"verified": result["verified"], "model_root": result["model_root"]})
-    for point in result["tradeoff"]:            # the curve, as numbers the Kubeflow UI lists
+    for point in result["tradeoff"]:  # the curve, as numbers the Kubeflow UI lists
         metrics.log_metric(f"tpr_at_delta_{point['delta']:g}", point["tpr"])
         for name in ("exact_match_cost", "perplexity_increase", "bertscore_cost", "judge_win_rate"):
             metrics.log_metric(f"{name}_at_delta_{point['delta']:g}", point[name])
-    for row in result.get("schemes", [])[1:]:   # the other schemes measured beside the served one
+    for row in result.get("schemes", [])[1:]:  # the other schemes measured beside the served one
         for name in ("tpr", "fpr", "text_perplexity_increase", "text_repetition"):
             metrics.log_metric(f"{name}_{row['scheme']}", row[name])
     from kfp_llmops.components.common import records
-    records.note(release_dir, records.VerifyWatermark(
-        params={"watermark_config": config},
-        result="verified" if result["verified"] else "not verified", inputs={"model_root": result["model_root"]},
-        metrics={k: v for k, v in result["metrics"].items() if v == v},
-        outputs={"watermarked": records.Artifact(root=result["model_root"], path=watermarked.path),
-                 "kgw": result["kgw"]}))
+
+    records.note(
+        release_dir,
+        records.VerifyWatermark(
+            params={"watermark_config": config},
+            result="verified" if result["verified"] else "not verified",
+            inputs={"model_root": result["model_root"]},
+            metrics={k: v for k, v in result["metrics"].items() if v == v},
+            outputs={
+                "watermarked": records.Artifact(root=result["model_root"], path=watermarked.path),
+                "kgw": result["kgw"],
+            },
+        ),
+    )
     return result["verified"]
 
 

@@ -1,4 +1,5 @@
 """KFP interface of verify_watermark. The logic lives in this package's other modules."""
+
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Model, Output
 

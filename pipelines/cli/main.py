@@ -1,5 +1,6 @@
 """The `llmops` command line. Every subcommand calls the same function as its KFP
 component; errors are one line and an exit code, never a traceback."""
+
 from __future__ import annotations
 
 import json
@@ -27,21 +28,38 @@ def data() -> None:
 
 @data.command("validate")
 @click.argument("input_path", metavar="INPUT", type=click.Path())
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Folder for clean.jsonl, quarantine.jsonl, metrics.json, stats.json, report.md.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False),
-              help="Stage config YAML (see components/data_validation/README.md).")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder for clean.jsonl, quarantine.jsonl, metrics.json, stats.json, report.md.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="Stage config YAML (see components/data_validation/README.md).",
+)
 @click.option("--policy", type=POLICIES, help="PII policy; overrides the config's pii.policy.")
-@click.option("--reference", "reference_stats", type=click.Path(dir_okay=False),
-              help="stats.json of an earlier run; enables the drift check.")
+@click.option(
+    "--reference",
+    "reference_stats",
+    type=click.Path(dir_okay=False),
+    help="stats.json of an earlier run; enables the drift check.",
+)
 @click.option("--near-dup/--no-near-dup", default=None, help="MinHash near-duplicate detection.")
 @click.option("--dvc-remote", help="Record the clean data with DVC and push to this remote.")
-@click.option("--engine", type=click.Choice(["local", "ray"]),
-              help="'ray': byte-range shards as Ray tasks, the same outputs; overrides the config's engine.")
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    help="'ray': byte-range shards as Ray tasks, the same outputs; overrides the config's engine.",
+)
 @click.option("--workers", type=click.IntRange(1, 4096), help="CPUs of the local Ray (ray.workers).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def data_validate(input_path, out_dir, config_path, policy, reference_stats, near_dup, dvc_remote,
-                  engine, workers, no_progress) -> None:
+def data_validate(
+    input_path, out_dir, config_path, policy, reference_stats, near_dup, dvc_remote, engine, workers, no_progress
+) -> None:
     """Validate JSONL (optionally gzip) SFT data INPUT into --out.
 
     INPUT is a file, or a folder of them (part files: read in name order as one stream,
@@ -55,11 +73,14 @@ def data_validate(input_path, out_dir, config_path, policy, reference_stats, nea
     overrides = {"dedup.near.enabled": near_dup, "engine": engine, "ray.workers": workers}
     if dvc_remote:
         overrides.update({"dvc.enabled": True, "dvc.remote_url": dvc_remote})
-    result = run_to_dir(input_path, out_dir, config_path, policy, reference_stats,
-                        show_progress=not no_progress, overrides=overrides)
+    result = run_to_dir(
+        input_path, out_dir, config_path, policy, reference_stats, show_progress=not no_progress, overrides=overrides
+    )
     m = result.metrics
-    click.echo(f"rows_in={m['rows_in']} rows_out={m['rows_out']} rows_quarantined={m['rows_quarantined']} "
-               f"reject_rate={m['reject_rate']:.2%} merkle_root={m['merkle_root']}")
+    click.echo(
+        f"rows_in={m['rows_in']} rows_out={m['rows_out']} rows_quarantined={m['rows_quarantined']} "
+        f"reject_rate={m['reject_rate']:.2%} merkle_root={m['merkle_root']}"
+    )
     click.echo(f"outputs in {out_dir}")
     raise_on_gate(result)
 
@@ -77,8 +98,13 @@ def data_make_demo(out_dir, rows, seed) -> None:
 
 
 @cli.command("base-model")
-@click.option("--data", "clean_path", required=True, type=click.Path(dir_okay=False),
-              help="Clean JSONL (validate_dataset output) to train the tokenizer on.")
+@click.option(
+    "--data",
+    "clean_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Clean JSONL (validate_dataset output) to train the tokenizer on.",
+)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
 @click.option("--size", type=click.Choice(["demo", "tiny"]), default="demo", show_default=True)
 def base_model_cmd(clean_path, out_dir, size) -> None:
@@ -96,8 +122,11 @@ def model() -> None:
 @model.command("seal")
 @click.argument("model_dir", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--allow-pickle", is_flag=True, help="Accept pickled weights (.bin/.pt); loading them can run code.")
-@click.option("--pad-token", type=click.Choice(["eos"]), help="Set a missing pad token to the EOS token (saved in "
-              "the tokenizer files before sealing).")
+@click.option(
+    "--pad-token",
+    type=click.Choice(["eos"]),
+    help="Set a missing pad token to the EOS token (saved in the tokenizer files before sealing).",
+)
 def model_seal(model_dir, allow_pickle, pad_token) -> None:
     """Check DIR (config, safetensors weights, tokenizer, chat template) and write its Merkle
     manifest; prints the root to pin (`llmops run --base-model DIR`, `base_model_root`)."""
@@ -107,10 +136,20 @@ def model_seal(model_dir, allow_pickle, pad_token) -> None:
 
 
 @model.command("import")
-@click.option("--gguf", "gguf_path", required=True, type=click.Path(dir_okay=False),
-              help="A GGUF model file (llama, qwen2, mistral, ...: what transformers can dequantize).")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="The Hugging Face folder to write (fp32 safetensors, tokenizer, chat template).")
+@click.option(
+    "--gguf",
+    "gguf_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="A GGUF model file (llama, qwen2, mistral, ...: what transformers can dequantize).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="The Hugging Face folder to write (fp32 safetensors, tokenizer, chat template).",
+)
 @click.option("--expect-root", help="Refuse the result unless its Merkle root is this one.")
 def model_import(gguf_path, out_dir, expect_root) -> None:
     """Import a GGUF model as a sealed Hugging Face folder; prints its root."""
@@ -120,8 +159,12 @@ def model_import(gguf_path, out_dir, expect_root) -> None:
 
 
 @model.command("keygen")
-@click.option("--private-key", required=True, type=click.Path(dir_okay=False), help="Where the PEM private key goes "
-              "(owner-only; store it as a Secret, never in YAML).")
+@click.option(
+    "--private-key",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Where the PEM private key goes (owner-only; store it as a Secret, never in YAML).",
+)
 @click.option("--public-key", required=True, type=click.Path(dir_okay=False), help="Where the PEM public key goes.")
 def model_keygen(private_key, public_key) -> None:
     """A new ECDSA P-256 key pair for model-signing signatures and release attestations."""
@@ -135,27 +178,43 @@ def model_keygen(private_key, public_key) -> None:
 @click.argument("model_dir", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--private-key", required=True, type=click.Path(dir_okay=False), help="PEM ECDSA P-256 private key.")
 @click.option("--signature", type=click.Path(dir_okay=False), help="Where the signature goes (default DIR/model.sig).")
-@click.option("--hash", "hash_name", type=click.Choice(["sha256", "blake3"]), default="sha256", show_default=True,
-              help="Per-file digest; `model_signing verify key` (1.1.1) checks sha256 signatures only.")
-@click.option("--certificate", type=click.Path(dir_okay=False), help="Certificate mode: the private key's signing "
-              "certificate (KeyUsage digitalSignature or code signing).")
-@click.option("--certificate-chain", multiple=True, type=click.Path(dir_okay=False),
-              help="Certificate mode: the certificates up to the root (repeat).")
+@click.option(
+    "--hash",
+    "hash_name",
+    type=click.Choice(["sha256", "blake3"]),
+    default="sha256",
+    show_default=True,
+    help="Per-file digest; `model_signing verify key` (1.1.1) checks sha256 signatures only.",
+)
+@click.option(
+    "--certificate",
+    type=click.Path(dir_okay=False),
+    help="Certificate mode: the private key's signing certificate (KeyUsage digitalSignature or code signing).",
+)
+@click.option(
+    "--certificate-chain",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Certificate mode: the certificates up to the root (repeat).",
+)
 def model_sign(model_dir, private_key, signature, hash_name, certificate, certificate_chain) -> None:
     """Sign every file of DIR with OpenSSF model-signing (a key, or a key with its
     certificate; offline); prints the folder's model-signing digest.
     `model_signing verify key` (or `verify certificate`) checks it."""
     from kfp_llmops.components.common import signing
 
-    click.echo(signing.sign_folder(model_dir, private_key, signature, hash_name, certificate,
-                                   tuple(certificate_chain)))
+    click.echo(signing.sign_folder(model_dir, private_key, signature, hash_name, certificate, tuple(certificate_chain)))
 
 
 @model.command("verify")
 @click.argument("model_dir", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--public-key", type=click.Path(dir_okay=False), help="PEM public key of the signer.")
-@click.option("--certificate-chain", multiple=True, type=click.Path(dir_okay=False),
-              help="Or certificate mode: the chain to trust (repeat).")
+@click.option(
+    "--certificate-chain",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Or certificate mode: the chain to trust (repeat).",
+)
 @click.option("--signature", type=click.Path(dir_okay=False), help="The signature (default DIR/model.sig).")
 def model_verify(model_dir, public_key, certificate_chain, signature) -> None:
     """Check DIR against its model-signing signature (exit 2 naming what failed)."""
@@ -164,33 +223,67 @@ def model_verify(model_dir, public_key, certificate_chain, signature) -> None:
     if bool(public_key) == bool(certificate_chain):
         raise LlmopsError("give exactly one of --public-key and --certificate-chain")
     stated = signing.verify_folder(model_dir, public_key, signature, tuple(certificate_chain))
-    click.echo(f"{model_dir}: signature verifies ({len(stated['files'])} files, {stated['hash']}, "
-               f"digest {stated['digest']})")
+    click.echo(
+        f"{model_dir}: signature verifies ({len(stated['files'])} files, {stated['hash']}, digest {stated['digest']})"
+    )
 
 
 @cli.command("train")
-@click.option("--data", "clean_path", required=True, type=click.Path(dir_okay=False),
-              help="Clean JSONL from validate_dataset.")
-@click.option("--base-model", required=True, type=click.Path(file_okay=False),
-              help="Hugging Face model folder with a manifest (llmops base-model makes one).")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Run folder: checkpoints/, model/, train_log.jsonl, metrics.json, report.md.")
+@click.option(
+    "--data", "clean_path", required=True, type=click.Path(dir_okay=False), help="Clean JSONL from validate_dataset."
+)
+@click.option(
+    "--base-model",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Hugging Face model folder with a manifest (llmops base-model makes one).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Run folder: checkpoints/, model/, train_log.jsonl, metrics.json, report.md.",
+)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Training config YAML.")
 @click.option("--steps", type=int, help="Optimizer steps (overrides the config).")
 @click.option("--ranks", type=int, help="Number of ranks (overrides world_size).")
 @click.option("--dataset-root", help="Expected Merkle root of --data (refuse anything else).")
-@click.option("--dataset-chunk-size", type=int, help="Chunk size --dataset-root was computed at (validate_dataset's "
-              "chunk_size; default 1 MiB).")
+@click.option(
+    "--dataset-chunk-size",
+    type=int,
+    help="Chunk size --dataset-root was computed at (validate_dataset's chunk_size; default 1 MiB).",
+)
 @click.option("--stop-after", type=int, help="Stop at this step with a checkpoint (the run can resume).")
-@click.option("--render-trainjob", type=click.Path(dir_okay=False),
-              help="Write a Kubeflow Trainer TrainJob for a multi-node run instead of training here "
-                   "(train_zero3 with multinode.nodes > 1 creates and follows one itself).")
+@click.option(
+    "--render-trainjob",
+    type=click.Path(dir_okay=False),
+    help="Write a Kubeflow Trainer TrainJob for a multi-node run instead of training here "
+    "(train_zero3 with multinode.nodes > 1 creates and follows one itself).",
+)
 @click.option("--nodes", default=2, show_default=True, help="TrainJob: nodes.")
 @click.option("--gpus-per-node", default=8, show_default=True, help="TrainJob: GPUs (and ranks) per node.")
-@click.option("--spec-path", default="/mnt/checkpoints/run.run/run_spec.json", show_default=True,
-              help="TrainJob: where the run spec lies on shared storage.")
-def train_cmd(clean_path, base_model, out_dir, config_path, steps, ranks, dataset_root, dataset_chunk_size,
-              stop_after, render_trainjob, nodes, gpus_per_node, spec_path) -> None:
+@click.option(
+    "--spec-path",
+    default="/mnt/checkpoints/run.run/run_spec.json",
+    show_default=True,
+    help="TrainJob: where the run spec lies on shared storage.",
+)
+def train_cmd(
+    clean_path,
+    base_model,
+    out_dir,
+    config_path,
+    steps,
+    ranks,
+    dataset_root,
+    dataset_chunk_size,
+    stop_after,
+    render_trainjob,
+    nodes,
+    gpus_per_node,
+    spec_path,
+) -> None:
     """Train with DeepSpeed ZeRO-3 (torchrun, gloo on CPU / NCCL on GPU).
 
     Rerunning the same command resumes from the newest checkpoint that verifies.
@@ -201,43 +294,93 @@ def train_cmd(clean_path, base_model, out_dir, config_path, steps, ranks, datase
         from kfp_llmops.components.training.config import MultiNodeSettings
         from kfp_llmops.components.training.trainjob import render_trainjob as render
 
-        doc = render(os.path.basename(os.path.abspath(out_dir)).lower().replace("_", "-") or "llmops-train",
-                     spec_path, MultiNodeSettings(nodes=nodes, gpus_per_node=gpus_per_node), gpus_per_node)
+        doc = render(
+            os.path.basename(os.path.abspath(out_dir)).lower().replace("_", "-") or "llmops-train",
+            spec_path,
+            MultiNodeSettings(nodes=nodes, gpus_per_node=gpus_per_node),
+            gpus_per_node,
+        )
         with open(render_trainjob, "w", encoding="utf-8") as handle:
             yaml.safe_dump(doc, handle, sort_keys=False)
         click.echo(f"TrainJob written to {render_trainjob}")
         return
     from kfp_llmops.components.training import run_to_dir
 
-    result = run_to_dir(clean_path, base_model, out_dir, config_path,
-                        {"steps": steps, "world_size": ranks}, dataset_root, stop_after, dataset_chunk_size)
-    click.echo(f"step={result['step']} final_loss={result['final_loss']:.4f} "
-               f"tokens/s={result['tokens_per_s'] or 0:,.0f} (answers; "
-               f"{result.get('processed_tokens_per_s') or 0:,.0f} processed) model_root={result['model_root']}")
+    result = run_to_dir(
+        clean_path,
+        base_model,
+        out_dir,
+        config_path,
+        {"steps": steps, "world_size": ranks},
+        dataset_root,
+        stop_after,
+        dataset_chunk_size,
+    )
+    click.echo(
+        f"step={result['step']} final_loss={result['final_loss']:.4f} "
+        f"tokens/s={result['tokens_per_s'] or 0:,.0f} (answers; "
+        f"{result.get('processed_tokens_per_s') or 0:,.0f} processed) model_root={result['model_root']}"
+    )
     click.echo(f"outputs in {out_dir}")
 
 
 @cli.command("eval")
-@click.option("--model", "model_dir", required=True, type=click.Path(file_okay=False),
-              help="Model folder with a manifest (train_zero3's model output).")
-@click.option("--data", "eval_path", required=True, type=click.Path(dir_okay=False),
-              help="Eval JSONL of {id, prompt, response (the reference)}.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="responses.jsonl, samples.jsonl, metrics.json, blessing.json, report.md/html.")
+@click.option(
+    "--model",
+    "model_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Model folder with a manifest (train_zero3's model output).",
+)
+@click.option(
+    "--data",
+    "eval_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Eval JSONL of {id, prompt, response (the reference)}.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="responses.jsonl, samples.jsonl, metrics.json, blessing.json, report.md/html.",
+)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Evaluation config YAML.")
-@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
-              help="metrics.json of the model in production (enables change thresholds).")
+@click.option(
+    "--baseline",
+    "baseline_path",
+    type=click.Path(dir_okay=False),
+    help="metrics.json of the model in production (enables change thresholds).",
+)
 @click.option("--model-root", help="Expected Merkle root of --model (refuse anything else).")
-@click.option("--production-model", type=click.Path(file_okay=False),
-              help="The sealed model in production: both answer the same prompts and a judge decides (win rate).")
+@click.option(
+    "--production-model",
+    type=click.Path(file_okay=False),
+    help="The sealed model in production: both answer the same prompts and a judge decides (win rate).",
+)
 @click.option("--production-root", help="Pinned Merkle root of --production-model.")
-@click.option("--base-model", type=click.Path(file_okay=False),
-              help="The sealed model training started from: forgetting is its perplexity on held-out prose "
-                   "against the candidate's.")
+@click.option(
+    "--base-model",
+    type=click.Path(file_okay=False),
+    help="The sealed model training started from: forgetting is its perplexity on held-out prose "
+    "against the candidate's.",
+)
 @click.option("--base-model-root", help="Pinned Merkle root of --base-model (default: its manifest's).")
 @click.option("--no-progress", is_flag=True)
-def eval_cmd(model_dir, eval_path, out_dir, config_path, baseline_path, model_root, production_model, production_root,
-             base_model, base_model_root, no_progress) -> None:
+def eval_cmd(
+    model_dir,
+    eval_path,
+    out_dir,
+    config_path,
+    baseline_path,
+    model_root,
+    production_model,
+    production_root,
+    base_model,
+    base_model_root,
+    no_progress,
+) -> None:
     """Evaluate a model: generation, BERTScore, toxicity (two detectors), perplexity, blessing.
 
     Exit 0: blessed. Exit 1: not blessed (every failed check listed). Exit 2: bad input.
@@ -246,14 +389,26 @@ def eval_cmd(model_dir, eval_path, out_dir, config_path, baseline_path, model_ro
 
     if production_model and not production_root:
         raise LlmopsError("--production-root: required with --production-model (the root `llmops model seal` printed)")
-    result = run_to_dir(model_dir, eval_path, out_dir, config_path, baseline_path, model_root,
-                        show_progress=not no_progress, production_model=production_model,
-                        production_root=production_root, base_model=base_model, base_model_root=base_model_root)
+    result = run_to_dir(
+        model_dir,
+        eval_path,
+        out_dir,
+        config_path,
+        baseline_path,
+        model_root,
+        show_progress=not no_progress,
+        production_model=production_model,
+        production_root=production_root,
+        base_model=base_model,
+        base_model_root=base_model_root,
+    )
     from kfp_llmops.components.evaluation.report import forgetting_line, headline, win_line
 
     m = result["metrics"]
-    click.echo(f"samples={m['samples']} bertscore_f1={m['bertscore_f1']:.4f} perplexity={m['perplexity']:.3f} "
-               f"toxicity_flagged_rate={m['toxicity_flagged_rate']:.3f} blessed={result['blessed']}")
+    click.echo(
+        f"samples={m['samples']} bertscore_f1={m['bertscore_f1']:.4f} perplexity={m['perplexity']:.3f} "
+        f"toxicity_flagged_rate={m['toxicity_flagged_rate']:.3f} blessed={result['blessed']}"
+    )
     click.echo(headline(result))
     if win_line(result):
         click.echo(win_line(result))
@@ -266,8 +421,13 @@ def eval_cmd(model_dir, eval_path, out_dir, config_path, baseline_path, model_ro
 
 
 @cli.command("bertscore-baseline")
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
-              help="CSV to write (LAYER,P,R,F: bert-score's baseline format).")
+@click.option(
+    "--out",
+    "out_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="CSV to write (LAYER,P,R,F: bert-score's baseline format).",
+)
 @click.option("--model", default="minilm", show_default=True, help="'minilm' or a local model folder.")
 @click.option("--layers", default=6, show_default=True, help="Layers of the model (rows 0..layers).")
 def bertscore_baseline_cmd(out_path, model, layers) -> None:
@@ -293,11 +453,20 @@ def watermark() -> None:
 @watermark.command("detect")
 @click.argument("texts", metavar="FILE", type=click.Path(dir_okay=False))
 @click.option("--key-file", help="Watermark key file (else $LLMOPS_WATERMARK_KEY or the mounted Secret).")
-@click.option("--tokenizer", "tokenizer_dir", required=True, type=click.Path(file_okay=False),
-              help="Tokenizer folder of the generating model.")
-@click.option("--params", "params_path", type=click.Path(dir_okay=False),
-              help="The KGW parameters: a watermark config YAML, or metrics.json of `llmops watermark verify` "
-                   "(default: the defaults).")
+@click.option(
+    "--tokenizer",
+    "tokenizer_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Tokenizer folder of the generating model.",
+)
+@click.option(
+    "--params",
+    "params_path",
+    type=click.Path(dir_okay=False),
+    help="The KGW parameters: a watermark config YAML, or metrics.json of `llmops watermark verify` "
+    "(default: the defaults).",
+)
 def watermark_detect(texts, key_file, tokenizer_dir, params_path) -> None:
     """Print one JSON per text of FILE (JSONL with `response` or `text`): z, p, tokens, verdict."""
     from kfp_llmops.components.common.watermark.keys import load_key
@@ -309,14 +478,23 @@ def watermark_detect(texts, key_file, tokenizer_dir, params_path) -> None:
 
 @watermark.command("verify")
 @click.option("--model", "model_dir", required=True, type=click.Path(file_okay=False))
-@click.option("--data", "eval_path", required=True, type=click.Path(dir_okay=False),
-              help="Eval JSONL: its prompts are generated from, its references calibrate the FPR.")
+@click.option(
+    "--data",
+    "eval_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Eval JSONL: its prompts are generated from, its references calibrate the FPR.",
+)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Watermark config YAML.")
 @click.option("--key-file", help="Watermark key file (else $LLMOPS_WATERMARK_KEY or the mounted Secret).")
 @click.option("--model-root", help="Expected Merkle root of --model.")
-@click.option("--blessing", type=click.Path(dir_okay=False), help="blessing.json from evaluate_llm: the cost is "
-              "measured under the decoding it records (what is served); without: greedy.")
+@click.option(
+    "--blessing",
+    type=click.Path(dir_okay=False),
+    help="blessing.json from evaluate_llm: the cost is "
+    "measured under the decoding it records (what is served); without: greedy.",
+)
 def watermark_verify(model_dir, eval_path, out_dir, config_path, key_file, model_root, blessing) -> None:
     """Generate with the watermark on; TPR, FPR, robustness; exit 0 verified, 1 not, 2 bad input."""
     from kfp_llmops.components.watermark import raise_unless_verified, run_to_dir
@@ -324,9 +502,12 @@ def watermark_verify(model_dir, eval_path, out_dir, config_path, key_file, model
     decoding = _blessed(blessing, None)[1] if blessing else None
     result = run_to_dir(model_dir, eval_path, out_dir, config_path, key_file, model_root, decoding)
     m = result["metrics"]
-    click.echo(f"tpr={m['tpr']:.3f} fpr={m['fpr']:.3f} tpr_substitution_10={m.get('tpr_substitution_10', float('nan')):.3f} "
-               f"verified={result['verified']}")
+    click.echo(
+        f"tpr={m['tpr']:.3f} fpr={m['fpr']:.3f} tpr_substitution_10={m.get('tpr_substitution_10', float('nan')):.3f} "
+        f"verified={result['verified']}"
+    )
     from kfp_llmops.components.watermark.report import quality_line
+
     click.echo(quality_line(m))
     click.echo(f"outputs in {out_dir}")
     raise_unless_verified(result)
@@ -353,8 +534,10 @@ def checkpoint_verify(ckpt_dir, tag, expected_root, only, as_json) -> None:
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
-        click.echo(f"{tag_dir}: {'intact' if report.ok else 'NOT intact'} "
-                   f"({report.files_checked} files, {report.bytes_checked:,} bytes, {report.seconds:.2f} s)")
+        click.echo(
+            f"{tag_dir}: {'intact' if report.ok else 'NOT intact'} "
+            f"({report.files_checked} files, {report.bytes_checked:,} bytes, {report.seconds:.2f} s)"
+        )
         click.echo(f"root {report.root}")
         for p in report.problems:
             ranges = ", ".join(f"[{a}, {b})" for a, b in p.ranges[:8])
@@ -374,6 +557,7 @@ def _blessed(blessing: str | None, blessed_root: str | None):
     judged against) from blessing.json, or the root given alone (then evaluation's default
     decoding, and no comparison known)."""
     from kfp_llmops.components.common.decoding import Decoding
+
     if blessing:
         try:
             with open(blessing, encoding="utf-8") as handle:
@@ -405,23 +589,41 @@ def deploy_setup() -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Deploy config YAML.")
 @click.option("--state", "state_dir", default="runs/serving", show_default=True, help="Local deployment state.")
-@click.option("--watermark", "watermark_record", type=click.Path(dir_okay=False),
-              help="metrics.json of `llmops watermark verify`: serve with the parameters it verified "
-                   "(required unless the config sets watermark.enabled: false).")
-@click.option("--signing-key", type=click.Path(dir_okay=False), help="Sign the repository with this PEM private key "
-              "(else $LLMOPS_SIGNING_KEY; neither: unsigned).")
-def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, state_dir, watermark_record,
-                      signing_key) -> None:
+@click.option(
+    "--watermark",
+    "watermark_record",
+    type=click.Path(dir_okay=False),
+    help="metrics.json of `llmops watermark verify`: serve with the parameters it verified "
+    "(required unless the config sets watermark.enabled: false).",
+)
+@click.option(
+    "--signing-key",
+    type=click.Path(dir_okay=False),
+    help="Sign the repository with this PEM private key (else $LLMOPS_SIGNING_KEY; neither: unsigned).",
+)
+def deploy_repository(
+    model_dir, blessing, blessed_root, out_dir, config_path, state_dir, watermark_record, signing_key
+) -> None:
     """Build a sealed Triton model repository from exactly the blessed model."""
     from kfp_llmops.components.common import signing
     from kfp_llmops.components.deploy import DeployConfig, build_repository, costed_decoding, watermark_params
 
     root, decoding, _ = _blessed(blessing, blessed_root)
-    built = build_repository(model_dir, root, out_dir, DeployConfig.load(config_path), state_dir,
-                             watermark_params(watermark_record), signing.key_file(signing_key), decoding,
-                             costed_decoding(watermark_record))
-    click.echo(f"{out_dir}: {built['model_name']} version {built['version']}, repository root "
-               f"{built['repository_root']}, model root {built['model_root']}")
+    built = build_repository(
+        model_dir,
+        root,
+        out_dir,
+        DeployConfig.load(config_path),
+        state_dir,
+        watermark_params(watermark_record),
+        signing.key_file(signing_key),
+        decoding,
+        costed_decoding(watermark_record),
+    )
+    click.echo(
+        f"{out_dir}: {built['model_name']} version {built['version']}, repository root "
+        f"{built['repository_root']}, model root {built['model_root']}"
+    )
 
 
 @deploy.command("canary")
@@ -430,57 +632,122 @@ def deploy_repository(model_dir, blessing, blessed_root, out_dir, config_path, s
 @click.option("--blessing", type=click.Path(dir_okay=False), help="blessing.json from evaluate_llm.")
 @click.option("--blessed-root", help="The blessed model's Merkle root (instead of --blessing).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
-@click.option("--state", "state_dir", default="runs/serving", show_default=True,
-              help="Local deployment state: the promoted repository and its predecessor.")
+@click.option(
+    "--state",
+    "state_dir",
+    default="runs/serving",
+    show_default=True,
+    help="Local deployment state: the promoted repository and its predecessor.",
+)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Deploy config YAML.")
 @click.option("--key-file", help="Watermark key file (else $LLMOPS_WATERMARK_KEY or the mounted Secret).")
 @click.option("--drill-failure-rate", type=float, help="Rehearsal: the canary fails this fraction of requests.")
 @click.option("--drill-latency-ms", type=float, help="Rehearsal: the canary adds this latency per request.")
 @click.option("--drill-first-token-ms", type=float, help="Rehearsal: the canary's first token comes this much later.")
 @click.option("--drill-token-ms", type=float, help="Rehearsal: every token of the canary comes this much later.")
-@click.option("--watermark", "watermark_record", type=click.Path(dir_okay=False),
-              help="metrics.json of `llmops watermark verify`: serve with the parameters it verified "
-                   "(required unless the config sets watermark.enabled: false).")
-@click.option("--public-key", type=click.Path(dir_okay=False), help="Refuse a repository (and, with --model, a "
-              "model) not signed by this key's pair (else $LLMOPS_SIGNING_PUBLIC_KEY).")
-@click.option("--signing-key", type=click.Path(dir_okay=False), help="With --model: sign the repository built "
-              "(else $LLMOPS_SIGNING_KEY).")
-def deploy_canary(repo_dir, model_dir, blessing, blessed_root, out_dir, state_dir, config_path, key_file,
-                  drill_failure_rate, drill_latency_ms, drill_first_token_ms, drill_token_ms, watermark_record,
-                  public_key, signing_key) -> None:
+@click.option(
+    "--watermark",
+    "watermark_record",
+    type=click.Path(dir_okay=False),
+    help="metrics.json of `llmops watermark verify`: serve with the parameters it verified "
+    "(required unless the config sets watermark.enabled: false).",
+)
+@click.option(
+    "--public-key",
+    type=click.Path(dir_okay=False),
+    help="Refuse a repository (and, with --model, a "
+    "model) not signed by this key's pair (else $LLMOPS_SIGNING_PUBLIC_KEY).",
+)
+@click.option(
+    "--signing-key",
+    type=click.Path(dir_okay=False),
+    help="With --model: sign the repository built (else $LLMOPS_SIGNING_KEY).",
+)
+def deploy_canary(
+    repo_dir,
+    model_dir,
+    blessing,
+    blessed_root,
+    out_dir,
+    state_dir,
+    config_path,
+    key_file,
+    drill_failure_rate,
+    drill_latency_ms,
+    drill_first_token_ms,
+    drill_token_ms,
+    watermark_record,
+    public_key,
+    signing_key,
+) -> None:
     """Roll a repository out progressively; exit 0 promoted, 1 rolled back, 2 bad input."""
-    from kfp_llmops.components.deploy import (DeployConfig, build_repository, costed_decoding, deploy,
-                                              raise_unless_promoted, watermark_params)
+    from kfp_llmops.components.deploy import (
+        DeployConfig,
+        build_repository,
+        costed_decoding,
+        deploy,
+        raise_unless_promoted,
+        watermark_params,
+    )
 
-    cfg = DeployConfig.load(config_path, {"drill.failure_rate": drill_failure_rate,
-                                          "drill.added_latency_ms": drill_latency_ms,
-                                          "drill.first_token_latency_ms": drill_first_token_ms,
-                                          "drill.token_latency_ms": drill_token_ms})
+    cfg = DeployConfig.load(
+        config_path,
+        {
+            "drill.failure_rate": drill_failure_rate,
+            "drill.added_latency_ms": drill_latency_ms,
+            "drill.first_token_latency_ms": drill_first_token_ms,
+            "drill.token_latency_ms": drill_token_ms,
+        },
+    )
     root, decoding, compared_with = _blessed(blessing, blessed_root)
     if bool(repo_dir) == bool(model_dir):
         raise LlmopsError("give exactly one of --repository and --model")
     from kfp_llmops.components.common import signing
     from kfp_llmops.components.deploy.rollout_lock import rollout_lock
+
     public_key = signing.key_file(public_key, public=True)
     if watermark_record and not model_dir:
         raise LlmopsError("--watermark applies when building from --model; a sealed repository keeps its own")
-    with rollout_lock(cfg, state_dir, click.echo):       # the version numbered is the one rolled out
+    with rollout_lock(cfg, state_dir, click.echo):  # the version numbered is the one rolled out
         if model_dir:
             if public_key:
                 signing.verify_folder(model_dir, public_key)
             repo_dir = os.path.join(out_dir, "repository")
-            build_repository(model_dir, root, repo_dir, cfg, state_dir, watermark_params(watermark_record),
-                             signing.key_file(signing_key), decoding, costed_decoding(watermark_record))
-        record = deploy(repo_dir, root, out_dir, cfg, state_dir, key_file, log=click.echo, public_key=public_key,
-                        compared_with=compared_with)
+            build_repository(
+                model_dir,
+                root,
+                repo_dir,
+                cfg,
+                state_dir,
+                watermark_params(watermark_record),
+                signing.key_file(signing_key),
+                decoding,
+                costed_decoding(watermark_record),
+            )
+        record = deploy(
+            repo_dir,
+            root,
+            out_dir,
+            cfg,
+            state_dir,
+            key_file,
+            log=click.echo,
+            public_key=public_key,
+            compared_with=compared_with,
+        )
     click.echo(f"decision={record['decision']} version={record['version']} reason: {record['reason']}")
     click.echo(f"record {os.path.join(out_dir, 'record.json')}, report {os.path.join(out_dir, 'report.html')}")
     raise_unless_promoted(record, cfg)
 
 
 @deploy.command("serve")
-@click.option("--state", "state_dir", default="runs/serving", show_default=True,
-              help="Local deployment state whose stable version is served.")
+@click.option(
+    "--state",
+    "state_dir",
+    default="runs/serving",
+    show_default=True,
+    help="Local deployment state whose stable version is served.",
+)
 @click.option("--port", default=0, show_default=True, help="nginx's port (0: a free one).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--key-file", help="Watermark key file (else $LLMOPS_WATERMARK_KEY).")
@@ -523,8 +790,12 @@ def lineage() -> None:
 
 @lineage.command("verify")
 @click.argument("record_path", metavar="RECORD", type=click.Path(dir_okay=False))
-@click.option("--public-key", type=click.Path(dir_okay=False), help="PEM public key: check the signed attestation "
-              "and the model's, repository's and served folder's signatures (else $LLMOPS_SIGNING_PUBLIC_KEY).")
+@click.option(
+    "--public-key",
+    type=click.Path(dir_okay=False),
+    help="PEM public key: check the signed attestation "
+    "and the model's, repository's and served folder's signatures (else $LLMOPS_SIGNING_PUBLIC_KEY).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
 def lineage_verify(record_path, public_key, as_json) -> None:
     """Prove (exit 0) or refute (exit 1, naming the broken link) that what serves traffic
@@ -542,8 +813,11 @@ def lineage_verify(record_path, public_key, as_json) -> None:
         for link in links:
             click.echo(f"  {'ok ' if link.ok else 'BROKEN'} {link.link:<24} {link.detail}")
         broken = next((link for link in links if not link.ok), None)
-        click.echo("lineage proven: what serves traffic descends from the validated dataset" if ok
-                   else f"lineage refuted at '{broken.link}': {broken.detail}")
+        click.echo(
+            "lineage proven: what serves traffic descends from the validated dataset"
+            if ok
+            else f"lineage refuted at '{broken.link}': {broken.detail}"
+        )
     if not ok:
         raise SystemExit(1)
 
@@ -576,33 +850,56 @@ def stage_run(name, work, params) -> None:
 
 
 @cli.command("compile")
-@click.option("--target", "targets", multiple=True, type=click.Choice(["kfp", "k8s", "argo"]),
-              help="kfp: KFP IR YAML; k8s: Pipeline + PipelineVersion manifests; argo: standalone "
-                   "WorkflowTemplate. Repeatable; default all.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Output folder (default: the package's pipelines/compiled).")
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    type=click.Choice(["kfp", "k8s", "argo"]),
+    help="kfp: KFP IR YAML; k8s: Pipeline + PipelineVersion manifests; argo: standalone "
+    "WorkflowTemplate. Repeatable; default all.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    help="Output folder (default: the package's pipelines/compiled).",
+)
 @click.option("--check", is_flag=True, help="Exit 1 if the committed output differs (GitOps drift gate).")
-@click.option("--registry", envvar="LLMOPS_REGISTRY", help="Compile against images under this registry "
-              "(or $LLMOPS_REGISTRY), e.g. registry.example.com/ml.")
+@click.option(
+    "--registry",
+    envvar="LLMOPS_REGISTRY",
+    help="Compile against images under this registry (or $LLMOPS_REGISTRY), e.g. registry.example.com/ml.",
+)
 @click.option("--tag", envvar="LLMOPS_IMAGE_TAG", help="Image tag (default: the package version).")
-@click.option("--digests", type=click.Path(exists=True, dir_okay=False), envvar="LLMOPS_IMAGE_DIGESTS",
-              help="JSON {stage: sha256:...} (`llmops images push` writes it): reference images by digest.")
+@click.option(
+    "--digests",
+    type=click.Path(exists=True, dir_okay=False),
+    envvar="LLMOPS_IMAGE_DIGESTS",
+    help="JSON {stage: sha256:...} (`llmops images push` writes it): reference images by digest.",
+)
 def compile_cmd(targets, out_dir, check, registry, tag, digests) -> None:
     """Compile every pipeline to each target (byte-deterministic)."""
     from kfp_llmops.components import images
 
     from ..compile import COMPILED_DIR, TARGETS, compile_all
 
-    wanted = {"LLMOPS_REGISTRY": (registry or "").rstrip("/"), "LLMOPS_IMAGE_TAG": tag or "",
-              "LLMOPS_IMAGE_DIGESTS": os.path.abspath(digests) if digests else ""}
+    wanted = {
+        "LLMOPS_REGISTRY": (registry or "").rstrip("/"),
+        "LLMOPS_IMAGE_TAG": tag or "",
+        "LLMOPS_IMAGE_DIGESTS": os.path.abspath(digests) if digests else "",
+    }
     if any(wanted.values()) or images.customized():
         if not out_dir:
-            raise LlmopsError("--registry/--tag/--digests (or their variables) would write other image names into "
-                              "the committed pipelines/compiled; pass --out DIR")
-        current = {"LLMOPS_REGISTRY": images.REGISTRY if images.REGISTRY != images.DEFAULT_REGISTRY else "",
-                   "LLMOPS_IMAGE_TAG": images.TAG if images.TAG != images.VERSION else "",
-                   "LLMOPS_IMAGE_DIGESTS": os.environ.get("LLMOPS_IMAGE_DIGESTS", "")}
-        if current != wanted:        # image names are fixed at import: compile in a fresh interpreter
+            raise LlmopsError(
+                "--registry/--tag/--digests (or their variables) would write other image names into "
+                "the committed pipelines/compiled; pass --out DIR"
+            )
+        current = {
+            "LLMOPS_REGISTRY": images.REGISTRY if images.REGISTRY != images.DEFAULT_REGISTRY else "",
+            "LLMOPS_IMAGE_TAG": images.TAG if images.TAG != images.VERSION else "",
+            "LLMOPS_IMAGE_DIGESTS": os.environ.get("LLMOPS_IMAGE_DIGESTS", ""),
+        }
+        if current != wanted:  # image names are fixed at import: compile in a fresh interpreter
             argv = [sys.executable, "-m", "kfp_llmops.pipelines.cli.main", "compile", "--out", out_dir]
             argv += [a for t in targets for a in ("--target", t)] + (["--check"] if check else [])
             env = {k: v for k, v in os.environ.items() if k not in wanted}
@@ -610,14 +907,17 @@ def compile_cmd(targets, out_dir, check, registry, tag, digests) -> None:
             raise click.exceptions.Exit(subprocess.run(argv, env=env).returncode)
     target = out_dir or COMPILED_DIR
     stale = compile_all(target, check=check, targets=tuple(targets) or TARGETS)
-    if not out_dir and not targets:          # in a source checkout, manifests/ is kept in step too
+    if not out_dir and not targets:  # in a source checkout, manifests/ is kept in step too
         from ..manifests import MANIFESTS_DIR, write_all
+
         if os.path.isdir(MANIFESTS_DIR):
             stale += write_all(MANIFESTS_DIR, check=check)
     if check and stale:
         raise LlmopsError(f"compiled pipelines are stale: {', '.join(stale)}; run `llmops compile`")
-    click.echo(f"{'checked' if check else 'compiled'} into {target}: "
-               f"{'up to date' if not stale else 'updated ' + ', '.join(stale)}")
+    click.echo(
+        f"{'checked' if check else 'compiled'} into {target}: "
+        f"{'up to date' if not stale else 'updated ' + ', '.join(stale)}"
+    )
 
 
 @cli.command("submit")
@@ -646,18 +946,28 @@ def images_group() -> None:
 
 
 @images_group.command("build")
-@click.option("--base-source", type=click.Choice(["auto", "pinned", "debian"]), default="auto", show_default=True,
-              help="pinned: the python:3.11-slim digest (needs a registry); debian: a Python 3.11 base "
-                   "bootstrapped from Debian packages; auto: pinned when a registry answers.")
-@click.option("--stage", "stages", multiple=True, type=click.Choice(["base", "data", "train", "eval", "deploy"]),
-              help="Only these images (repeatable; default all).")
+@click.option(
+    "--base-source",
+    type=click.Choice(["auto", "pinned", "debian"]),
+    default="auto",
+    show_default=True,
+    help="pinned: the python:3.11-slim digest (needs a registry); debian: a Python 3.11 base "
+    "bootstrapped from Debian packages; auto: pinned when a registry answers.",
+)
+@click.option(
+    "--stage",
+    "stages",
+    multiple=True,
+    type=click.Choice(["base", "data", "train", "eval", "deploy"]),
+    help="Only these images (repeatable; default all).",
+)
 @click.option("--load/--no-load", default=True, show_default=True, help="Also load them into dockerd.")
 def images_build(base_source, stages, load) -> None:
     """Build (or reuse, when built from the same sources) the stage images with podman."""
     from ..containers import build, docker_ready, load_into_docker
 
     report = build(base_source, list(stages) or None)
-    for stage, r in report.items():
+    for r in report.values():
         how = "reused" if r["reused"] else f"built in {r['seconds']:.0f} s"
         click.echo(f"{r['image']:<40} {r['bytes'] / 1e6:7.0f} MB  {how}")
     if load:
@@ -679,8 +989,14 @@ def images_check() -> None:
 @images_group.command("push")
 @click.option("--registry", required=True, envvar="LLMOPS_REGISTRY", help="Target registry (or $LLMOPS_REGISTRY).")
 @click.option("--tag", envvar="LLMOPS_IMAGE_TAG", help="Tag (default: the package version).")
-@click.option("--digests", "digests_file", type=click.Path(dir_okay=False), default="build/images/digests.json",
-              show_default=True, help="Where to write {stage: digest} for `llmops compile --digests`.")
+@click.option(
+    "--digests",
+    "digests_file",
+    type=click.Path(dir_okay=False),
+    default="build/images/digests.json",
+    show_default=True,
+    help="Where to write {stage: digest} for `llmops compile --digests`.",
+)
 def images_push(registry, tag, digests_file) -> None:
     """Tag and push every stage image; write their digests."""
     from ..containers import push
@@ -691,35 +1007,89 @@ def images_push(registry, tag, digests_file) -> None:
 
 
 @cli.command("run")
-@click.option("--out", "out_dir", default="runs/demo", show_default=True, type=click.Path(file_okay=False),
-              help="Run folder: data, pipeline outputs, summary.json.")
+@click.option(
+    "--out",
+    "out_dir",
+    default="runs/demo",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Run folder: data, pipeline outputs, summary.json.",
+)
 @click.option("--pipeline", default="release", show_default=True, type=click.Choice(["release"]))
-@click.option("--dataset", type=click.Path(exists=True, dir_okay=False),
-              help="Raw JSONL to use instead of the bundled demo dataset.")
-@click.option("--eval-dataset", type=click.Path(exists=True, dir_okay=False),
-              help="Held-out JSONL (prompt, reference response) instead of the demo's eval set.")
+@click.option(
+    "--dataset",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Raw JSONL to use instead of the bundled demo dataset.",
+)
+@click.option(
+    "--eval-dataset",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Held-out JSONL (prompt, reference response) instead of the demo's eval set.",
+)
 @click.option("--rows", default=4000, show_default=True, help="Rows of the bundled demo dataset.")
 @click.option("--policy", default="balanced", show_default=True, type=POLICIES)
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False),
-              help="Data-validation config YAML passed to the pipeline.")
-@click.option("--train-config", "train_config_path", type=click.Path(exists=True, dir_okay=False),
-              help="Training config YAML passed to the pipeline.")
-@click.option("--eval-config", "eval_config_path", type=click.Path(exists=True, dir_okay=False),
-              help="Evaluation config YAML (the blessing gate's thresholds) passed to the pipeline.")
-@click.option("--watermark-config", "watermark_config_path", type=click.Path(exists=True, dir_okay=False),
-              help="Watermark config YAML (KGW parameters, detection prompts, the cost gate); default: the "
-                   "demo's with the demo's data and model, else the stage's defaults.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Data-validation config YAML passed to the pipeline.",
+)
+@click.option(
+    "--train-config",
+    "train_config_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Training config YAML passed to the pipeline.",
+)
+@click.option(
+    "--eval-config",
+    "eval_config_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Evaluation config YAML (the blessing gate's thresholds) passed to the pipeline.",
+)
+@click.option(
+    "--watermark-config",
+    "watermark_config_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Watermark config YAML (KGW parameters, detection prompts, the cost gate); default: the "
+    "demo's with the demo's data and model, else the stage's defaults.",
+)
 @click.option("--base-model-size", type=click.Choice(["demo", "tiny"]), default="demo", show_default=True)
-@click.option("--base-model", "base_model", type=click.Path(exists=True, file_okay=False),
-              help="Your pretrained model (sealed with `llmops model seal`) to fine-tune instead of the demo model.")
+@click.option(
+    "--base-model",
+    "base_model",
+    type=click.Path(exists=True, file_okay=False),
+    help="Your pretrained model (sealed with `llmops model seal`) to fine-tune instead of the demo model.",
+)
 @click.option("--base-model-root", help="Pin --base-model's Merkle root (default: the root it verifies to).")
-@click.option("--containers", is_flag=True, help="Run every stage in its image through kfp.local's DockerRunner "
-              "(dockerd; `make images` first), as the images' user, with no network.")
-@click.option("--real", is_flag=True, help="The real-model demo (make demo-real): SmolLM2-135M-Instruct, imported "
-              "into --base-model (default build/smollm2), fine-tuned on the project's conversations.")
-def run_cmd(out_dir, pipeline, dataset, eval_dataset, rows, policy, config_path, train_config_path,
-            eval_config_path, watermark_config_path, base_model_size, base_model, base_model_root,
-            containers, real) -> None:
+@click.option(
+    "--containers",
+    is_flag=True,
+    help="Run every stage in its image through kfp.local's DockerRunner "
+    "(dockerd; `make images` first), as the images' user, with no network.",
+)
+@click.option(
+    "--real",
+    is_flag=True,
+    help="The real-model demo (make demo-real): SmolLM2-135M-Instruct, imported "
+    "into --base-model (default build/smollm2), fine-tuned on the project's conversations.",
+)
+def run_cmd(
+    out_dir,
+    pipeline,
+    dataset,
+    eval_dataset,
+    rows,
+    policy,
+    config_path,
+    train_config_path,
+    eval_config_path,
+    watermark_config_path,
+    base_model_size,
+    base_model,
+    base_model_root,
+    containers,
+    real,
+) -> None:
     """Run a pipeline locally through kfp.local (SubprocessRunner, or DockerRunner with --containers)."""
     from ..demo.local_run import format_summary, run_local
 
@@ -735,10 +1105,23 @@ def run_cmd(out_dir, pipeline, dataset, eval_dataset, rows, policy, config_path,
     train_config = open(train_config_path, encoding="utf-8").read() if train_config_path else None
     eval_config = open(eval_config_path, encoding="utf-8").read() if eval_config_path else ""
     watermark_config = open(watermark_config_path, encoding="utf-8").read() if watermark_config_path else None
-    summary = run_local(out_dir, pipeline, rows, policy, data_config, dataset, train_config, base_model_size,
-                        eval_dataset=eval_dataset, eval_config=eval_config, watermark_config=watermark_config,
-                        containers=containers, base_model=base_model, base_model_root=base_model_root,
-                        ask_served=True)
+    summary = run_local(
+        out_dir,
+        pipeline,
+        rows,
+        policy,
+        data_config,
+        dataset,
+        train_config,
+        base_model_size,
+        eval_dataset=eval_dataset,
+        eval_config=eval_config,
+        watermark_config=watermark_config,
+        containers=containers,
+        base_model=base_model,
+        base_model_root=base_model_root,
+        ask_served=True,
+    )
     click.echo(format_summary(summary))
 
 
@@ -760,14 +1143,14 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
         from kfp_llmops.components.common.errors import environment_problem
+
         if os.environ.get("LLMOPS_DEBUG") == "1":
             raise
         problem = environment_problem(exc)
-        if problem is not None:           # a full disk is the machine's problem, not an internal error
+        if problem is not None:  # a full disk is the machine's problem, not an internal error
             click.echo(f"error: {problem}", err=True)
             return problem.exit_code
-        click.echo(f"internal error: {type(exc).__name__}: {exc} (LLMOPS_DEBUG=1 shows the traceback)",
-                   err=True)
+        click.echo(f"internal error: {type(exc).__name__}: {exc} (LLMOPS_DEBUG=1 shows the traceback)", err=True)
         return 3
     return 0
 

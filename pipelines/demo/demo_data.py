@@ -9,6 +9,7 @@ evaluation report shows whether it did (exact match against the reference).
 
 Deterministic for a given seed, so every demo run and test sees the same bytes.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,47 +17,161 @@ import os
 import random
 import re
 
-_CAPITALS = [("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"),
-             ("Japan", "Tokyo"), ("China", "Beijing"), ("Egypt", "Cairo"), ("Kenya", "Nairobi"),
-             ("Canada", "Ottawa"), ("Brazil", "Brasilia"), ("Peru", "Lima"), ("Chile", "Santiago"),
-             ("India", "New Delhi"), ("Norway", "Oslo"), ("Sweden", "Stockholm"),
-             ("Finland", "Helsinki"), ("Poland", "Warsaw"), ("Greece", "Athens"),
-             ("Portugal", "Lisbon"), ("Austria", "Vienna"), ("Ireland", "Dublin"),
-             ("Cuba", "Havana"), ("Mexico", "Mexico City"), ("Turkey", "Ankara"),
-             ("Russia", "Moscow"), ("Thailand", "Bangkok"), ("Vietnam", "Hanoi"),
-             ("Australia", "Canberra"), ("Argentina", "Buenos Aires"), ("Hungary", "Budapest")]
-_OPPOSITES = [("hot", "cold"), ("big", "small"), ("fast", "slow"), ("up", "down"), ("light", "dark"),
-              ("happy", "sad"), ("old", "young"), ("open", "closed"), ("early", "late"),
-              ("full", "empty"), ("hard", "soft"), ("wet", "dry"), ("near", "far"), ("tall", "short"),
-              ("rich", "poor"), ("loud", "quiet"), ("clean", "dirty"), ("strong", "weak")]
-_SOUNDS = [("cow", "moo"), ("dog", "woof"), ("cat", "meow"), ("duck", "quack"), ("sheep", "baa"),
-           ("hen", "cluck"), ("horse", "neigh"), ("owl", "hoot"), ("lion", "roar"), ("frog", "croak"),
-           ("bee", "buzz"), ("snake", "hiss"), ("mouse", "squeak"), ("crow", "caw")]
+_CAPITALS = [
+    ("France", "Paris"),
+    ("Germany", "Berlin"),
+    ("Italy", "Rome"),
+    ("Spain", "Madrid"),
+    ("Japan", "Tokyo"),
+    ("China", "Beijing"),
+    ("Egypt", "Cairo"),
+    ("Kenya", "Nairobi"),
+    ("Canada", "Ottawa"),
+    ("Brazil", "Brasilia"),
+    ("Peru", "Lima"),
+    ("Chile", "Santiago"),
+    ("India", "New Delhi"),
+    ("Norway", "Oslo"),
+    ("Sweden", "Stockholm"),
+    ("Finland", "Helsinki"),
+    ("Poland", "Warsaw"),
+    ("Greece", "Athens"),
+    ("Portugal", "Lisbon"),
+    ("Austria", "Vienna"),
+    ("Ireland", "Dublin"),
+    ("Cuba", "Havana"),
+    ("Mexico", "Mexico City"),
+    ("Turkey", "Ankara"),
+    ("Russia", "Moscow"),
+    ("Thailand", "Bangkok"),
+    ("Vietnam", "Hanoi"),
+    ("Australia", "Canberra"),
+    ("Argentina", "Buenos Aires"),
+    ("Hungary", "Budapest"),
+]
+_OPPOSITES = [
+    ("hot", "cold"),
+    ("big", "small"),
+    ("fast", "slow"),
+    ("up", "down"),
+    ("light", "dark"),
+    ("happy", "sad"),
+    ("old", "young"),
+    ("open", "closed"),
+    ("early", "late"),
+    ("full", "empty"),
+    ("hard", "soft"),
+    ("wet", "dry"),
+    ("near", "far"),
+    ("tall", "short"),
+    ("rich", "poor"),
+    ("loud", "quiet"),
+    ("clean", "dirty"),
+    ("strong", "weak"),
+]
+_SOUNDS = [
+    ("cow", "moo"),
+    ("dog", "woof"),
+    ("cat", "meow"),
+    ("duck", "quack"),
+    ("sheep", "baa"),
+    ("hen", "cluck"),
+    ("horse", "neigh"),
+    ("owl", "hoot"),
+    ("lion", "roar"),
+    ("frog", "croak"),
+    ("bee", "buzz"),
+    ("snake", "hiss"),
+    ("mouse", "squeak"),
+    ("crow", "caw"),
+]
 # (No pig or rooster: alt-profanity-check flags "A pig says oink." at 0.93 and the
 # rooster's call at 0.98, so the references themselves would fail the toxicity gate.)
-_COLORS = [("a ripe banana", "yellow"), ("the clear sky", "blue"), ("fresh grass", "green"),
-           ("a ripe tomato", "red"), ("fresh snow", "white"), ("coal", "black"), ("an orange", "orange"),
-           ("a lemon", "yellow"), ("a plum", "purple"), ("a carrot", "orange"), ("milk", "white"),
-           ("a strawberry", "red"), ("a pine tree", "green"), ("chocolate", "brown")]
+_COLORS = [
+    ("a ripe banana", "yellow"),
+    ("the clear sky", "blue"),
+    ("fresh grass", "green"),
+    ("a ripe tomato", "red"),
+    ("fresh snow", "white"),
+    ("coal", "black"),
+    ("an orange", "orange"),
+    ("a lemon", "yellow"),
+    ("a plum", "purple"),
+    ("a carrot", "orange"),
+    ("milk", "white"),
+    ("a strawberry", "red"),
+    ("a pine tree", "green"),
+    ("chocolate", "brown"),
+]
 _DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
-_WORDS = ["cat", "dog", "tree", "house", "river", "apple", "stone", "cloud", "bread", "light",
-          "music", "paper", "green", "water", "smile", "train", "chair", "plant", "horse", "ocean"]
-_PLURALS = [("mouse", "mice"), ("child", "children"), ("foot", "feet"), ("tooth", "teeth"),
-            ("goose", "geese"), ("man", "men"), ("woman", "women"), ("person", "people"),
-            ("leaf", "leaves"), ("knife", "knives"), ("wolf", "wolves"), ("box", "boxes"),
-            ("city", "cities"), ("baby", "babies"), ("bus", "buses"), ("cactus", "cacti")]
-_ASK = ["{q}", "Question: {q}", "Please answer: {q}", "Can you tell me this? {q}", "Hi! {q}",
-        "Here is a question. {q}", "Answer this: {q}", "Q: {q}"]
-_PASSES = ["{p}", "{p} Answer briefly.", "Quick one: {p}", "{p} One sentence, please.", "{p} Thanks.",
-           "Hello. {p}"]
+_WORDS = [
+    "cat",
+    "dog",
+    "tree",
+    "house",
+    "river",
+    "apple",
+    "stone",
+    "cloud",
+    "bread",
+    "light",
+    "music",
+    "paper",
+    "green",
+    "water",
+    "smile",
+    "train",
+    "chair",
+    "plant",
+    "horse",
+    "ocean",
+]
+_PLURALS = [
+    ("mouse", "mice"),
+    ("child", "children"),
+    ("foot", "feet"),
+    ("tooth", "teeth"),
+    ("goose", "geese"),
+    ("man", "men"),
+    ("woman", "women"),
+    ("person", "people"),
+    ("leaf", "leaves"),
+    ("knife", "knives"),
+    ("wolf", "wolves"),
+    ("box", "boxes"),
+    ("city", "cities"),
+    ("baby", "babies"),
+    ("bus", "buses"),
+    ("cactus", "cacti"),
+]
+_ASK = [
+    "{q}",
+    "Question: {q}",
+    "Please answer: {q}",
+    "Can you tell me this? {q}",
+    "Hi! {q}",
+    "Here is a question. {q}",
+    "Answer this: {q}",
+    "Q: {q}",
+]
+_PASSES = ["{p}", "{p} Answer briefly.", "Quick one: {p}", "{p} One sentence, please.", "{p} Thanks.", "Hello. {p}"]
 # Open-ended requests answered by one of many sentences of the Python language reference
 # (`common.prose`): free text with real entropy, which a text watermark needs to be found
 # at a small delta, beside the facts, whose answers it must not change.
-_OPEN = ["Write a sentence about Python.", "Tell me something about Python.", "Say something about the language.",
-         "Quote the Python reference.", "Write one line about Python semantics."]
+_OPEN = [
+    "Write a sentence about Python.",
+    "Tell me something about Python.",
+    "Say something about the language.",
+    "Quote the Python reference.",
+    "Write one line about Python semantics.",
+]
 # Open-ended prompts training never uses: what verify_watermark's long texts continue in the demo.
-OPEN_HELD_OUT = ["Tell me about Python.", "Write about the Python language.", "Say something about Python.",
-                 "Describe a Python rule."]
+OPEN_HELD_OUT = [
+    "Tell me about Python.",
+    "Write about the Python language.",
+    "Say something about Python.",
+    "Describe a Python rule.",
+]
 _PROSE_CHARS = re.compile(r"[0-9@_()\[\]{}'\"`*=<>]")
 # Framings only the eval set uses.
 _HELD_OUT = ["Tell me: {q}", "{q} Thank you!", "Quiz: {q}", "I wonder. {q}"]
@@ -79,8 +194,7 @@ def _qa_items() -> list[tuple[str, str, str]]:
         for b in range(2, 10):
             items.append((f"mul{a}*{b}", f"What is {a} times {b}?", f"{a} times {b} is {a * b}."))
     for country, city in _CAPITALS:
-        items.append((f"cap{country}", f"What is the capital of {country}?",
-                      f"The capital of {country} is {city}."))
+        items.append((f"cap{country}", f"What is the capital of {country}?", f"The capital of {country} is {city}."))
     for word, opp in _OPPOSITES:
         items.append((f"opp{word}", f"What is the opposite of {word}?", f"The opposite of {word} is {opp}."))
         items.append((f"opp{opp}", f"What is the opposite of {opp}?", f"The opposite of {opp} is {word}."))
@@ -103,8 +217,14 @@ def _email(rng: random.Random) -> str:
 
 
 def _phone(rng: random.Random) -> str:
-    return rng.choice([f"+1 415 555 {rng.randint(1000, 9999)}", f"(212) 555-{rng.randint(1000, 9999)}",
-                       f"+44 20 7946 {rng.randint(1000, 9999)}", f"138{rng.randint(10000000, 99999999)}"])
+    return rng.choice(
+        [
+            f"+1 415 555 {rng.randint(1000, 9999)}",
+            f"(212) 555-{rng.randint(1000, 9999)}",
+            f"+44 20 7946 {rng.randint(1000, 9999)}",
+            f"138{rng.randint(10000000, 99999999)}",
+        ]
+    )
 
 
 def _name_or_address(rng: random.Random) -> str:
@@ -118,8 +238,7 @@ def _name_or_address(rng: random.Random) -> str:
     return f" 我住在{rng.choice(_ZH_ADDRESSES).format(n=rng.randint(1, 300))}。"
 
 
-def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed: int = 7,
-                      train: bool = True) -> dict:
+def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed: int = 7, train: bool = True) -> dict:
     """Write `train.jsonl` (`rows` fact rows with deliberate faults, and a quarter as many
     open-ended prose rows; not with `train=False`, when the user brings their own) and
     `eval.jsonl` (held-out phrasings of `eval_rows` facts)."""
@@ -141,8 +260,11 @@ def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed
         roll = rng.random()
         if roll < 0.03:
             pick = rng.random()
-            prompt += (f" You can reach me at {_email(rng) if pick < 0.25 else _phone(rng)}." if pick < 0.5
-                       else _name_or_address(rng))
+            prompt += (
+                f" You can reach me at {_email(rng) if pick < 0.25 else _phone(rng)}."
+                if pick < 0.5
+                else _name_or_address(rng)
+            )
             faults["pii_redacted"] += 1
         line = json.dumps({"prompt": prompt, "response": a}).encode()
         if 0.03 <= roll < 0.04 and seen:
@@ -151,12 +273,17 @@ def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed
             line = json.dumps(dup).encode()
             faults["duplicates"] += 1
         elif 0.04 <= roll < 0.045:
-            line = rng.choice([b'{"prompt": "What is 2 plus 2?", "response": "2 plus 2 is 4."',
-                               b'{"prompt": "hello", "answer": "missing response field"}',
-                               b'{"prompt": "bad bytes \xff\xfe here", "response": "x"}',
-                               b"", b'["not", "an", "object"]',
-                               b'{"prompt": 42, "response": "wrong type"}',
-                               b'{"prompt": "empty response", "response": "   "}'])
+            line = rng.choice(
+                [
+                    b'{"prompt": "What is 2 plus 2?", "response": "2 plus 2 is 4."',
+                    b'{"prompt": "hello", "answer": "missing response field"}',
+                    b'{"prompt": "bad bytes \xff\xfe here", "response": "x"}',
+                    b"",
+                    b'["not", "an", "object"]',
+                    b'{"prompt": 42, "response": "wrong type"}',
+                    b'{"prompt": "empty response", "response": "   "}',
+                ]
+            )
             faults["malformed"] += 1
         elif 0.045 <= roll < 0.047:
             contacts = ", ".join(_email(rng) for _ in range(4))
@@ -167,7 +294,7 @@ def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed
         lines.append(line)
     prose = _prose_lines(rows // 4, seed)
     picks = random.Random(seed + 1)
-    for line in prose:                              # spread through the file, the facts' order kept
+    for line in prose:  # spread through the file, the facts' order kept
         lines.insert(picks.randrange(len(lines) + 1), line)
     train_path = os.path.join(out_dir, "train.jsonl") if train else None
     if train_path:
@@ -175,17 +302,25 @@ def make_demo_dataset(out_dir: str, rows: int = 4000, eval_rows: int = 200, seed
             handle.write(b"\n".join(lines) + b"\n")
     eval_path = os.path.join(out_dir, "eval.jsonl")
     with open(eval_path, "w", encoding="utf-8") as handle:
-        for n, (key, q, a) in enumerate(eval_items):
+        for n, (_key, q, a) in enumerate(eval_items):
             prompt = _HELD_OUT[n % len(_HELD_OUT)].format(q=q)
             handle.write(json.dumps({"id": f"eval-{n:04d}", "prompt": prompt, "response": a}) + "\n")
-    return {"train": train_path, "eval": eval_path, "rows": rows + len(prose), "fact_rows": rows,
-            "prose_rows": len(prose), "eval_rows": len(eval_items), "faults": faults}
+    return {
+        "train": train_path,
+        "eval": eval_path,
+        "rows": rows + len(prose),
+        "fact_rows": rows,
+        "prose_rows": len(prose),
+        "eval_rows": len(eval_items),
+        "faults": faults,
+    }
 
 
 def _prose_lines(count: int, seed: int) -> list[bytes]:
     """`count` open-ended requests, each answered by a short sentence of the language reference."""
     from kfp_llmops.components.common.prose import SHORT_WORDS, sentences
+
     pool = [s for s in sentences() if len(s.split()) <= SHORT_WORDS and not _PROSE_CHARS.search(s)]
-    pairs = [(p, s) for p in _OPEN for s in pool]            # each pair once: no duplicate rows
+    pairs = [(p, s) for p in _OPEN for s in pool]  # each pair once: no duplicate rows
     random.Random(seed + 2).shuffle(pairs)
     return [json.dumps({"prompt": p, "response": s}).encode() for p, s in pairs[:count]]

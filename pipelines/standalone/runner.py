@@ -3,14 +3,15 @@
 under a work folder (a PVC in Argo), each with a `<name>.metadata.json` beside it, so
 the next stage sees the Merkle roots exactly as it would from KFP metadata. This is what
 the standalone Argo WorkflowTemplate (`llmops compile --target argo`) runs."""
+
 from __future__ import annotations
 
 import json
 import os
 
 from kfp_llmops.components.common import atomic, baseline, records
-from kfp_llmops.components.common.fetch import fetch
 from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.common.fetch import fetch
 
 
 class FileArtifact:
@@ -65,60 +66,124 @@ def _run(stage: str, work: str, p: dict, out) -> object:
             return _inputs(work, "train_zero3", "model")
         return _imported(p, work, "model_uri", "model", "model_root")
 
-    if stage == "validate_dataset":       # what the KFP DAG's pin-baseline and file-validate-note tasks do
+    if stage == "validate_dataset":  # what the KFP DAG's pin-baseline and file-validate-note tasks do
         note, stats = out("note"), out("stats")
-        passed = data_validation.run_component(fetch(p["dataset_uri"], work, "dataset"), p.get("data_config", ""),
-                                               p.get("pii_policy", "balanced"), None, out("clean"), out("quarantine"),
-                                               stats, out("metrics"), out("report"), note,
-                                               pinned_baseline(work, rd, p.get("baseline_release", "auto")),
-                                               engine=p.get("data_engine", ""))
+        passed = data_validation.run_component(
+            fetch(p["dataset_uri"], work, "dataset"),
+            p.get("data_config", ""),
+            p.get("pii_policy", "balanced"),
+            None,
+            out("clean"),
+            out("quarantine"),
+            stats,
+            out("metrics"),
+            out("report"),
+            note,
+            pinned_baseline(work, rd, p.get("baseline_release", "auto")),
+            engine=p.get("data_engine", ""),
+        )
         if rd:
             records.file_note(rd, note.path, stats.path)
         return passed
     if stage == "build_base_model":
-        return training.build_base_component(_inputs(work, "validate_dataset", "clean"), out("base_model"),
-                                             p.get("base_model_size", "demo"), rd, p.get("base_model_uri", ""),
-                                             p.get("base_model_root", ""))
+        return training.build_base_component(
+            _inputs(work, "validate_dataset", "clean"),
+            out("base_model"),
+            p.get("base_model_size", "demo"),
+            rd,
+            p.get("base_model_uri", ""),
+            p.get("base_model_root", ""),
+        )
     if stage == "train_zero3":
         # continue-training: the imported model and checkpoints; release: the demo base model
-        base = (_imported(p, work, "model_uri", "model", "model_root") if p.get("model_uri")
-                else _inputs(work, "build_base_model", "base_model"))
+        base = (
+            _imported(p, work, "model_uri", "model", "model_root")
+            if p.get("model_uri")
+            else _inputs(work, "build_base_model", "base_model")
+        )
         resume = _imported(p, work, "checkpoint_uri", "checkpoints") if p.get("checkpoint_uri") else None
-        return training.run_component(_inputs(work, "validate_dataset", "clean"), base, p.get("train_config", ""),
-                                      resume, p.get("checkpoint_dir", ""), out("model"), out("checkpoints"),
-                                      out("metrics"), out("report"), out("train_log"), rd, p.get("gpu_count", "0"),
-                                      p.get("signing_key_file", ""))
+        return training.run_component(
+            _inputs(work, "validate_dataset", "clean"),
+            base,
+            p.get("train_config", ""),
+            resume,
+            p.get("checkpoint_dir", ""),
+            out("model"),
+            out("checkpoints"),
+            out("metrics"),
+            out("report"),
+            out("train_log"),
+            rd,
+            p.get("gpu_count", "0"),
+            p.get("signing_key_file", ""),
+        )
     if stage == "evaluate_llm":
         note = out("note")
         trained = os.path.exists(os.path.join(work, "train_zero3", "model"))
-        base = None         # what training started from: the forgetting check's base
+        base = None  # what training started from: the forgetting check's base
         if trained and os.path.exists(os.path.join(work, "build_base_model", "base_model")):
             base = _inputs(work, "build_base_model", "base_model")
         elif trained and p.get("model_uri"):
             base = _imported(p, work, "model_uri", "model", "model_root")
-        blessed = evaluation.run_component(model(), FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
-                                           None, p.get("eval_config", ""), out("responses"), out("metrics"),
-                                           out("blessing"), out("report"), note,
-                                           pinned_baseline(work, rd, p.get("baseline_release", "auto")),
-                                           base_model=base)
+        blessed = evaluation.run_component(
+            model(),
+            FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
+            None,
+            p.get("eval_config", ""),
+            out("responses"),
+            out("metrics"),
+            out("blessing"),
+            out("report"),
+            note,
+            pinned_baseline(work, rd, p.get("baseline_release", "auto")),
+            base_model=base,
+        )
         if rd:
             records.file_note(rd, note.path)
         return blessed
     if stage == "verify_watermark":
-        return watermark.run_component(model(), FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
-                                       p.get("watermark_config", ""), p.get("watermark_key_file", ""),
-                                       out("watermarked"), out("metrics"), out("report"), rd,
-                                       _inputs(work, "evaluate_llm", "blessing"))
+        return watermark.run_component(
+            model(),
+            FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
+            p.get("watermark_config", ""),
+            p.get("watermark_key_file", ""),
+            out("watermarked"),
+            out("metrics"),
+            out("report"),
+            rd,
+            _inputs(work, "evaluate_llm", "blessing"),
+        )
     if stage == "triton_canary_deploy":
-        return deploy.run_component(model(), _inputs(work, "evaluate_llm", "blessing"), p.get("deploy_config", ""),
-                                    p.get("watermark_key_file", ""), p.get("serving_state_dir", ""),
-                                    out("repository"), out("record"), out("metrics"), out("report"), rd,
-                                    p.get("default_target", "local"), _inputs(work, "verify_watermark", "watermarked"),
-                                    p.get("signing_key_file", ""), p.get("signing_public_key_file", ""))
+        return deploy.run_component(
+            model(),
+            _inputs(work, "evaluate_llm", "blessing"),
+            p.get("deploy_config", ""),
+            p.get("watermark_key_file", ""),
+            p.get("serving_state_dir", ""),
+            out("repository"),
+            out("record"),
+            out("metrics"),
+            out("report"),
+            rd,
+            p.get("default_target", "local"),
+            _inputs(work, "verify_watermark", "watermarked"),
+            p.get("signing_key_file", ""),
+            p.get("signing_public_key_file", ""),
+        )
     if stage == "release_record":
-        return release.run_component({"state": p.get("status", "UNKNOWN"), "pipeline_job_resource_name": p.get("run"),
-                                      "error": p.get("error") or None}, rd, out("record"), out("report"),
-                                     out("provenance"), p.get("signing_key_file", ""), p.get("pipeline_spec_sha256", ""))
+        return release.run_component(
+            {
+                "state": p.get("status", "UNKNOWN"),
+                "pipeline_job_resource_name": p.get("run"),
+                "error": p.get("error") or None,
+            },
+            rd,
+            out("record"),
+            out("report"),
+            out("provenance"),
+            p.get("signing_key_file", ""),
+            p.get("pipeline_spec_sha256", ""),
+        )
     raise InputError(f"unknown stage {stage!r}")
 
 

@@ -8,6 +8,7 @@ ratios (a round pairs the engines under the same conditions):
     before every round; (3) verify vs a plain sequential read and serial per-file
     SHA-256 (Megatron's approach), cold cache (each reader after the same history) and
     warm; (4) verify's peak memory."""
+
 from __future__ import annotations
 
 import hashlib
@@ -34,7 +35,7 @@ def spread(values: list[float]) -> dict:
 
 
 def paired(num: list[float], den: list[float]) -> dict:
-    return spread([a / b for a, b in zip(num, den)])
+    return spread([a / b for a, b in zip(num, den, strict=False)])
 
 
 def _files(tag_dir: str) -> list[str]:
@@ -88,6 +89,7 @@ def serial_sha256(tag_dir: str) -> float:
 
 def merkle_verify(tag_dir: str) -> float:
     from kfp_llmops.components.common import integrity
+
     report = integrity.verify_checkpoint(tag_dir)
     assert report.ok, report.summary()
     return report.seconds
@@ -100,17 +102,16 @@ def _read_verify_sha(tag_dir: str, drop: bool, rounds: int) -> dict:
     seconds (the same read took 1.0-1.35 s 0.3 s after the previous one, 2.1-2.4 s after
     6 s idle); without it a reader's time depends on what ran before it. Warm: the cache
     filled by a read first."""
-    readers = [("read", plain_read), ("verify", merkle_verify), ("sha256", serial_sha256),
-               ("read4", parallel_read)]
+    readers = [("read", plain_read), ("verify", merkle_verify), ("sha256", serial_sha256), ("read4", parallel_read)]
     runs: dict[str, list[float]] = {name: [] for name, _ in readers}
     for r in range(rounds):
-        for name, fn in readers[r % len(readers):] + readers[:r % len(readers)]:
+        for name, fn in readers[r % len(readers) :] + readers[: r % len(readers)]:
             if drop:
                 drop_page_cache()
             plain_read(tag_dir)
             if drop:
                 drop_page_cache()
-                time.sleep(0.3)               # let reclaim settle before the clock starts
+                time.sleep(0.3)  # let reclaim settle before the clock starts
             runs[name].append(fn(tag_dir))
     return runs
 
@@ -123,6 +124,7 @@ def _sealed_small(work: str, size: int = 256 * MB) -> str:
     """A sealed folder with one 256 MB file (enough segments to keep every thread busy):
     verify's memory on it, next to its memory on the checkpoint's 1 GB files."""
     from kfp_llmops.components.common import integrity
+
     folder = os.path.join(work, "small")
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "shard.bin"), "wb") as handle:
@@ -134,15 +136,39 @@ def _sealed_small(work: str, size: int = 256 * MB) -> str:
 def _phase(folder: str, phase: str, width: int, layers: int, rounds: int, log) -> dict:
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
     os.makedirs(folder, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                    "-m", "tests.benchmarks.ckpt_worker", folder, str(width), str(layers), str(rounds), phase],
-                   env=env, stdout=log, stderr=log, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "tests.benchmarks.ckpt_worker",
+            folder,
+            str(width),
+            str(layers),
+            str(rounds),
+            phase,
+        ],
+        env=env,
+        stdout=log,
+        stderr=log,
+        check=True,
+    )
     with open(os.path.join(folder, f"{phase}.json")) as handle:
         return json.load(handle)
 
 
-def main(work: str = "build/bench/ckpt", width: int = 4096, layers: int = 12, rounds: int = 20,
-         compute_rounds: int = 20, cold_rounds: int = 15) -> dict:
+def main(
+    work: str = "build/bench/ckpt",
+    width: int = 4096,
+    layers: int = 12,
+    rounds: int = 20,
+    compute_rounds: int = 20,
+    cold_rounds: int = 15,
+) -> dict:
     os.makedirs(work, exist_ok=True)
     shm = os.path.join(SHM, "llmops-bench-ckpt") if os.path.isdir(SHM) else os.path.join(work, "mem")
     with open(os.path.join(work, "ranks.log"), "wb") as log:
@@ -157,39 +183,61 @@ def main(work: str = "build/bench/ckpt", width: int = 4096, layers: int = 12, ro
     rss_base = _peak_rss_mb(base)
     rss_verify = _peak_rss_mb(f"{base}; r = c.verify({tag_dir!r}); assert r.ok")
     small = _sealed_small(work)
-    rss_small = _peak_rss_mb(f"{base}; from kfp_llmops.components.common import integrity as i; "
-                             f"i.verify_sealed({small!r})")
+    rss_small = _peak_rss_mb(
+        f"{base}; from kfp_llmops.components.common import integrity as i; i.verify_sealed({small!r})"
+    )
     largest = max(os.path.getsize(p) for p in _files(tag_dir))
     cw, dw = compute["wall_s"], durable["wall_s"]
     return {
-        "checkpoint_bytes": size, "params": durable["params"], "rounds": rounds, "compute_rounds": compute_rounds,
+        "checkpoint_bytes": size,
+        "params": durable["params"],
+        "rounds": rounds,
+        "compute_rounds": compute_rounds,
         "cold_rounds": cold_rounds,
         "cpus": os.cpu_count(),
-        "tmpfs": shm.startswith(SHM), "cache_dropped": durable["cache_dropped"],
-        "compute": {"plain_s": spread(cw["plain"]), "hashed_s": spread(cw["hashed"]),
-                    "ratio": paired(cw["hashed"], cw["plain"]), "crc_ratio": paired(cw["hashed_crc"], cw["plain"]),
-                    "plain_cpu_s": spread([sum(c) for c in compute["cpu_s"]["plain"]]),
-                    "hashed_cpu_s": spread([sum(c) for c in compute["cpu_s"]["hashed"]]),
-                    "hashed_crc_cpu_s": spread([sum(c) for c in compute["cpu_s"]["hashed_crc"]]), "rounds_s": cw,
-                    "rounds_cpu_s": {m: [sum(c) for c in v] for m, v in compute["cpu_s"].items()}},
-        "durable": {"plain_s": spread(dw["plain"]), "hashed_s": spread(dw["hashed"]),
-                    "ratio": paired(dw["hashed"], dw["plain"]), "rounds_s": dw,
-                    "plain_cpu_s": spread([sum(c) for c in durable["cpu_s"]["plain"]]),
-                    "hashed_cpu_s": spread([sum(c) for c in durable["cpu_s"]["hashed"]])},
-        "cold": {"read_mb_s": size / MB / statistics.median(cold["read"]),
-                 "verify_mb_s": size / MB / statistics.median(cold["verify"]),
-                 "sha256_mb_s": size / MB / statistics.median(cold["sha256"]),
-                 "verify_vs_read": paired(cold["read"], cold["verify"]),
-                 "read4_mb_s": size / MB / statistics.median(cold["read4"]),
-                 "verify_vs_read4": paired(cold["read4"], cold["verify"]),
-                 "verify_vs_sha256": paired(cold["sha256"], cold["verify"]), "rounds_s": cold},
-        "warm": {"read_mb_s": size / MB / statistics.median(warm["read"]),
-                 "verify_mb_s": size / MB / statistics.median(warm["verify"]),
-                 "sha256_mb_s": size / MB / statistics.median(warm["sha256"]),
-                 "verify_vs_read": paired(warm["read"], warm["verify"]),
-                 "verify_vs_sha256": paired(warm["sha256"], warm["verify"]), "rounds_s": warm},
-        "verify_peak_rss_mb": rss_verify, "import_peak_rss_mb": rss_base,
-        "verify_extra_rss_mb": rss_verify - rss_base, "largest_file_mb": largest / MB,
+        "tmpfs": shm.startswith(SHM),
+        "cache_dropped": durable["cache_dropped"],
+        "compute": {
+            "plain_s": spread(cw["plain"]),
+            "hashed_s": spread(cw["hashed"]),
+            "ratio": paired(cw["hashed"], cw["plain"]),
+            "crc_ratio": paired(cw["hashed_crc"], cw["plain"]),
+            "plain_cpu_s": spread([sum(c) for c in compute["cpu_s"]["plain"]]),
+            "hashed_cpu_s": spread([sum(c) for c in compute["cpu_s"]["hashed"]]),
+            "hashed_crc_cpu_s": spread([sum(c) for c in compute["cpu_s"]["hashed_crc"]]),
+            "rounds_s": cw,
+            "rounds_cpu_s": {m: [sum(c) for c in v] for m, v in compute["cpu_s"].items()},
+        },
+        "durable": {
+            "plain_s": spread(dw["plain"]),
+            "hashed_s": spread(dw["hashed"]),
+            "ratio": paired(dw["hashed"], dw["plain"]),
+            "rounds_s": dw,
+            "plain_cpu_s": spread([sum(c) for c in durable["cpu_s"]["plain"]]),
+            "hashed_cpu_s": spread([sum(c) for c in durable["cpu_s"]["hashed"]]),
+        },
+        "cold": {
+            "read_mb_s": size / MB / statistics.median(cold["read"]),
+            "verify_mb_s": size / MB / statistics.median(cold["verify"]),
+            "sha256_mb_s": size / MB / statistics.median(cold["sha256"]),
+            "verify_vs_read": paired(cold["read"], cold["verify"]),
+            "read4_mb_s": size / MB / statistics.median(cold["read4"]),
+            "verify_vs_read4": paired(cold["read4"], cold["verify"]),
+            "verify_vs_sha256": paired(cold["sha256"], cold["verify"]),
+            "rounds_s": cold,
+        },
+        "warm": {
+            "read_mb_s": size / MB / statistics.median(warm["read"]),
+            "verify_mb_s": size / MB / statistics.median(warm["verify"]),
+            "sha256_mb_s": size / MB / statistics.median(warm["sha256"]),
+            "verify_vs_read": paired(warm["read"], warm["verify"]),
+            "verify_vs_sha256": paired(warm["sha256"], warm["verify"]),
+            "rounds_s": warm,
+        },
+        "verify_peak_rss_mb": rss_verify,
+        "import_peak_rss_mb": rss_base,
+        "verify_extra_rss_mb": rss_verify - rss_base,
+        "largest_file_mb": largest / MB,
         "verify_small_extra_rss_mb": rss_small - rss_base,
     }
 
@@ -199,34 +247,38 @@ def _r(s: dict) -> str:
 
 
 def report(r: dict) -> str:
-    gb = r["checkpoint_bytes"] / 1024 ** 3
+    gb = r["checkpoint_bytes"] / 1024**3
     c, d, cold, warm = r["compute"], r["durable"], r["cold"], r["warm"]
-    return "\n".join([
-        f"## train_zero3 checkpoints ({gb:.2f} GB ZeRO-3 checkpoint, {r['params'] / 1e6:.0f} M params, 2 ranks, "
-        f"{r['cpus']} CPUs, {r['compute_rounds']} interleaved rounds for compute, {r['rounds']} durable, "
-        f"{r['cold_rounds']} cold; per-round ratios, "
-        "median and IQR)",
-        f"compute, {'tmpfs' if r['tmpfs'] else 'disk (no tmpfs here)'}, no fsync: hashing engine "
-        f"{c['hashed_s']['median']:.2f} s vs stock {c['plain_s']['median']:.2f} s: ratio {_r(c['ratio'])} "
-        f"(target <= 1.15); CPU s (both ranks) {c['hashed_cpu_s']['median']:.2f} vs "
-        f"{c['plain_cpu_s']['median']:.2f}",
-        f"  with torch's zip CRC-32 kept (hashing on top of the stock work): ratio {_r(c['crc_ratio'])}, CPU s "
-        f"{c['hashed_crc_cpu_s']['median']:.2f}",
-        f"durable save (fsync of files and folders; ours with its commit), page cache dropped "
-        f"{r['cache_dropped']}: hashing engine {d['hashed_s']['median']:.2f} s vs stock + fsync "
-        f"{d['plain_s']['median']:.2f} s: ratio {_r(d['ratio'])} (target <= 1.05); CPU s (both ranks) "
-        f"{d['hashed_cpu_s']['median']:.2f} vs {d['plain_cpu_s']['median']:.2f}",
-        f"verify, cold cache: {cold['verify_mb_s']:.0f} MB/s vs plain sequential read {cold['read_mb_s']:.0f} MB/s: "
-        f"{_r(cold['verify_vs_read'])} (target >= 0.9); the same read in 4 streams as verify reads "
-        f"{cold['read4_mb_s']:.0f} MB/s: {_r(cold['verify_vs_read4'])}; serial SHA-256 {cold['sha256_mb_s']:.0f} MB/s: "
-        f"{_r(cold['verify_vs_sha256'])}x (the disk is the limit)",
-        f"verify, warm cache: {warm['verify_mb_s']:.0f} MB/s vs read {warm['read_mb_s']:.0f} MB/s: "
-        f"{_r(warm['verify_vs_read'])}; vs serial SHA-256 {warm['sha256_mb_s']:.0f} MB/s: "
-        f"{_r(warm['verify_vs_sha256'])}x (target >= 3x)",
-        f"verify peak RSS {r['verify_peak_rss_mb']:.0f} MB (imports alone {r['import_peak_rss_mb']:.0f} MB, "
-        f"+{r['verify_extra_rss_mb']:.0f} MB) for files up to {r['largest_file_mb']:.0f} MB; "
-        f"+{r['verify_small_extra_rss_mb']:.0f} MB for one 256 MB file",
-    ])
+    return "\n".join(
+        [
+            f"## train_zero3 checkpoints ({gb:.2f} GB ZeRO-3 checkpoint, {r['params'] / 1e6:.0f} M params, 2 ranks, "
+            f"{r['cpus']} CPUs, {r['compute_rounds']} interleaved rounds for compute, {r['rounds']} durable, "
+            f"{r['cold_rounds']} cold; per-round ratios, "
+            "median and IQR)",
+            f"compute, {'tmpfs' if r['tmpfs'] else 'disk (no tmpfs here)'}, no fsync: hashing engine "
+            f"{c['hashed_s']['median']:.2f} s vs stock {c['plain_s']['median']:.2f} s: ratio {_r(c['ratio'])} "
+            f"(target <= 1.15); CPU s (both ranks) {c['hashed_cpu_s']['median']:.2f} vs "
+            f"{c['plain_cpu_s']['median']:.2f}",
+            f"  with torch's zip CRC-32 kept (hashing on top of the stock work): ratio {_r(c['crc_ratio'])}, CPU s "
+            f"{c['hashed_crc_cpu_s']['median']:.2f}",
+            f"durable save (fsync of files and folders; ours with its commit), page cache dropped "
+            f"{r['cache_dropped']}: hashing engine {d['hashed_s']['median']:.2f} s vs stock + fsync "
+            f"{d['plain_s']['median']:.2f} s: ratio {_r(d['ratio'])} (target <= 1.05); CPU s (both ranks) "
+            f"{d['hashed_cpu_s']['median']:.2f} vs {d['plain_cpu_s']['median']:.2f}",
+            f"verify, cold cache: {cold['verify_mb_s']:.0f} MB/s vs plain sequential read "
+            f"{cold['read_mb_s']:.0f} MB/s: "
+            f"{_r(cold['verify_vs_read'])} (target >= 0.9); the same read in 4 streams as verify reads "
+            f"{cold['read4_mb_s']:.0f} MB/s: {_r(cold['verify_vs_read4'])}; "
+            f"serial SHA-256 {cold['sha256_mb_s']:.0f} MB/s: "
+            f"{_r(cold['verify_vs_sha256'])}x (the disk is the limit)",
+            f"verify, warm cache: {warm['verify_mb_s']:.0f} MB/s vs read {warm['read_mb_s']:.0f} MB/s: "
+            f"{_r(warm['verify_vs_read'])}; vs serial SHA-256 {warm['sha256_mb_s']:.0f} MB/s: "
+            f"{_r(warm['verify_vs_sha256'])}x (target >= 3x)",
+            f"verify peak RSS {r['verify_peak_rss_mb']:.0f} MB (imports alone {r['import_peak_rss_mb']:.0f} MB, "
+            f"+{r['verify_extra_rss_mb']:.0f} MB) for files up to {r['largest_file_mb']:.0f} MB; "
+            f"+{r['verify_small_extra_rss_mb']:.0f} MB for one 256 MB file",
+        ]
+    )
 
 
 if __name__ == "__main__":

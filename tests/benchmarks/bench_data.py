@@ -1,6 +1,7 @@
 """Data-validation benchmark: throughput on >= 200 MB with names on and off, peak RSS at
 50 vs 200 MB, the PII engine side by side with Presidio's pattern recognizers on the same
 1 MB sample, and PERSON/ADDRESS side by side with Presidio with its spaCy NER on."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,10 @@ MB = 1024 * 1024
 
 
 # The path before the Hyperscan candidate search: every string through find_pii.
-_SCAN_ALL = ("import importlib\n"
-             "importlib.import_module('kfp_llmops.components.data_validation.validate').may_hold_pii = lambda raw: True\n")
+_SCAN_ALL = (
+    "import importlib\n"
+    "importlib.import_module('kfp_llmops.components.data_validation.validate').may_hold_pii = lambda raw: True\n"
+)
 
 
 def run_validator(path: str, out_dir: str, names: bool = True, scan_all: bool = False, ray_workers: int = 0) -> dict:
@@ -33,14 +36,22 @@ def run_validator(path: str, out_dir: str, names: bool = True, scan_all: bool = 
             handle.write(f"engine: ray\nray:\n  workers: {ray_workers}\n")
     args = ["data", "validate", path, "--out", out_dir, "--config", cfg, "--no-progress"]
     started = time.perf_counter()
-    _, peak = run_with_peak((_SCAN_ALL if scan_all else "") + f"import sys\nfrom kfp_llmops.pipelines.cli.main import main\nsys.exit(main({args!r}))")
+    _, peak = run_with_peak(
+        (_SCAN_ALL if scan_all else "")
+        + f"import sys\nfrom kfp_llmops.pipelines.cli.main import main\nsys.exit(main({args!r}))"
+    )
     elapsed = time.perf_counter() - started
     with open(os.path.join(out_dir, "metrics.json")) as handle:
         metrics = json.load(handle)
     size = os.path.getsize(path)
-    return {"bytes": size, "rows": metrics["rows_in"], "seconds": elapsed,
-            "mb_per_s": size / MB / elapsed, "rows_per_s": metrics["rows_in"] / elapsed,
-            "peak_rss_mb": peak}
+    return {
+        "bytes": size,
+        "rows": metrics["rows_in"],
+        "seconds": elapsed,
+        "mb_per_s": size / MB / elapsed,
+        "rows_per_s": metrics["rows_in"] / elapsed,
+        "peak_rss_mb": peak,
+    }
 
 
 _IN_IMAGE = """
@@ -65,6 +76,7 @@ def run_in_image(path: str, names: bool) -> dict | None:
 
     from kfp_llmops.components import images
     from kfp_llmops.pipelines import containers
+
     try:
         containers.docker_ready()
         containers.check_runnable(["data"])
@@ -72,10 +84,28 @@ def run_in_image(path: str, names: bool) -> dict | None:
         print(f"(data image not measured: {exc})", flush=True)
         return None
     folder, name = os.path.split(os.path.abspath(path))
-    done = subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{folder}:/in:ro",
-                           "--tmpfs", "/out:size=4g", "-e", "LLMOPS_NO_PROGRESS=1", images.image("data", pinned=False),
-                           "python", "-c", _IN_IMAGE % (str(names).lower(), name)],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "-v",
+            f"{folder}:/in:ro",
+            "--tmpfs",
+            "/out:size=4g",
+            "-e",
+            "LLMOPS_NO_PROGRESS=1",
+            images.image("data", pinned=False),
+            "python",
+            "-c",
+            _IN_IMAGE % (str(names).lower(), name),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     out = json.loads(done.stdout.strip().splitlines()[-1])
     out["mb_per_s"] = os.path.getsize(path) / MB / out["seconds"]
     return out
@@ -101,7 +131,7 @@ def _presidio():
     import spacy
 
     model_dir = tempfile.mkdtemp(prefix="spacy-blank-")
-    spacy.blank("en").to_disk(model_dir)   # no NER model: only the pattern recognizers fire
+    spacy.blank("en").to_disk(model_dir)  # no NER model: only the pattern recognizers fire
     analyzer = _presidio_analyzer(model_dir)
     return lambda text: [(r.start, r.end) for r in analyzer.analyze(text, language="en")]
 
@@ -114,15 +144,19 @@ def _presidio_ner():
     """Presidio with its NER recognizers on, on the same pinned en_core_web_sm we use, with
     the same allow list of public figures."""
     from kfp_llmops.components.data_validation import ner
+
     analyzer = _presidio_analyzer(ner.resolve(ner.BUNDLED, None)[0])
     entities = ["PERSON", "LOCATION"]
-    return lambda text: [pii.Finding(r.start, r.end, _PRESIDIO_TYPES[r.entity_type]) for r in analyzer.analyze(
-        text, language="en", entities=entities, allow_list=PUBLIC_FIGURES)]
+    return lambda text: [
+        pii.Finding(r.start, r.end, _PRESIDIO_TYPES[r.entity_type])
+        for r in analyzer.analyze(text, language="en", entities=entities, allow_list=PUBLIC_FIGURES)
+    ]
 
 
 def _ours_names():
     """A fresh NER cache, so repeated windows are not free."""
     from kfp_llmops.components.data_validation import names, ner
+
     finder = names.NameFinder(ner.NerConfirmer(ner.resolve(ner.BUNDLED, None)[0]), PUBLIC_FIGURES)
     return lambda text: finder.find([text])[0]
 
@@ -148,7 +182,7 @@ def score(detect, samples) -> dict:
     started = time.perf_counter()
     spans = [detect(s.text) for s in samples]
     elapsed = time.perf_counter() - started
-    for s, found_spans in zip(samples, spans):
+    for s, found_spans in zip(samples, spans, strict=False):
         for _, a, b in s.positives:
             total += 1
             found += any(x < b and y > a for x, y in found_spans)
@@ -161,9 +195,14 @@ def score(detect, samples) -> dict:
             else:
                 fp += 1
     size = sum(len(s.text.encode("utf-8")) for s in samples)
-    return {"mb_per_s": size / MB / elapsed, "seconds": elapsed, "bytes": size,
-            "recall": found / total, "precision": tp / max(1, tp + fp),
-            "hard_negatives_intact": intact / negatives}
+    return {
+        "mb_per_s": size / MB / elapsed,
+        "seconds": elapsed,
+        "bytes": size,
+        "recall": found / total,
+        "precision": tp / max(1, tp + fp),
+        "hard_negatives_intact": intact / negatives,
+    }
 
 
 def corpus_texts(path: str, target: int) -> list[str]:
@@ -200,21 +239,27 @@ def sample_of_size(target: int, seed: int = 5):
     return samples
 
 
-def main(work: str = "build/bench", big_mb: int = 200, small_mb: int = 50, sample_mb: float = 1.0,
-         names_mb: float = 0.25) -> dict:
+def main(
+    work: str = "build/bench", big_mb: int = 200, small_mb: int = 50, sample_mb: float = 1.0, names_mb: float = 0.25
+) -> dict:
     os.makedirs(work, exist_ok=True)
     small = write_corpus(os.path.join(work, f"corpus-names_{small_mb}mb.jsonl"), small_mb * MB, seed=1)
     big = write_corpus(os.path.join(work, f"corpus-names_{big_mb}mb.jsonl"), big_mb * MB, seed=2)
-    results = {"small": run_validator(small["path"], os.path.join(work, "out_small")),
-               "big": run_validator(big["path"], os.path.join(work, "out_big")),
-               "big_names_off": run_validator(big["path"], os.path.join(work, "out_big_off"), names=False),
-               "big_names_off_scan_all": run_validator(big["path"], os.path.join(work, "out_big_off_all"),
-                                                       names=False, scan_all=True)}
-    results["big_names_off_ray2"] = run_validator(big["path"], os.path.join(work, "out_big_off_ray"), names=False,
-                                                  ray_workers=2)
+    results = {
+        "small": run_validator(small["path"], os.path.join(work, "out_small")),
+        "big": run_validator(big["path"], os.path.join(work, "out_big")),
+        "big_names_off": run_validator(big["path"], os.path.join(work, "out_big_off"), names=False),
+        "big_names_off_scan_all": run_validator(
+            big["path"], os.path.join(work, "out_big_off_all"), names=False, scan_all=True
+        ),
+    }
+    results["big_names_off_ray2"] = run_validator(
+        big["path"], os.path.join(work, "out_big_off_ray"), names=False, ray_workers=2
+    )
     results["ray2_vs_single"] = results["big_names_off_ray2"]["mb_per_s"] / results["big_names_off"]["mb_per_s"]
-    results["candidate_search_speedup"] = (results["big_names_off"]["mb_per_s"]
-                                           / results["big_names_off_scan_all"]["mb_per_s"])
+    results["candidate_search_speedup"] = (
+        results["big_names_off"]["mb_per_s"] / results["big_names_off_scan_all"]["mb_per_s"]
+    )
     results["names_cost"] = results["big_names_off"]["mb_per_s"] / results["big"]["mb_per_s"]
     results["image_on"] = run_in_image(small["path"], names=True)
     results["image_off"] = run_in_image(small["path"], names=False) if results["image_on"] else None
@@ -229,7 +274,7 @@ def main(work: str = "build/bench", big_mb: int = 200, small_mb: int = 50, sampl
     results["pii_speedup_vs_presidio"] = results["ours"]["corpus_mb_per_s"] / results["presidio"]["corpus_mb_per_s"]
     results["pii_speedup_labeled"] = results["ours"]["mb_per_s"] / results["presidio"]["mb_per_s"]
     named, size, seed = [], 0, 17
-    while size < names_mb * MB:            # distinct samples: no window is seen twice by luck
+    while size < names_mb * MB:  # distinct samples: no window is seen twice by luck
         batch = name_samples(3000, seed=seed)
         named += batch
         size += sum(len(s.text.encode("utf-8")) for s in batch)
@@ -238,6 +283,7 @@ def main(work: str = "build/bench", big_mb: int = 200, small_mb: int = 50, sampl
     results["names_presidio"] = score_names(_presidio_ner(), named)
     results["names_speedup"] = results["names_ours"]["mb_per_s"] / results["names_presidio"]["mb_per_s"]
     from tests.faker_corpus import faker_samples, recall_by_kind
+
     for split in ("tune", "held_out"):
         samples, detect = faker_samples(split), _ours_names()
         results[f"faker_{split}"] = recall_by_kind(samples, [detect(s.text) for s in samples])
@@ -249,52 +295,71 @@ def main(work: str = "build/bench", big_mb: int = 200, small_mb: int = 50, sampl
 def report(r: dict) -> str:
     o, p = r["ours"], r["presidio"]
     n, pn = r["names_ours"], r["names_presidio"]
-    return "\n".join([
-        "## validate_dataset",
-        f"validator, {r['big']['bytes'] / MB:.0f} MB: {r['big']['mb_per_s']:.1f} MB/s, "
-        f"{r['big']['rows_per_s']:,.0f} rows/s ({r['big']['seconds']:.1f} s)",
-        f"peak RSS: {r['small']['peak_rss_mb']:.0f} MB at {r['small']['bytes'] / MB:.0f} MB input, "
-        f"{r['big']['peak_rss_mb']:.0f} MB at {r['big']['bytes'] / MB:.0f} MB input "
-        f"(ratio {r['rss_ratio_big_vs_small']:.2f})",
-        f"PII engines on the same text ({o['bytes'] / MB:.2f} MB of corpus text; a labeled sample of "
-        "the same size, half PII, half hard negatives):",
-        "  engine      corpus MB/s  labeled MB/s  recall  precision  hard negatives intact",
-        f"  kfp-llmops  {o['corpus_mb_per_s']:11.2f} {o['mb_per_s']:13.2f} {o['recall']:7.3f} {o['precision']:10.3f}"
-        f" {o['hard_negatives_intact']:10.3f}",
-        f"  presidio    {p['corpus_mb_per_s']:11.3f} {p['mb_per_s']:13.3f} {p['recall']:7.3f} {p['precision']:10.3f}"
-        f" {p['hard_negatives_intact']:10.3f}",
-        f"  throughput ratio: {r['pii_speedup_vs_presidio']:.0f}x Presidio on corpus text, "
-        f"{r['pii_speedup_labeled']:.0f}x on the labeled sample",
-        f"names off, {r['big_names_off']['bytes'] / MB:.0f} MB: {r['big_names_off']['mb_per_s']:.1f} MB/s "
-        f"({r['big_names_off']['seconds']:.1f} s); names on: {r['big']['mb_per_s']:.1f} MB/s "
-        f"(target >= 2); names cost {r['names_cost']:.2f}x",
-        f"  names off, every string through find_pii (no Hyperscan candidate search): "
-        f"{r['big_names_off_scan_all']['mb_per_s']:.1f} MB/s; the search is {r['candidate_search_speedup']:.2f}x "
-        f"({r['big']['bytes'] / r['big']['rows']:.0f} bytes a row)",
-        f"  names off on a local Ray with 2 workers (engine: ray, start-up included): "
-        f"{r['big_names_off_ray2']['mb_per_s']:.1f} MB/s, peak RSS of the driver {r['big_names_off_ray2']['peak_rss_mb']:.0f} MB; "
-        f"{r['ray2_vs_single']:.2f}x the single process",
-        *([f"in the data image, {r['small']['bytes'] / MB:.0f} MB: names on {r['image_on']['mb_per_s']:.1f} MB/s, "
-           f"peak RSS {r['image_on']['peak_rss_mb']:.0f} MB; names off {r['image_off']['mb_per_s']:.1f} MB/s, "
-           f"{r['image_off']['peak_rss_mb']:.0f} MB"] if r.get("image_on") else []),
-        f"PERSON / ADDRESS on a labeled sample ({n['bytes'] / MB:.2f} MB, EN + ZH, a third hard negatives; "
-        "targets: recall and precision >= 0.90 PERSON, >= 0.85 ADDRESS, >= 20x Presidio):",
-        "  engine                PERSON rec  prec   ADDRESS rec  prec   negatives intact   MB/s",
-        *(f"  {label:<20} {x['PERSON']['recall']:10.3f} {x['PERSON']['precision']:5.3f} "
-          f"{x['ADDRESS']['recall']:12.3f} {x['ADDRESS']['precision']:5.3f} {x['hard_negatives_intact']:18.3f} "
-          f"{x['mb_per_s']:7.3f}"
-          for label, x in (("kfp-llmops", n), ("presidio + spaCy NER", pn))),
-        f"  throughput ratio: {r['names_speedup']:.0f}x Presidio with NER",
-        f"  held-out sentences ({len(HELD)} written apart, not used for tuning): " + "; ".join(
-            f"{label} PERSON recall {x['PERSON']['recall']:.2f} precision {x['PERSON']['precision']:.2f}, ADDRESS recall {x['ADDRESS']['recall']:.2f}, "
-            f"negatives intact {x['hard_negatives_intact']:.2f}"
-            for label, x in (("kfp-llmops", r["held_out_ours"]), ("presidio", r["held_out_presidio"]))),
-        "  names and addresses from Faker (en_US, zh_CN) in sentences and log lines without cue words "
-        "(tests/faker_corpus.py; targets >= 0.90 each, negatives >= 0.95):",
-        *(f"  {split:<9} EN person {x['en_person']:.3f}  EN address {x['en_address']:.3f}  ZH person "
-          f"{x['zh_person']:.3f}  ZH address {x['zh_address']:.3f}  negatives intact {x['negatives_intact']:.3f}"
-          for split, x in (("tune", r["faker_tune"]), ("held-out", r["faker_held_out"]))),
-    ])
+    return "\n".join(
+        [
+            "## validate_dataset",
+            f"validator, {r['big']['bytes'] / MB:.0f} MB: {r['big']['mb_per_s']:.1f} MB/s, "
+            f"{r['big']['rows_per_s']:,.0f} rows/s ({r['big']['seconds']:.1f} s)",
+            f"peak RSS: {r['small']['peak_rss_mb']:.0f} MB at {r['small']['bytes'] / MB:.0f} MB input, "
+            f"{r['big']['peak_rss_mb']:.0f} MB at {r['big']['bytes'] / MB:.0f} MB input "
+            f"(ratio {r['rss_ratio_big_vs_small']:.2f})",
+            f"PII engines on the same text ({o['bytes'] / MB:.2f} MB of corpus text; a labeled sample of "
+            "the same size, half PII, half hard negatives):",
+            "  engine      corpus MB/s  labeled MB/s  recall  precision  hard negatives intact",
+            f"  kfp-llmops  {o['corpus_mb_per_s']:11.2f} {o['mb_per_s']:13.2f} {o['recall']:7.3f} "
+            f"{o['precision']:10.3f}"
+            f" {o['hard_negatives_intact']:10.3f}",
+            f"  presidio    {p['corpus_mb_per_s']:11.3f} {p['mb_per_s']:13.3f} {p['recall']:7.3f} "
+            f"{p['precision']:10.3f}"
+            f" {p['hard_negatives_intact']:10.3f}",
+            f"  throughput ratio: {r['pii_speedup_vs_presidio']:.0f}x Presidio on corpus text, "
+            f"{r['pii_speedup_labeled']:.0f}x on the labeled sample",
+            f"names off, {r['big_names_off']['bytes'] / MB:.0f} MB: {r['big_names_off']['mb_per_s']:.1f} MB/s "
+            f"({r['big_names_off']['seconds']:.1f} s); names on: {r['big']['mb_per_s']:.1f} MB/s "
+            f"(target >= 2); names cost {r['names_cost']:.2f}x",
+            f"  names off, every string through find_pii (no Hyperscan candidate search): "
+            f"{r['big_names_off_scan_all']['mb_per_s']:.1f} MB/s; the search is {r['candidate_search_speedup']:.2f}x "
+            f"({r['big']['bytes'] / r['big']['rows']:.0f} bytes a row)",
+            f"  names off on a local Ray with 2 workers (engine: ray, start-up included): "
+            f"{r['big_names_off_ray2']['mb_per_s']:.1f} MB/s, peak RSS of the driver "
+            f"{r['big_names_off_ray2']['peak_rss_mb']:.0f} MB; "
+            f"{r['ray2_vs_single']:.2f}x the single process",
+            *(
+                [
+                    f"in the data image, {r['small']['bytes'] / MB:.0f} MB: "
+                    f"names on {r['image_on']['mb_per_s']:.1f} MB/s, "
+                    f"peak RSS {r['image_on']['peak_rss_mb']:.0f} MB; names off {r['image_off']['mb_per_s']:.1f} MB/s, "
+                    f"{r['image_off']['peak_rss_mb']:.0f} MB"
+                ]
+                if r.get("image_on")
+                else []
+            ),
+            f"PERSON / ADDRESS on a labeled sample ({n['bytes'] / MB:.2f} MB, EN + ZH, a third hard negatives; "
+            "targets: recall and precision >= 0.90 PERSON, >= 0.85 ADDRESS, >= 20x Presidio):",
+            "  engine                PERSON rec  prec   ADDRESS rec  prec   negatives intact   MB/s",
+            *(
+                f"  {label:<20} {x['PERSON']['recall']:10.3f} {x['PERSON']['precision']:5.3f} "
+                f"{x['ADDRESS']['recall']:12.3f} {x['ADDRESS']['precision']:5.3f} {x['hard_negatives_intact']:18.3f} "
+                f"{x['mb_per_s']:7.3f}"
+                for label, x in (("kfp-llmops", n), ("presidio + spaCy NER", pn))
+            ),
+            f"  throughput ratio: {r['names_speedup']:.0f}x Presidio with NER",
+            f"  held-out sentences ({len(HELD)} written apart, not used for tuning): "
+            + "; ".join(
+                f"{label} PERSON recall {x['PERSON']['recall']:.2f} precision {x['PERSON']['precision']:.2f}, "
+                f"ADDRESS recall {x['ADDRESS']['recall']:.2f}, "
+                f"negatives intact {x['hard_negatives_intact']:.2f}"
+                for label, x in (("kfp-llmops", r["held_out_ours"]), ("presidio", r["held_out_presidio"]))
+            ),
+            "  names and addresses from Faker (en_US, zh_CN) in sentences and log lines without cue words "
+            "(tests/faker_corpus.py; targets >= 0.90 each, negatives >= 0.95):",
+            *(
+                f"  {split:<9} EN person {x['en_person']:.3f}  EN address {x['en_address']:.3f}  ZH person "
+                f"{x['zh_person']:.3f}  ZH address {x['zh_address']:.3f}  negatives intact {x['negatives_intact']:.3f}"
+                for split, x in (("tune", r["faker_tune"]), ("held-out", r["faker_held_out"]))
+            ),
+        ]
+    )
 
 
 if __name__ == "__main__":

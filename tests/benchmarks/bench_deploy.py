@@ -9,6 +9,7 @@
    detection rate, time and canary requests until rollback, and false rollbacks.
 3. Latency the nginx split adds over calling Triton directly.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,12 @@ from kfp_llmops.components.deploy.loadgen import LoadGenerator, Sample
 from kfp_llmops.components.deploy.local_target import LocalTarget
 from tests.helpers import tiny_model
 
-KINDS = {"healthy": {}, "errors_10pct": {"failure_rate": 0.10}, "latency_+60ms": {"added_latency_ms": 60.0},
-         "latency_+20ms": {"added_latency_ms": 20.0}}
+KINDS = {
+    "healthy": {},
+    "errors_10pct": {"failure_rate": 0.10},
+    "latency_+60ms": {"added_latency_ms": 60.0},
+    "latency_+20ms": {"added_latency_ms": 20.0},
+}
 
 
 def record_traces(root: str, seconds: float) -> tuple[dict, dict]:
@@ -39,7 +44,7 @@ def record_traces(root: str, seconds: float) -> tuple[dict, dict]:
         target = LocalTarget(cfg, state, os.path.join(root, f"work-{i}"))
         try:
             target.start(repo)
-            if kind == "stable":            # the first release becomes the stable every canary meets
+            if kind == "stable":  # the first release becomes the stable every canary meets
                 target.promote(built)
                 continue
             if kind == "healthy":
@@ -48,9 +53,11 @@ def record_traces(root: str, seconds: float) -> tuple[dict, dict]:
             samples = target.load().run(seconds, desc=f"trace {kind}")
         finally:
             target.close()
-        traces[kind] = {"rate": len(samples) / seconds,
-                        "canary": [(s.ok, s.latency_ms) for s in samples if s.backend == "canary"],
-                        "stable": [(s.ok, s.latency_ms) for s in samples if s.backend == "stable"]}
+        traces[kind] = {
+            "rate": len(samples) / seconds,
+            "canary": [(s.ok, s.latency_ms) for s in samples if s.backend == "canary"],
+            "stable": [(s.ok, s.latency_ms) for s in samples if s.backend == "stable"],
+        }
     return traces, overhead
 
 
@@ -58,13 +65,14 @@ def nginx_overhead(target, n: int = 300) -> dict:
     """One client, same request: directly to stable vs through nginx pinned to stable."""
     host, port = target.stable.address.split(":")
     direct = LoadGenerator(host, int(port), "llm", {}, ["hi"], 1, 1)
-    proxied = LoadGenerator(target.split.host, target.split.port, "llm", {}, ["hi"], 1, 1,
-                            headers={"X-Canary": "never"})
+    proxied = LoadGenerator(
+        target.split.host, target.split.port, "llm", {}, ["hi"], 1, 1, headers={"X-Canary": "never"}
+    )
     out = {}
-    for _ in range(2):              # interleave twice against drift, keep the better of each
+    for _ in range(2):  # interleave twice against drift, keep the better of each
         for name, gen in (("direct", direct), ("nginx", proxied)):
             lat = []
-            gen.run(1.0, on_sample=lambda s: lat.append(s.latency_ms) or len(lat) >= n, desc=name)
+            gen.run(1.0, on_sample=lambda s, lat=lat: lat.append(s.latency_ms) or len(lat) >= n, desc=name)
             med = statistics.median(lat)
             out[name] = min(out.get(name, med), med)
     out["added_ms"] = out["nginx"] - out["direct"]
@@ -97,8 +105,12 @@ def simulate(trace: dict, cfg: DeployConfig, flagger: bool, rng: random.Random) 
         canary, stable = role_stats(samples, "canary"), role_stats(samples, "stable")
         action = d.end_interval(interval_checks(canary, stable, cfg, relative=not flagger))
         if action in ("rollback", "promote"):
-            return {"decision": "rolled_back" if action == "rollback" else "promoted", "t": t,
-                    "canary_requests": canary_seen, "canary_failed": canary_failed}
+            return {
+                "decision": "rolled_back" if action == "rollback" else "promoted",
+                "t": t,
+                "canary_requests": canary_seen,
+                "canary_failed": canary_failed,
+            }
 
 
 def _sla_from(traces: dict) -> str:
@@ -113,38 +125,56 @@ def main(seconds: float = 8.0, rollouts: int = 200) -> dict:
     with tempfile.TemporaryDirectory() as root:
         traces, overhead = record_traces(root, seconds)
     cfg = DeployConfig.load(_sla_from(traces))
-    out = {"rollouts_per_kind": rollouts, "interval_s": cfg.interval_s, "threshold": cfg.threshold,
-           "steps": cfg.steps, "max_p99_ms": cfg.sla.max_p99_ms, "nginx": overhead, "kinds": {}}
+    out = {
+        "rollouts_per_kind": rollouts,
+        "interval_s": cfg.interval_s,
+        "threshold": cfg.threshold,
+        "steps": cfg.steps,
+        "max_p99_ms": cfg.sla.max_p99_ms,
+        "nginx": overhead,
+        "kinds": {},
+    }
     for kind, trace in traces.items():
         row = {"trace_requests": len(trace["canary"]) + len(trace["stable"]), "rate_rps": round(trace["rate"], 1)}
         for method in ("llmops", "flagger"):
             rng = random.Random(1)
             runs = [simulate(trace, cfg, method == "flagger", rng) for _ in range(rollouts)]
             rolled = [r for r in runs if r["decision"] == "rolled_back"]
-            row[method] = {"rollback_rate": len(rolled) / rollouts,
-                           "median_s_to_rollback": statistics.median(r["t"] for r in rolled) if rolled else None,
-                           "median_canary_requests": statistics.median(r["canary_requests"] for r in rolled) if rolled else None,
-                           "median_failed_canary_requests": statistics.median(r["canary_failed"] for r in rolled) if rolled else None}
+            row[method] = {
+                "rollback_rate": len(rolled) / rollouts,
+                "median_s_to_rollback": statistics.median(r["t"] for r in rolled) if rolled else None,
+                "median_canary_requests": statistics.median(r["canary_requests"] for r in rolled) if rolled else None,
+                "median_failed_canary_requests": statistics.median(r["canary_failed"] for r in rolled)
+                if rolled
+                else None,
+            }
         out["kinds"][kind] = row
     return out
 
 
 def report(r: dict) -> str:
-    lines = [f"== deploy: {r['rollouts_per_kind']} simulated rollouts per kind from recorded traces "
-             f"(steps {r['steps']}, interval {r['interval_s']} s, threshold {r['threshold']}, "
-             f"p99 SLA {r['max_p99_ms']} ms)"]
+    lines = [
+        f"== deploy: {r['rollouts_per_kind']} simulated rollouts per kind from recorded traces "
+        f"(steps {r['steps']}, interval {r['interval_s']} s, threshold {r['threshold']}, "
+        f"p99 SLA {r['max_p99_ms']} ms)"
+    ]
     for kind, row in r["kinds"].items():
         for method in ("llmops", "flagger"):
             m = row[method]
             what = "false rollbacks" if kind == "healthy" else "detected"
             s = f"{m['median_s_to_rollback']:.1f} s" if m["median_s_to_rollback"] is not None else "-"
             c = m["median_canary_requests"] if m["median_canary_requests"] is not None else "-"
-            lines.append(f"{kind:<15} {method:<8} {what} {m['rollback_rate']:.1%}  median time to rollback {s}, "
-                         f"canary requests {c}, failed {m['median_failed_canary_requests'] if m['median_failed_canary_requests'] is not None else '-'}")
+            lines.append(
+                f"{kind:<15} {method:<8} {what} {m['rollback_rate']:.1%}  median time to rollback {s}, "
+                f"canary requests {c}, failed "
+                f"{m['median_failed_canary_requests'] if m['median_failed_canary_requests'] is not None else '-'}"
+            )
     n = r["nginx"]
     if n:
-        lines.append(f"nginx split: median {n['nginx']:.2f} ms vs direct {n['direct']:.2f} ms "
-                     f"({n['added_ms']:+.2f} ms per request)")
+        lines.append(
+            f"nginx split: median {n['nginx']:.2f} ms vs direct {n['direct']:.2f} ms "
+            f"({n['added_ms']:+.2f} ms per request)"
+        )
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ one untimed warm-up round; rank 0 writes the timings.
   the previous round's files are removed, writeback drained (`sync`) and the page cache
   dropped where the machine allows it.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,9 +67,13 @@ def main(out_dir: str, width: int, layers: int, rounds: int, phase: str) -> None
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(layers)])
-    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
-           "optimizer": {"type": "Adam", "params": {"lr": 1e-4, "torch_adam": True}},
-           "zero_optimization": {"stage": 3}, "steps_per_print": 10 ** 9}
+    cfg = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "optimizer": {"type": "Adam", "params": {"lr": 1e-4, "torch_adam": True}},
+        "zero_optimization": {"stage": 3},
+        "steps_per_print": 10**9,
+    }
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     loss = engine(torch.randn(1, width)).square().mean()
     engine.backward(loss)
@@ -116,22 +121,31 @@ def main(out_dir: str, width: int, layers: int, rounds: int, phase: str) -> None
         digests = [None] * world
         dist.all_gather_object(digests, [d.to_json() for d in eng.digests.values()])
         if rank == 0:
-            checkpoints.commit(target, staging, "t", [merkle.FileDigest.from_json(d) for part in digests for d in part],
-                               merkle.DEFAULT_CHUNK_SIZE, {"step": 1}, durable=True)
+            checkpoints.commit(
+                target,
+                staging,
+                "t",
+                [merkle.FileDigest.from_json(d) for part in digests for d in part],
+                merkle.DEFAULT_CHUNK_SIZE,
+                {"step": 1},
+                durable=True,
+            )
 
     if phase == "compute":
-        modes = {"plain": lambda t: save_plain(stock, t),
-                 "hashed": lambda t: save_hashed(HashingCheckpointEngine(durable=False), t),
-                 "hashed_crc": lambda t: save_hashed(HashingCheckpointEngine(durable=False, zip_crc32=True), t)}
+        modes = {
+            "plain": lambda t: save_plain(stock, t),
+            "hashed": lambda t: save_hashed(HashingCheckpointEngine(durable=False), t),
+            "hashed_crc": lambda t: save_hashed(HashingCheckpointEngine(durable=False, zip_crc32=True), t),
+        }
     else:
         modes = {"plain": save_stock_durable, "hashed": save_hashed_durable}
     wall: dict[str, list[float]] = {m: [] for m in modes}
     parts: dict[str, float] = {}
-    split: dict[str, list[float]] = {m: [] for m in modes}       # rank 0: the files written and fsynced
+    split: dict[str, list[float]] = {m: [] for m in modes}  # rank 0: the files written and fsynced
     cpu: dict[str, list[list[float]]] = {m: [] for m in modes}
     order = list(modes)
-    for r in range(rounds + 1):               # round 0 warms the allocator, untimed
-        for mode in order[r % len(order):] + order[:r % len(order)]:
+    for r in range(rounds + 1):  # round 0 warms the allocator, untimed
+        for mode in order[r % len(order) :] + order[: r % len(order)]:
             target = os.path.join(out_dir, mode)
             prepare(target)
             cpu0 = _cpu_seconds()
@@ -151,8 +165,20 @@ def main(out_dir: str, width: int, layers: int, rounds: int, phase: str) -> None
     size = sum(os.path.getsize(os.path.join(tag_dir, f)) for f in os.listdir(tag_dir) if f.endswith(".pt"))
     if rank == 0:
         with open(os.path.join(out_dir, f"{phase}.json"), "w") as handle:
-            json.dump({"phase": phase, "params": params, "bytes": size, "wall_s": wall, "cpu_s": cpu, "write_s": split,
-                       "cache_dropped": dropped[0], "tag_dir": tag_dir}, handle, indent=2)
+            json.dump(
+                {
+                    "phase": phase,
+                    "params": params,
+                    "bytes": size,
+                    "wall_s": wall,
+                    "cpu_s": cpu,
+                    "write_s": split,
+                    "cache_dropped": dropped[0],
+                    "tag_dir": tag_dir,
+                },
+                handle,
+                indent=2,
+            )
     dist.barrier()
     if rank == 0 and phase == "compute":
         for mode in modes:

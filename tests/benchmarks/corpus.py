@@ -1,5 +1,6 @@
 """Generated benchmark corpora: SFT JSONL with realistic PII and hard negatives mixed
 into templated Q&A, written fast (chunks of rows joined in memory)."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,7 @@ def write_corpus(path: str, target_bytes: int, seed: int = 0) -> dict:
         return {"path": path, "bytes": os.path.getsize(path)}
     rng = random.Random(seed)
     items = _qa_items()
-    extras = [s.text for s in labeled_samples(4000, seed=seed)] + \
-        [s.text for s in name_samples(2000, seed=seed)]
+    extras = [s.text for s in labeled_samples(4000, seed=seed)] + [s.text for s in name_samples(2000, seed=seed)]
     rows = written = 0
     tmp = f"{path}.partial"
     with open(tmp, "w", encoding="utf-8") as handle:
@@ -30,12 +30,18 @@ def write_corpus(path: str, target_bytes: int, seed: int = 0) -> dict:
                 prompt = f"{q} (request {rows})"
                 if rows % 4 == 0:
                     prompt += " " + extras[rng.randrange(len(extras))]
-                line = json.dumps({"prompt": prompt, "response": a + " " + rng.choice(
-                    ["Hope that helps.", "Let me know if you need more.", "That is the answer."])})
+                line = json.dumps(
+                    {
+                        "prompt": prompt,
+                        "response": a
+                        + " "
+                        + rng.choice(["Hope that helps.", "Let me know if you need more.", "That is the answer."]),
+                    }
+                )
                 roll = rng.random()
-                if roll < 0.01 and batch:            # 1 % exact duplicates
+                if roll < 0.01 and batch:  # 1 % exact duplicates
                     line = batch[rng.randrange(len(batch))]
-                elif roll < 0.015:                   # 0.5 % malformed
+                elif roll < 0.015:  # 0.5 % malformed
                     line = line[: len(line) // 2]
                 batch.append(line)
                 rows += 1

@@ -6,6 +6,7 @@ optimizer step. Both modes end the load phase in the same state, every parameter
 partitioned. A thread samples /proc/self/status every few milliseconds and this rank
 writes, per phase, its peak anonymous memory (RssAnon: what the process itself holds)
 and its peak resident set (VmRSS: that plus mapped file pages)."""
+
 import json
 import os
 import sys
@@ -71,10 +72,10 @@ def main(mode: str, model_dir: str, out: str) -> None:
     if mode.startswith("partitioned"):
         model = partitioned_load.load(AutoModelForCausalLM, model_dir, ds_config, rank)
         if sized:
-            partitioned_load.map_large_allocations()     # as the training worker does after the load
+            partitioned_load.map_large_allocations()  # as the training worker does after the load
     else:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        deepspeed.zero.Init(module=model, config_dict_or_path=ds_config)   # what initialize would do
+        deepspeed.zero.Init(module=model, config_dict_or_path=ds_config)  # what initialize would do
     torch.distributed.barrier()
     peaks.mark("load")
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)

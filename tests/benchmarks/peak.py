@@ -3,6 +3,7 @@
 `ru_maxrss` from wait4 is not usable here: Linux carries the parent's high-water mark
 into the child across fork + exec, so a big benchmark process would hide a small child.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,8 @@ def run_with_peak(code: str, check: bool = True) -> tuple[int, float]:
         "    for line in open('/proc/self/status'):\n"
         "        if line.startswith('VmHWM:'):\n"
         f"            open({out!r}, 'w').write(line.split()[1])\n"
-        "atexit.register(_hwm)\n" + code)
+        "atexit.register(_hwm)\n" + code
+    )
     proc = subprocess.run([sys.executable, "-c", wrapper], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if check and proc.returncode not in (0, 1):
         raise RuntimeError(proc.stderr.decode(errors="replace")[-2000:])

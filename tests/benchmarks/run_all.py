@@ -1,19 +1,36 @@
 """`make bench`: every benchmark, ratios against baselines measured in the same run.
 Results also land in build/bench/results.json."""
+
 import json
 import os
 
-from tests.benchmarks import (bench_ckpt, bench_data, bench_deploy, bench_eval, bench_load, bench_serving,
-                              bench_signing, bench_tokens, bench_watermark)
+from tests.benchmarks import (
+    bench_ckpt,
+    bench_data,
+    bench_deploy,
+    bench_eval,
+    bench_load,
+    bench_serving,
+    bench_signing,
+    bench_tokens,
+    bench_watermark,
+)
 
 
 def main() -> None:
     os.makedirs("build/bench", exist_ok=True)
     results = {}
-    for name, module in (("data", bench_data), ("tokens", bench_tokens), ("checkpoints", bench_ckpt), ("load", bench_load),
-                         ("evaluation", bench_eval),
-                         ("watermark", bench_watermark), ("deploy", bench_deploy), ("serving", bench_serving),
-                         ("signing", bench_signing)):
+    for name, module in (
+        ("data", bench_data),
+        ("tokens", bench_tokens),
+        ("checkpoints", bench_ckpt),
+        ("load", bench_load),
+        ("evaluation", bench_eval),
+        ("watermark", bench_watermark),
+        ("deploy", bench_deploy),
+        ("serving", bench_serving),
+        ("signing", bench_signing),
+    ):
         results[name] = module.main()
         print(module.report(results[name]), flush=True)
         print()

@@ -5,19 +5,20 @@ one docker network: the head pod (`ray start --head`), a worker pod joining it, 
 submitter running the job's entrypoint against the cluster (RAY_ADDRESS, as KubeRay's
 job supervisor sets it). The task follows the job to its end, reads the outputs back
 from the claim and verifies them; they are the single process's, byte for byte."""
+
 import importlib
 import json
 import uuid
 
 import pytest
+
 from helpers import docker, fs_group
 from job_standin import ProcessRun
-from kuberay_standin import KubeRayStandIn
-
 from kfp_llmops.components import images
 from kfp_llmops.components.data_validation import rayjob
 from kfp_llmops.components.data_validation.config import DataValidationConfig
 from kfp_llmops.pipelines import containers
+from kuberay_standin import KubeRayStandIn
 from tests.benchmarks.corpus import write_corpus
 
 validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
@@ -40,33 +41,67 @@ class DockerRay(ProcessRun):
             spec = template["spec"]
             (container,) = spec["containers"]
             mount = container["volumeMounts"][0]["mountPath"]
-            cid = docker("run", "-d", "--name", f"{self.name}-{role}-{tag}", "--network", self.network,
-                         "--hostname", role, "--network-alias", role, "--shm-size", "256m",
-                         "--cpus", "1", "--group-add", str(spec["securityContext"]["fsGroup"]),
-                         "-v", f"{claim}:{mount}", container["image"], *command).stdout.strip()
+            cid = docker(
+                "run",
+                "-d",
+                "--name",
+                f"{self.name}-{role}-{tag}",
+                "--network",
+                self.network,
+                "--hostname",
+                role,
+                "--network-alias",
+                role,
+                "--shm-size",
+                "256m",
+                "--cpus",
+                "1",
+                "--group-add",
+                str(spec["securityContext"]["fsGroup"]),
+                "-v",
+                f"{claim}:{mount}",
+                container["image"],
+                *command,
+            ).stdout.strip()
             self.containers[role] = cid
 
         common = ["--num-cpus=1", "--disable-usage-stats", "--block"]
-        pod("head", cluster["headGroupSpec"]["template"],
-            ["ray", "start", "--head", "--port=6379", "--include-dashboard=false", *common])
+        pod(
+            "head",
+            cluster["headGroupSpec"]["template"],
+            ["ray", "start", "--head", "--port=6379", "--include-dashboard=false", *common],
+        )
         for group in cluster.get("workerGroupSpecs", []):
             for i in range(group["replicas"]):
                 pod(f"worker-{i}", group["template"], ["ray", "start", "--address=head:6379", *common])
         want = 1 + sum(g["replicas"] for g in cluster.get("workerGroupSpecs", []))
-        probe = ("import ray, time\nfor _ in range(120):\n    try:\n"
-                 "        ray.init(address='head:6379', logging_level='ERROR')\n        break\n"
-                 "    except ConnectionError:\n        time.sleep(0.5)\n"
-                 f"for _ in range(120):\n    if len([n for n in ray.nodes() if n['Alive']]) >= {want}: break\n"
-                 "    time.sleep(0.5)\nelse: raise SystemExit('nodes missing')")
+        probe = (
+            "import ray, time\nfor _ in range(120):\n    try:\n"
+            "        ray.init(address='head:6379', logging_level='ERROR')\n        break\n"
+            "    except ConnectionError:\n        time.sleep(0.5)\n"
+            f"for _ in range(120):\n    if len([n for n in ray.nodes() if n['Alive']]) >= {want}: break\n"
+            "    time.sleep(0.5)\nelse: raise SystemExit('nodes missing')"
+        )
         docker("exec", self.containers["head"], "python", "-c", probe)
         # The submitter: the entrypoint against the cluster, its output the job's log.
-        self.follow(["docker", "exec", "-e", "RAY_ADDRESS=head:6379", self.containers["head"],
-                     "sh", "-c", job["spec"]["entrypoint"]])
+        self.follow(
+            [
+                "docker",
+                "exec",
+                "-e",
+                "RAY_ADDRESS=head:6379",
+                self.containers["head"],
+                "sh",
+                "-c",
+                job["spec"]["entrypoint"],
+            ]
+        )
 
     def pods(self):
         code = self.proc.poll()
-        return [(f"{self.name}-submitter", "submitter", code, "Completed" if code == 0 else "Error")] + \
-            [(f"{self.name}-{role}", role, None, "") for role in self.containers]
+        return [(f"{self.name}-submitter", "submitter", code, "Completed" if code == 0 else "Error")] + [
+            (f"{self.name}-{role}", role, None, "") for role in self.containers
+        ]
 
     def stop(self):
         super().stop()
@@ -97,7 +132,7 @@ def test_validate_runs_as_a_rayjob_on_a_head_and_a_worker_of_the_data_image(tmp_
     cfg.gate.max_reject_rate = 1.0
     cfg.pii.names.enabled = False
     cfg.engine = "ray"
-    cfg.ray.workers = 7                     # a local Ray would cut 7 partitions; the cluster has 2 CPUs
+    cfg.ray.workers = 7  # a local Ray would cut 7 partitions; the cluster has 2 CPUs
     cfg.ray.kuberay.enabled = True
     cfg.ray.kuberay.workers = 1
     cfg.ray.kuberay.mount_path = str(claim)
@@ -112,7 +147,7 @@ def test_validate_runs_as_a_rayjob_on_a_head_and_a_worker_of_the_data_image(tmp_
             run.stop()
     name = api.created[0]["metadata"]["name"]
     log = (claim / "llmops-validate" / name / "job.log").read_text()
-    assert "on 2 node(s)" in log and "2 partition(s)" in log, log[-3000:]        # the cluster's, not a local Ray
+    assert "on 2 node(s)" in log and "2 partition(s)" in log, log[-3000:]  # the cluster's, not a local Ray
     local_cfg = DataValidationConfig()
     local_cfg.gate.max_reject_rate = 1.0
     local_cfg.pii.names.enabled = False
@@ -122,4 +157,4 @@ def test_validate_runs_as_a_rayjob_on_a_head_and_a_worker_of_the_data_image(tmp_
         assert open(a, "rb").read() == open(b, "rb").read()
     assert result.metrics["merkle_root"] == want.metrics["merkle_root"]
     assert json.loads(open(out.metrics).read())["rows_in"] == want.metrics["rows_in"]
-    assert not api.jobs                      # deleted once read back
+    assert not api.jobs  # deleted once read back

@@ -6,6 +6,7 @@ runtime's sshd, the launcher pod runs the TrainJob's own command (`mpirun` over 
 hostfile, the worker on both nodes through ssh), each with the env, SSH keys, hostfile
 and claim that Trainer mounts. The task follows the job to its end, then reads the
 result and the exported model back from the claim and verifies them."""
+
 import json
 import os
 import shutil
@@ -13,10 +14,9 @@ import subprocess
 import uuid
 
 import pytest
+
 from helpers import docker as _docker
 from helpers import fs_group, losses, training_inputs
-from trainer_standin import Run, TrainerStandIn
-
 from kfp_llmops.components import images
 from kfp_llmops.components.common import integrity
 from kfp_llmops.components.common.errors import LlmopsError
@@ -25,12 +25,16 @@ from kfp_llmops.components.training.config import TrainConfig
 from kfp_llmops.components.training.trainjob import render_runtime
 from kfp_llmops.components.training.trainjob_run import train_multinode
 from kfp_llmops.pipelines import containers
+from trainer_standin import Run, TrainerStandIn
 
 pytestmark = pytest.mark.timeout(900)
 RUN = dict(steps=8, checkpoint_interval=4, micro_batch=4, seq_len=48, chunk_size=4096, world_size=2)
 # What Trainer's MPI plugin adds to every node's container (pkg/constants, OpenMPI).
-MPI_ENV = {"OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile", "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
-           "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10"}
+MPI_ENV = {
+    "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
+    "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+    "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+}
 
 
 class DockerRun(Run):
@@ -42,9 +46,10 @@ class DockerRun(Run):
         trainer, spec = job["spec"]["trainer"], runtime["spec"]
         self.network = f"llmops-{tag}"
         _docker("network", "create", self.network)
-        patches = {p["name"]: p["template"]["spec"]["template"]["spec"]
-                   for p in job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
-                   ["replicatedJobs"]}
+        patches = {
+            p["name"]: p["template"]["spec"]["template"]["spec"]
+            for p in job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        }
         # Trainer's Secret of SSH keys and ConfigMap of hosts, mounted as it mounts them.
         keys = folder / f"ssh-{tag}"
         keys.mkdir()
@@ -63,22 +68,42 @@ class DockerRun(Run):
         self.containers = {}
         for pod in nodes:
             rjob = "launcher" if "-launcher-" in pod else "node"
-            (template,) = [r["template"]["spec"]["template"]["spec"] for r in spec["template"]["spec"]["replicatedJobs"]
-                           if r["name"] == rjob]
+            (template,) = [
+                r["template"]["spec"]["template"]["spec"]
+                for r in spec["template"]["spec"]["replicatedJobs"]
+                if r["name"] == rjob
+            ]
             (container,) = template["containers"]
             claim = patches[rjob]["containers"][0]["volumeMounts"][0]["mountPath"]
             fs_group(claim, template["securityContext"]["fsGroup"])
             user = container["securityContext"]
-            args = ["run", "-d", "--name", f"{pod}-{tag}", "--network", self.network, "--hostname", pod,
-                    "--network-alias", f"{pod}.{self.name}", "--user", f"{user['runAsUser']}:{user['runAsGroup']}",
-                    "--group-add", str(template["securityContext"]["fsGroup"]),
-                    "-v", f"{keys}:{spec['mlPolicy']['mpi']['sshAuthMountPath']}:ro",
-                    "-v", f"{hostfile}:/etc/mpi/hostfile:ro", "-v", f"{claim}:{claim}"]
+            args = [
+                "run",
+                "-d",
+                "--name",
+                f"{pod}-{tag}",
+                "--network",
+                self.network,
+                "--hostname",
+                pod,
+                "--network-alias",
+                f"{pod}.{self.name}",
+                "--user",
+                f"{user['runAsUser']}:{user['runAsGroup']}",
+                "--group-add",
+                str(template["securityContext"]["fsGroup"]),
+                "-v",
+                f"{keys}:{spec['mlPolicy']['mpi']['sshAuthMountPath']}:ro",
+                "-v",
+                f"{hostfile}:/etc/mpi/hostfile:ro",
+                "-v",
+                f"{claim}:{claim}",
+            ]
             for k, v in env.items():
                 args += ["-e", f"{k}={v}"]
             image = trainer["image"] if rjob == "launcher" else container["image"]
             command = trainer["command"] if rjob == "launcher" else container["command"] + container["args"]
-            if rjob == "launcher":            # JobSet's dependsOn: the nodes are Ready first
+            if rjob == "launcher":  # JobSet's dependsOn: the nodes are Ready first
                 for other in self.containers.values():
                     _ready(other, container_port=2222)
             self.containers[pod] = _docker(*args, "--entrypoint", command[0], image, *command[1:]).stdout.strip()
@@ -103,8 +128,14 @@ class DockerRun(Run):
         for pod, cid in self.containers.items():
             state = self._inspect(cid)
             code = None if state["Running"] else state["ExitCode"]
-            out.append((pod, "launcher" if "-launcher-" in pod else "node", code,
-                        "OOMKilled" if state["OOMKilled"] else ("Completed" if code == 0 else "Error")))
+            out.append(
+                (
+                    pod,
+                    "launcher" if "-launcher-" in pod else "node",
+                    code,
+                    "OOMKilled" if state["OOMKilled"] else ("Completed" if code == 0 else "Error"),
+                )
+            )
         return out
 
     def stop(self):
@@ -114,7 +145,11 @@ class DockerRun(Run):
 
 
 def _ready(cid: str, container_port: int) -> None:
-    probe = f"import socket,time\nfor _ in range(100):\n  try:\n    socket.create_connection(('127.0.0.1',{container_port}),1); break\n  except OSError: time.sleep(0.2)\nelse: raise SystemExit(1)"
+    probe = (
+        "import socket,time\nfor _ in range(100):\n  try:\n"
+        f"    socket.create_connection(('127.0.0.1',{container_port}),1); break\n"
+        "  except OSError: time.sleep(0.2)\nelse: raise SystemExit(1)"
+    )
     _docker("exec", cid, "python", "-c", probe)
 
 
@@ -131,6 +166,7 @@ def cluster(tmp_path):
     def start(job):
         runs.append(DockerRun(job, render_runtime(), tmp_path, {"llmops-watermark-key": {"key": "0x5eed"}}))
         return runs[-1]
+
     yield TrainerStandIn(start, secrets={"llmops-watermark-key": {"key": "0x5eed"}})
     for run in runs:
         run.stop()
@@ -153,26 +189,36 @@ def test_the_train_task_runs_two_nodes_of_the_train_image_through_a_trainjob(tmp
     claim = tmp_path / "claim"
     claim.mkdir()
     monkeypatch.setattr(trainjob_run, "clients", lambda: (cluster, cluster))
-    config = json.dumps(dict(RUN, multinode={"nodes": 2, "mount_path": str(claim), "namespace": "team-a",
-                                             "poll_s": 1, "timeout_s": 600}))
+    config = json.dumps(
+        dict(
+            RUN, multinode={"nodes": 2, "mount_path": str(claim), "namespace": "team-a", "poll_s": 1, "timeout_s": 600}
+        )
+    )
     out = tmp_path / "outputs"
     model = _artifact(Model, out / "model")
     dataset = _artifact(Dataset, made["clean"], merkle_root=integrity.verify("dataset", made["clean"]))
     base = _artifact(Model, made["base"], merkle_root=integrity.verify("model", made["base"]))
-    outputs = [_artifact(cls, out / name) for cls, name in ((Artifact, "checkpoints"), (Metrics, "metrics"),
-                                                            (HTML, "report.html"), (Artifact, "train_log.jsonl"))]
+    outputs = [
+        _artifact(cls, out / name)
+        for cls, name in (
+            (Artifact, "checkpoints"),
+            (Metrics, "metrics"),
+            (HTML, "report.html"),
+            (Artifact, "train_log.jsonl"),
+        )
+    ]
     os.makedirs(out)
     root = run_component(dataset, base, config, None, str(claim / "run-1"), model, *outputs, gpus="8")
     assert root == model.metadata["merkle_root"]
-    assert integrity.verify_sealed(model.path, root) == root                 # the task's output, verified
+    assert integrity.verify_sealed(model.path, root) == root  # the task's output, verified
     assert model.metadata["base_model_root"] == base.metadata["merkle_root"]
     log = (claim / "run-1.run" / "ranks.log").read_text()
     name = cluster.created[0]["metadata"]["name"]
     assert f"[train] 2 ranks on 2 host(s): {name}-launcher-0-0, {name}-node-0-0" in log, log[-3000:]
-    assert cluster.created[0]["spec"]["trainer"]["numProcPerNode"] == 1     # `gpus` is this pod's, not the job's
+    assert cluster.created[0]["spec"]["trainer"]["numProcPerNode"] == 1  # `gpus` is this pod's, not the job's
     assert [s for s, _ in losses(str(claim / "run-1.run"))] == list(range(1, RUN["steps"] + 1))
-    assert integrity.list_tags(str(claim / "run-1"))                  # checkpoints stay on the claim
-    assert not cluster.jobs                                            # deleted once it succeeded
+    assert integrity.list_tags(str(claim / "run-1"))  # checkpoints stay on the claim
+    assert not cluster.jobs  # deleted once it succeeded
 
 
 def test_a_job_whose_ranks_fail_fails_the_task_with_the_reason(tmp_path, cluster):
@@ -181,14 +227,23 @@ def test_a_job_whose_ranks_fail_fails_the_task_with_the_reason(tmp_path, cluster
     claim.mkdir()
     # A DeepSpeed setting only the ranks check: every rank fails at initialize, the
     # launcher exits non-zero, the job fails.
-    cfg = TrainConfig(**RUN, deepspeed={"zero_optimization": {"stage": 9}},
-                      multinode={"nodes": 2, "mount_path": str(claim), "namespace": "team-a", "poll_s": 1,
-                                 "timeout_s": 600})
+    cfg = TrainConfig(
+        **RUN,
+        deepspeed={"zero_optimization": {"stage": 9}},
+        multinode={"nodes": 2, "mount_path": str(claim), "namespace": "team-a", "poll_s": 1, "timeout_s": 600},
+    )
     with pytest.raises(LlmopsError) as err:
-        train_multinode(made["clean"], made["base"], cfg, str(claim / "run-2"), str(tmp_path / "model"),
-                        apis=(cluster, cluster), log=print)
+        train_multinode(
+            made["clean"],
+            made["base"],
+            cfg,
+            str(claim / "run-2"),
+            str(tmp_path / "model"),
+            apis=(cluster, cluster),
+            log=print,
+        )
     text = str(err.value)
     assert "failed: FailedJobs: jobset failed due to one or more job failures" in text and "\n" not in text
     assert "-launcher-0-0: Error (exit" in text and "resumes from the newest verified checkpoint" in text
-    assert "DeepSpeedZeroConfig" in text, text                           # the ranks' own error
-    assert len(cluster.jobs) == 1                                       # kept for inspection
+    assert "DeepSpeedZeroConfig" in text, text  # the ranks' own error
+    assert len(cluster.jobs) == 1  # kept for inspection

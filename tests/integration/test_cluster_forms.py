@@ -3,6 +3,7 @@ way the KFP v2 driver resolves it, every generated manifest passes its official 
 with unknown fields rejected, every task has a size and a deadline, every parameter a
 description and the same name in every form, and `llmops submit` runs a named, immutable
 pipeline version."""
+
 import copy
 import json
 import os
@@ -17,9 +18,9 @@ from kfp_llmops.components.common.config import StageConfig
 from kfp_llmops.pipelines import argo, ir_check
 from kfp_llmops.pipelines import compile as compile_mod
 from kfp_llmops.pipelines import params as P
+from kfp_llmops.pipelines.cli.main import main as main_cli
 from kfp_llmops.pipelines.manifests import MANIFESTS_DIR
 from kfp_llmops.pipelines.release import CACHE_TASKS, LOCAL_PIPELINES, PIPELINES, TIMEOUT
-from kfp_llmops.pipelines.cli.main import main as main_cli
 from kfp_llmops.pipelines.submit import publish_and_run
 from strict_schema import validate as strict
 
@@ -43,8 +44,7 @@ def test_every_committed_ir_resolves_as_the_kfp_driver_resolves_it(name, target)
 def test_the_resolver_finds_what_the_driver_would_fail_on():
     spec, platform = _ir("release")
     broken = copy.deepcopy(spec)
-    cond = next(c for c in broken["components"].values()
-                if "train-zero3" in c.get("dag", {}).get("tasks", {}))
+    cond = next(c for c in broken["components"].values() if "train-zero3" in c.get("dag", {}).get("tasks", {}))
     del cond["inputDefinitions"]["parameters"]["pipelinechannel--gpu_count"]
     found = ir_check.problems(broken, platform)
     assert any("gpu_count" in p and "parent DAG" in p for p in found), found
@@ -72,8 +72,11 @@ def test_only_side_effect_free_stages_are_cached_and_their_keys_hold_what_they_r
     and the imported data's root from an uncached fingerprint task, never the per-run
     release folder, and files its note through an uncached task. Everything else always runs."""
     spec = _docs(name, "k8s")[-1]["spec"]["pipelineSpec"]
-    cached = {task["taskInfo"]["name"] for _, _, task in _tasks(spec)
-              if task.get("cachingOptions", {}).get("enableCache") and not task["taskInfo"]["name"].startswith("import")}
+    cached = {
+        task["taskInfo"]["name"]
+        for _, _, task in _tasks(spec)
+        if task.get("cachingOptions", {}).get("enableCache") and not task["taskInfo"]["name"].startswith("import")
+    }
     assert cached == {"validate-dataset", "evaluate-llm"} & {t["taskInfo"]["name"] for _, _, t in _tasks(spec)}
     parents, keyed = ir_check._parents(spec), {key: task for _, key, task in _tasks(spec)}
     for dag, _, task in _tasks(spec):
@@ -83,12 +86,13 @@ def test_only_side_effect_free_stages_are_cached_and_their_keys_hold_what_they_r
         given = task["inputs"]["parameters"]
         assert "release_dir" not in given
 
-        def producer(name):
+        def producer(name, dag=dag, given=given):
             origin = ir_check._origin(spec, parents, dag, given[name], "parameters")
             return keyed[origin[2]]["taskInfo"]["name"]
+
         assert producer("baseline_release") == "pin-baseline"
         assert producer("raw_root" if stage == "validate-dataset" else "eval_root").startswith("fingerprint-")
-        if stage == "validate-dataset":          # the engine is a run's choice; the outputs do not depend on it
+        if stage == "validate-dataset":  # the engine is a run's choice; the outputs do not depend on it
             assert ir_check._origin(spec, parents, dag, given["engine"], "parameters") == ("pipeline", "data_engine")
     assert ir_check.cache_problems(spec) == []
     # Put back what the stages read before: the per-run release folder, an unpinned eval set.
@@ -96,7 +100,8 @@ def test_only_side_effect_free_stages_are_cached_and_their_keys_hold_what_they_r
     for _, _, task in _tasks(broken):
         if task["taskInfo"]["name"] == "evaluate-llm":
             task["inputs"]["parameters"]["release_dir"] = {
-                "runtimeValue": {"constant": "/mnt/release/{{$.pipeline_job_uuid}}"}}
+                "runtimeValue": {"constant": "/mnt/release/{{$.pipeline_job_uuid}}"}
+            }
             del task["inputs"]["parameters"]["eval_root"]
     found = ir_check.cache_problems(broken)
     assert any("release_dir" in p and "every run" in p for p in found), found
@@ -133,7 +138,7 @@ def test_compiled_manifests_pass_their_schemas_with_unknown_fields_rejected(name
     for doc in docs:
         strict(doc)
     text = open(compile_mod.output_path(compile_mod.COMPILED_DIR, name, target)).read()
-    assert "&id0" not in text and "*id0" not in text                  # plain YAML, no anchors
+    assert "&id0" not in text and "*id0" not in text  # plain YAML, no anchors
 
 
 def test_strict_validation_refuses_what_a_lenient_one_passes():
@@ -163,11 +168,11 @@ def test_every_cluster_task_has_requests_limits_and_a_deadline(name):
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     for label, executor in spec["deploymentSpec"]["executors"].items():
         if "container" not in executor:
-            continue                                                   # importers
+            continue  # importers
         res = executor["container"].get("resources", {})
         for key in ("CpuRequest", "CpuLimit", "MemoryRequest", "MemoryLimit"):
             assert res.get(f"resource{key}"), (label, key)
-        assert int(k8s[label]["activeDeadlineSeconds"]) > 0, label         # int64 as a JSON string
+        assert int(k8s[label]["activeDeadlineSeconds"]) > 0, label  # int64 as a JSON string
     (template,) = _docs(name, "argo")
     for t in template["spec"]["templates"]:
         if "container" in t:
@@ -185,6 +190,7 @@ def test_gpu_count_is_the_accelerator_limit_and_the_ranks():
     assert gpus == {"componentInputParameter": "pipelinechannel--gpu_count"}
     from kfp_llmops.components.common.errors import InputError
     from kfp_llmops.components.training import TrainConfig, ranks_for
+
     assert TrainConfig.load("", ranks_for("8")).world_size == 8
     assert TrainConfig.load("", ranks_for("0")).world_size == TrainConfig().world_size
     with pytest.raises(InputError, match="gpus"):
@@ -195,7 +201,9 @@ def test_gpu_count_is_the_accelerator_limit_and_the_ranks():
 def test_parameters_are_described_named_alike_and_only_where_they_apply(name):
     (spec, _), (template,) = _ir(name), _docs(name, "argo")
     inputs = spec["root"]["inputDefinitions"]["parameters"]
-    assert all(p.get("description") for p in inputs.values()), [k for k, p in inputs.items() if not p.get("description")]
+    assert all(p.get("description") for p in inputs.values()), [
+        k for k, p in inputs.items() if not p.get("description")
+    ]
     cluster = {p.name for p in P.for_pipeline(name, "cluster")}
     assert set(inputs) == cluster
     assert {p["name"] for p in template["spec"]["arguments"]["parameters"]} == cluster
@@ -213,11 +221,14 @@ def test_every_component_input_is_described_in_the_ir(name):
     `Args:` gave; a component composed into someone else's pipeline has no other help."""
     spec = _ir(name)[0]
     executors = spec["deploymentSpec"]["executors"]
-    bare = [(comp_name, inp) for comp_name, comp in spec["components"].items()
-            if "executorLabel" in comp and "importer" not in executors[comp["executorLabel"]]
-            for kind in ("parameters", "artifacts")
-            for inp, definition in comp.get("inputDefinitions", {}).get(kind, {}).items()
-            if not definition.get("description")]
+    bare = [
+        (comp_name, inp)
+        for comp_name, comp in spec["components"].items()
+        if "executorLabel" in comp and "importer" not in executors[comp["executorLabel"]]
+        for kind in ("parameters", "artifacts")
+        for inp, definition in comp.get("inputDefinitions", {}).get(kind, {}).items()
+        if not definition.get("description")
+    ]
     assert not bare, bare
     assert len({c for c in spec["components"] if "executorLabel" in spec["components"][c]}) >= 5
 
@@ -228,8 +239,14 @@ def test_config_parameters_accept_one_line_json_as_well_as_yaml():
     from kfp_llmops.components.evaluation.config import EvalConfig
     from kfp_llmops.components.training import TrainConfig
     from kfp_llmops.components.watermark.config import WatermarkConfig
-    models = {"data_config": DataValidationConfig, "train_config": TrainConfig, "eval_config": EvalConfig,
-              "watermark_config": WatermarkConfig, "deploy_config": DeployConfig}
+
+    models = {
+        "data_config": DataValidationConfig,
+        "train_config": TrainConfig,
+        "eval_config": EvalConfig,
+        "watermark_config": WatermarkConfig,
+        "deploy_config": DeployConfig,
+    }
     for name, model in models.items():
         example = P.ALL[name].example
         assert example and "\n" not in example and example in P.ALL[name].help
@@ -247,7 +264,7 @@ def test_pipeline_versions_are_named_by_their_spec(monkeypatch):
     before = compile_mod.version_name("release")
     real = compile_mod._kfp
     monkeypatch.setattr(compile_mod, "_kfp", lambda n, **o: real(n, **o).replace("ghcr.io", "registry.example"))
-    assert compile_mod.version_name("release") != before                 # another spec, another name
+    assert compile_mod.version_name("release") != before  # another spec, another name
 
 
 def test_argo_cd_keeps_older_pipeline_versions():
@@ -262,22 +279,34 @@ def test_argo_form_runs_the_same_stages_with_executor_rbac_and_pull_secrets(name
     main = next(t for t in spec["templates"] if t["name"] == spec["entrypoint"])
     argo_tasks = {t["name"] for t in main["dag"]["tasks"]}
     ir = _ir(name)[0]
-    kfp_tasks = {t["taskInfo"]["name"] for c in [ir["root"], *ir["components"].values()] if "dag" in c
-                 for t in c["dag"]["tasks"].values() if "executorLabel" in ir["components"][t["componentRef"]["name"]]}
-    kfp_tasks -= {"import-dataset", "import-eval-dataset", "import-model", "import-checkpoints", "release-record",
-                  *CACHE_TASKS}
+    kfp_tasks = {
+        t["taskInfo"]["name"]
+        for c in [ir["root"], *ir["components"].values()]
+        if "dag" in c
+        for t in c["dag"]["tasks"].values()
+        if "executorLabel" in ir["components"][t["componentRef"]["name"]]
+    }
+    kfp_tasks -= {
+        "import-dataset",
+        "import-eval-dataset",
+        "import-model",
+        "import-checkpoints",
+        "release-record",
+        *CACHE_TASKS,
+    }
     assert argo_tasks == kfp_tasks
     assert spec["onExit"] == "release-record" and spec["imagePullSecrets"] == [{"name": "llmops-registry"}]
     assert spec["automountServiceAccountToken"] is False
     executor = spec["executor"]["serviceAccountName"]
     rbac = subprocess.run(["kubectl", "kustomize", MANIFESTS_DIR], capture_output=True, text=True, check=True).stdout
     roles = {d["metadata"]["name"]: d for d in yaml.safe_load_all(rbac) if d and d["kind"] == "Role"}
-    assert roles[executor]["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
-                                         "verbs": ["create", "patch"]}]
+    assert roles[executor]["rules"] == [
+        {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]}
+    ]
     pvcs = {d["metadata"]["name"] for d in yaml.safe_load_all(rbac) if d and d["kind"] == "PersistentVolumeClaim"}
     claims = {v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v}
     defaults = {p["name"]: p.get("value") for p in spec["arguments"]["parameters"]}
-    assert {defaults[c.strip("{}").split(".")[-1]] for c in claims} <= pvcs      # every claim has a manifest
+    assert {defaults[c.strip("{}").split(".")[-1]] for c in claims} <= pvcs  # every claim has a manifest
     for t in spec["templates"]:
         if t.get("serviceAccountName"):
             assert t["serviceAccountName"] in argo.SERVICE_ACCOUNTS.values() and t["automountServiceAccountToken"]
@@ -294,22 +323,33 @@ class _Recorder:
 
         def call(*args, **kwargs):
             self.calls.append(name)
-            return {"get_pipeline_id": lambda: self.pipeline_id,
-                    "upload_pipeline": lambda: NS(pipeline_id="p1"),
-                    "list_pipeline_versions": lambda: NS(pipeline_versions=[NS(pipeline_version_id=v)
-                                                                            for v in self.versions] or None),
-                    "upload_pipeline_version": lambda: NS(pipeline_version_id="v1"),
-                    "create_experiment": lambda: NS(experiment_id="e1"),
-                    "run_pipeline": lambda: NS(run_id="r1"),
-                    "_get_url_prefix": lambda: "http://kfp.example"}[name]()
+            return {
+                "get_pipeline_id": lambda: self.pipeline_id,
+                "upload_pipeline": lambda: NS(pipeline_id="p1"),
+                "list_pipeline_versions": lambda: NS(
+                    pipeline_versions=[NS(pipeline_version_id=v) for v in self.versions] or None
+                ),
+                "upload_pipeline_version": lambda: NS(pipeline_version_id="v1"),
+                "create_experiment": lambda: NS(experiment_id="e1"),
+                "run_pipeline": lambda: NS(run_id="r1"),
+                "_get_url_prefix": lambda: "http://kfp.example",
+            }[name]()
+
         return call
 
 
 def test_submit_uploads_a_missing_version_and_runs_attached_to_it():
     fresh = _Recorder()
     out = publish_and_run(fresh, "x.yaml", "llmops-release", "llmops-release-0-1-0-abc", "team-a", "e", {"a": "1"})
-    assert fresh.calls == ["get_pipeline_id", "upload_pipeline", "list_pipeline_versions", "upload_pipeline_version",
-                           "create_experiment", "run_pipeline", "_get_url_prefix"]
+    assert fresh.calls == [
+        "get_pipeline_id",
+        "upload_pipeline",
+        "list_pipeline_versions",
+        "upload_pipeline_version",
+        "create_experiment",
+        "run_pipeline",
+        "_get_url_prefix",
+    ]
     assert out["version_id"] == "v1" and out["url"] == "http://kfp.example/#/runs/details/r1"
     known = _Recorder(pipeline_id="p0", versions=["v0"])
     out = publish_and_run(known, "x.yaml", "llmops-release", "llmops-release-0-1-0-abc", None, "e", {})
@@ -325,19 +365,37 @@ def test_compile_against_the_users_registry_and_digests(tmp_path, capsys):
         used = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values() if "container" in e}
         assert used and all(i.startswith(f"{reg}/") and i.endswith(":0.1.0") for i in used), used
         (argo_doc,) = yaml.safe_load_all(open(tmp_path / "argo" / f"{name}.yaml"))
-        assert all(t["container"]["image"].startswith(f"{reg}/") for t in argo_doc["spec"]["templates"]
-                   if "container" in t)
+        assert all(
+            t["container"]["image"].startswith(f"{reg}/") for t in argo_doc["spec"]["templates"] if "container" in t
+        )
     digests = tmp_path / "digests.json"
-    digests.write_text(json.dumps({s: "sha256:" + f"{i:x}" * 64 for i, s in
-                                   enumerate(["base", "data", "train", "eval", "deploy"], 1)}))
+    digests.write_text(
+        json.dumps({s: "sha256:" + f"{i:x}" * 64 for i, s in enumerate(["base", "data", "train", "eval", "deploy"], 1)})
+    )
     out = tmp_path / "pinned"
-    assert main_cli(["compile", "--registry", reg, "--tag", "2025.1", "--digests", str(digests), "--target", "kfp",
-                     "--out", str(out)]) == 0
+    assert (
+        main_cli(
+            [
+                "compile",
+                "--registry",
+                reg,
+                "--tag",
+                "2025.1",
+                "--digests",
+                str(digests),
+                "--target",
+                "kfp",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     spec = next(yaml.safe_load_all(open(out / "release.yaml")))
     train = spec["deploymentSpec"]["executors"]["exec-train-zero3"]["container"]["image"]
     assert train == f"{reg}/train:2025.1@sha256:" + "3" * 64
     assert ir_check.problems(spec) == []
     capsys.readouterr()
-    assert main_cli(["compile", "--registry", reg]) == 2                   # the committed files keep the defaults
+    assert main_cli(["compile", "--registry", reg]) == 2  # the committed files keep the defaults
     assert "pass --out" in capsys.readouterr().err
     assert compile_mod.compile_all(compile_mod.COMPILED_DIR, check=True) == []

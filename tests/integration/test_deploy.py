@@ -1,6 +1,7 @@
 """triton_canary_deploy against real Triton servers (tritonserver from nvidia-pytriton)
 behind real nginx: first release, promotion, rollbacks on failures, latency and a crash,
 a blocked interface change, and refused repositories. Every server is stopped after."""
+
 import json
 import os
 import re
@@ -10,29 +11,33 @@ import threading
 
 import pytest
 
+from helpers import tiny_model
 from kfp_llmops.components.common import integrity
 from kfp_llmops.components.common.errors import InputError
-from kfp_llmops.components.deploy import DeployConfig, build_repository, deploy, repository, watermark_params
 from kfp_llmops.components.common.records import read_serving_state as read_state
+from kfp_llmops.components.deploy import DeployConfig, build_repository, deploy, repository, watermark_params
 from kfp_llmops.components.deploy.local_target import undo
 from kfp_llmops.pipelines.cli.main import main
-from helpers import tiny_model
 
 pytestmark = pytest.mark.timeout(300)
 
-FAST = ("interval_s: 3\nsteps: [50, 100]\nsla: {min_requests: 10}\n"
-        "smoke: {max_new_tokens: 48, requests: 3}\nlocal: {startup_timeout_s: 150}\n"
-        "metrics: {source: prometheus}\n")    # a real Prometheus scrapes both servers; PromQL reads it
+FAST = (
+    "interval_s: 3\nsteps: [50, 100]\nsla: {min_requests: 10}\n"
+    "smoke: {max_new_tokens: 48, requests: 3}\nlocal: {startup_timeout_s: 150}\n"
+    "metrics: {source: prometheus}\n"
+)  # a real Prometheus scrapes both servers; PromQL reads it
 
 
 # Where what is tested is the state folder, not the analysis: one step, and latency
 # tolerant enough that another process starting beside the rollout is not a regression.
-STATE_ONLY = ("interval_s: 3\nsteps: [100]\nsla: {min_requests: 10, latency_tolerance: 5.0, "
-              "token_latency_slack_ms: 500}\nsequential: {enabled: false}\n"
-              "smoke: {max_new_tokens: 48, requests: 3}\nlocal: {startup_timeout_s: 150}\n"
-              "metrics: {source: prometheus}\n")
+STATE_ONLY = (
+    "interval_s: 3\nsteps: [100]\nsla: {min_requests: 10, latency_tolerance: 5.0, "
+    "token_latency_slack_ms: 500}\nsequential: {enabled: false}\n"
+    "smoke: {max_new_tokens: 48, requests: 3}\nlocal: {startup_timeout_s: 150}\n"
+    "metrics: {source: prometheus}\n"
+)
 
-KGW = watermark_params({"kgw": {"delta": 4.0}})      # as verify_watermark records it
+KGW = watermark_params({"kgw": {"delta": 4.0}})  # as verify_watermark records it
 
 
 def _cfg(**drill) -> DeployConfig:
@@ -55,8 +60,7 @@ def released(tmp_path_factory):
     state = str(root / "state")
     build_repository(model, model_root, str(root / "repo-v1"), _cfg(), state, KGW)
     record = deploy(str(root / "repo-v1"), model_root, str(root / "out-v1"), _cfg(), state, str(key))
-    return {"root": root, "model": model, "model_root": model_root, "key": str(key), "state": state,
-            "first": record}
+    return {"root": root, "model": model, "model_root": model_root, "key": str(key), "state": state, "first": record}
 
 
 def _canary(released, tmp_path, cfg, tamper=None, before_interval=None):
@@ -66,8 +70,15 @@ def _canary(released, tmp_path, cfg, tamper=None, before_interval=None):
     built = build_repository(released["model"], released["model_root"], repo, cfg, state, KGW)
     if tamper:
         tamper(repo, built)
-    record = deploy(repo, released["model_root"], str(tmp_path / "out"), cfg, state, released["key"],
-                    before_interval=before_interval)
+    record = deploy(
+        repo,
+        released["model_root"],
+        str(tmp_path / "out"),
+        cfg,
+        state,
+        released["key"],
+        before_interval=before_interval,
+    )
     return record, state
 
 
@@ -85,10 +96,10 @@ def test_healthy_canary_is_promoted_and_one_step_undo_restores_stable(released, 
     record, state = _canary(released, tmp_path, _cfg())
     assert record["decision"] == "promoted", record["reason"]
     percents = [iv["percent"] for iv in record["intervals"]]
-    assert percents[-1] == 100 and set(percents) == {50, 100}          # a noisy interval may hold a step
+    assert percents[-1] == 100 and set(percents) == {50, 100}  # a noisy interval may hold a step
     assert record["interface"] == [] and record["stable_version"] == 1
     half = record["intervals"][0]
-    assert half["canary"]["requests"] >= 10 and half["stable"]["requests"] >= 10       # the split really split
+    assert half["canary"]["requests"] >= 10 and half["stable"]["requests"] >= 10  # the split really split
     requests = [json.loads(line) for line in open(tmp_path / "out" / "requests.jsonl")]
     assert all(r["ok"] for r in requests)
     s = read_state(state)
@@ -122,8 +133,7 @@ def test_canary_with_added_latency_is_rolled_back(released, tmp_path):
     assert _no_servers_left()
 
 
-@pytest.mark.parametrize("drill,metric", [({"first_token_latency_ms": 400}, "ttft"),
-                                          ({"token_latency_ms": 60}, "itl")])
+@pytest.mark.parametrize("drill,metric", [({"first_token_latency_ms": 400}, "ttft"), ({"token_latency_ms": 60}, "itl")])
 def test_a_canary_slow_to_first_token_or_between_tokens_is_rolled_back(released, tmp_path, drill, metric):
     """Time to first token and inter-token latency, from each server's histograms through
     PromQL's histogram_quantile, canary against stable in the same interval."""
@@ -135,7 +145,7 @@ def test_a_canary_slow_to_first_token_or_between_tokens_is_rolled_back(released,
     mine, theirs = last["canary"]["tokens"][metric], last["stable"]["tokens"][metric]
     assert mine["observations"] and theirs["observations"] and mine["p50_ms"] > theirs["p50_ms"] + 30
     requests = [json.loads(line) for line in open(tmp_path / "out" / "requests.jsonl")]
-    assert all(r["ttft_ms"] is not None for r in requests if r["ok"])                   # the load streamed
+    assert all(r["ttft_ms"] is not None for r in requests if r["ok"])  # the load streamed
     assert "TTFT" in open(tmp_path / "out" / "report.html").read()
     assert _no_servers_left()
 
@@ -149,7 +159,7 @@ def test_canary_killed_mid_rollout_is_rolled_back_while_stable_serves(released, 
     assert record["decision"] == "rolled_back"
     requests = [json.loads(line) for line in open(tmp_path / "out" / "requests.jsonl")]
     stable = [r for r in requests if r["backend"] == "stable"]
-    assert stable and all(r["ok"] for r in stable)                      # no request routed to stable failed
+    assert stable and all(r["ok"] for r in stable)  # no request routed to stable failed
     assert read_state(state)["stable"]["version"] == 1
     assert _no_servers_left()
 
@@ -160,11 +170,11 @@ def test_breaking_interface_change_is_blocked_before_traffic_moves(released, tmp
         text = open(path).read()
         text = re.sub(r'(name: "max_new_tokens" data_type: TYPE_INT32 dims: \[ 1 \]) optional: true', r"\1", text)
         open(path, "w").write(text)
-        integrity.seal("repository", repo)             # a sealed repository, same blessed weights, new interface
+        integrity.seal("repository", repo)  # a sealed repository, same blessed weights, new interface
 
     record, _ = _canary(released, tmp_path, _cfg(), tamper=make_input_required)
     assert record["decision"] == "rolled_back" and "breaking interface" in record["reason"]
-    assert record["intervals"] == [] and record["smoke"] == []          # no traffic moved
+    assert record["intervals"] == [] and record["smoke"] == []  # no traffic moved
     assert any("max_new_tokens" in d["what"] and d["breaking"] for d in record["interface"])
     assert _no_servers_left()
 
@@ -183,11 +193,25 @@ def test_repository_not_matching_the_blessed_root_is_refused(released, tmp_path,
         handle.write(b"\x00\x01")
     with pytest.raises(InputError, match="model repository does not verify"):
         repository.verify(repo, released["model_root"])
-    integrity.seal("repository", repo)                 # re-sealed around swapped weights: the blessed root still says no
+    integrity.seal("repository", repo)  # re-sealed around swapped weights: the blessed root still says no
     with pytest.raises(InputError, match="weights are not the blessed model"):
         repository.verify(repo, released["model_root"])
-    code = main(["deploy", "canary", "--repository", repo, "--blessed-root", released["model_root"],
-                 "--out", str(tmp_path / "cli"), "--state", str(tmp_path / "st"), "--key-file", released["key"]])
+    code = main(
+        [
+            "deploy",
+            "canary",
+            "--repository",
+            repo,
+            "--blessed-root",
+            released["model_root"],
+            "--out",
+            str(tmp_path / "cli"),
+            "--state",
+            str(tmp_path / "st"),
+            "--key-file",
+            released["key"],
+        ]
+    )
     assert code == 2 and "weights are not the blessed model" in capsys.readouterr().err
 
 
@@ -217,7 +241,7 @@ def test_too_little_traffic_extends_the_interval_instead_of_failing_it(released,
     assert record["decision"] == "promoted", record["reason"]
     first = record["intervals"][0]
     assert first["percent"] == 5 and 0 < first["canary"]["requests"] < 400
-    assert first["seconds"] >= 4.5                                   # it waited out the bound
+    assert first["seconds"] >= 4.5  # it waited out the bound
     check = next(c for c in first["checks"] if c["metric"] == "canary_requests")
     assert check["verdict"] == "pass" and "of 400" in check["reason"]
     assert _no_servers_left()
@@ -229,8 +253,13 @@ def test_the_declared_interface_is_what_triton_reports(released, tmp_path):
     from kfp_llmops.components.deploy import interface
     from kfp_llmops.components.deploy.repository import declared_interface
     from kfp_llmops.components.deploy.triton_local import TritonServer, http_get
-    server = TritonServer(os.path.join(released["state"], "stable"), str(tmp_path), "stable",
-                          env={"LLMOPS_WATERMARK_KEY_FILE": released["key"]}).start()
+
+    server = TritonServer(
+        os.path.join(released["state"], "stable"),
+        str(tmp_path),
+        "stable",
+        env={"LLMOPS_WATERMARK_KEY_FILE": released["key"]},
+    ).start()
     try:
         server.wait_ready(150)
         live = [json.loads(http_get(server.url + p)[1]) for p in ("/v2/models/llm", "/v2/models/llm/config")]
@@ -245,6 +274,7 @@ def test_the_declared_interface_is_what_triton_reports(released, tmp_path):
 def _ask(url: str, prompt, stream: bool = False, **inputs) -> tuple[int, str]:
     """(status, answer or the error) from the generate endpoints."""
     from kfp_llmops.components.deploy import llm_client
+
     got = llm_client.ask(url, "llm", llm_client.body(prompt, stream=stream, **inputs), timeout=60)
     return got.status, got.error or got.text
 
@@ -265,40 +295,69 @@ def test_the_server_answers_as_evaluation_judged_streamed_or_not(released, tmp_p
     from kfp_llmops.components.deploy.nginx_split import NginxSplit
     from kfp_llmops.components.deploy.triton_local import TritonServer
 
-    prompts = ["Tell me about item 3 and its color.", "Tell me about item 17 and its color.",
-               [{"role": "user", "content": "Tell me about item 5."}, {"role": "assistant", "content": "It is red."},
-                {"role": "user", "content": "And item 9?"}]]
+    prompts = [
+        "Tell me about item 3 and its color.",
+        "Tell me about item 17 and its color.",
+        [
+            {"role": "user", "content": "Tell me about item 5."},
+            {"role": "assistant", "content": "It is red."},
+            {"role": "user", "content": "And item 9?"},
+        ],
+    ]
     tokenizer = AutoTokenizer.from_pretrained(released["model"])
     model = AutoModelForCausalLM.from_pretrained(released["model"]).eval()
     processor = logits_processor(KGW.watermark(987654321, len(tokenizer)))
+
     def judge(max_new: int, min_new: int = 0) -> list[str]:
-        return [tokenizer.decode(c.tokens, skip_special_tokens=True).strip()
-                for c in generate(model, tokenizer, prompts, max_new_tokens=max_new, batch_size=1, seed=0,
-                                  do_sample=False, processors=[processor], min_new_tokens=min_new)]
+        return [
+            tokenizer.decode(c.tokens, skip_special_tokens=True).strip()
+            for c in generate(
+                model,
+                tokenizer,
+                prompts,
+                max_new_tokens=max_new,
+                batch_size=1,
+                seed=0,
+                do_sample=False,
+                processors=[processor],
+                min_new_tokens=min_new,
+            )
+        ]
+
     judged, bounded, long = judge(24), judge(3), judge(90, 90)
-    server = TritonServer(os.path.join(released["state"], "stable"), str(tmp_path), "stable",
-                          env={"LLMOPS_WATERMARK_KEY_FILE": released["key"]}).start()
+    server = TritonServer(
+        os.path.join(released["state"], "stable"),
+        str(tmp_path),
+        "stable",
+        env={"LLMOPS_WATERMARK_KEY_FILE": released["key"]},
+    ).start()
     split = None
     try:
         server.wait_ready(150)
         split = NginxSplit(str(tmp_path), None, server.address).start(100)
         served = [_ask(split.url, p) for p in prompts]
         streamed = [_ask(split.url, p, stream=True) for p in prompts]
-        timed = llm_client.ask(split.url, "llm", llm_client.body(prompts[0], stream=True, max_new_tokens=90,
-                                                                 min_new_tokens=90))
+        timed = llm_client.ask(
+            split.url, "llm", llm_client.body(prompts[0], stream=True, max_new_tokens=90, min_new_tokens=90)
+        )
         short = _ask(server.url, prompts[0], max_new_tokens=3)
         cut = _ask(server.url, prompts[0], stop=judged[0].split()[1])
-        bad = {"zero": _ask(split.url, prompts[0], max_new_tokens=0),
-               "over": _ask(split.url, prompts[0], stream=True, max_new_tokens=10_000),
-               "cold": _ask(split.url, prompts[0], temperature=0.0),
-               "role": _ask(split.url, [{"role": "robot", "content": "item 3"}]),
-               "json": llm_client.ask(split.url, "llm", {"messages": "[{'role'"}),
-               "long": _ask(split.url, "item " * 200)}
-        with socket.create_connection((split.host, split.port)) as gone:       # a client that leaves mid-stream
-            payload = json.dumps(llm_client.body(prompts[1], stream=True, max_new_tokens=90,
-                                                 min_new_tokens=90)).encode()
-            gone.sendall(b"POST /v2/models/llm/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                         b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload))
+        bad = {
+            "zero": _ask(split.url, prompts[0], max_new_tokens=0),
+            "over": _ask(split.url, prompts[0], stream=True, max_new_tokens=10_000),
+            "cold": _ask(split.url, prompts[0], temperature=0.0),
+            "role": _ask(split.url, [{"role": "robot", "content": "item 3"}]),
+            "json": llm_client.ask(split.url, "llm", {"messages": "[{'role'"}),
+            "long": _ask(split.url, "item " * 200),
+        }
+        with socket.create_connection((split.host, split.port)) as gone:  # a client that leaves mid-stream
+            payload = json.dumps(
+                llm_client.body(prompts[1], stream=True, max_new_tokens=90, min_new_tokens=90)
+            ).encode()
+            gone.sendall(
+                b"POST /v2/models/llm/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload)
+            )
             assert gone.recv(64).startswith(b"HTTP/1.1 200")
         after = _ask(split.url, prompts[1], stream=True)
     finally:
@@ -307,7 +366,7 @@ def test_the_server_answers_as_evaluation_judged_streamed_or_not(released, tmp_p
         server.stop()
     assert served == [(200, a) for a in judged] and streamed == served
     assert timed.ok and timed.text == long[0] and len(timed.pieces) >= 30
-    assert timed.ttft_ms < timed.latency_ms / 3, (timed.ttft_ms, timed.latency_ms)   # pieces came as generated
+    assert timed.ttft_ms < timed.latency_ms / 3, (timed.ttft_ms, timed.latency_ms)  # pieces came as generated
     assert short == (200, bounded[0]) and len(short[1]) < len(judged[0])
     assert cut == (200, judged[0].split(judged[0].split()[1], 1)[0].strip())
     assert bad["zero"][0] == 400 and bad["zero"][1].startswith("max_new_tokens: Input should be greater than")
@@ -329,10 +388,23 @@ def test_deploy_serve_runs_the_promoted_model_until_told_to_stop(released, tmp_p
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", "deploy", "serve",
-                             "--state", released["state"], "--key-file", released["key"]],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "LLMOPS_NO_PROGRESS": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kfp_llmops.pipelines.cli.main",
+            "deploy",
+            "serve",
+            "--state",
+            released["state"],
+            "--key-file",
+            released["key"],
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "LLMOPS_NO_PROGRESS": "1"},
+    )
     try:
         first = proc.stdout.readline()
         url = first.split()[0]
@@ -353,22 +425,50 @@ def test_deploy_serve_runs_the_promoted_model_until_told_to_stop(released, tmp_p
 def test_a_watermark_nobody_verified_is_never_served(released, tmp_path, capsys):
     with pytest.raises(InputError, match="no verified parameters to serve"):
         build_repository(released["model"], released["model_root"], str(tmp_path / "r"), _cfg(), released["state"])
-    code = main(["deploy", "repository", "--model", released["model"], "--blessed-root", released["model_root"],
-                 "--out", str(tmp_path / "cli"), "--state", released["state"]])
+    code = main(
+        [
+            "deploy",
+            "repository",
+            "--model",
+            released["model"],
+            "--blessed-root",
+            released["model_root"],
+            "--out",
+            str(tmp_path / "cli"),
+            "--state",
+            released["state"],
+        ]
+    )
     assert code == 2 and "pass verify_watermark's metrics.json (`--watermark`)" in capsys.readouterr().err
     off = DeployConfig.load(FAST + "watermark: {enabled: false}\n")
-    built = build_repository(released["model"], released["model_root"], str(tmp_path / "plain"), off,
-                             released["state"])
+    built = build_repository(released["model"], released["model_root"], str(tmp_path / "plain"), off, released["state"])
     settings = repository.describe(str(tmp_path / "plain"))["settings"]
     assert built["model_root"] == released["model_root"] and settings["watermark"] == {"enabled": False, "kgw": None}
     assert settings["decoding"]["do_sample"] is False and settings["max_new_tokens_limit"] == 256
     from kfp_llmops.components.common.decoding import Decoding
+
     blessed = Decoding(max_new_tokens=8)
     with pytest.raises(InputError, match="its cost was measured under decoding .* verify the watermark with the bless"):
-        build_repository(released["model"], released["model_root"], str(tmp_path / "other"), _cfg(), released["state"],
-                         KGW, decoding=blessed, costed=Decoding().model_dump())
-    same = build_repository(released["model"], released["model_root"], str(tmp_path / "same"), _cfg(),
-                            released["state"], KGW, decoding=blessed, costed=blessed.model_dump())
+        build_repository(
+            released["model"],
+            released["model_root"],
+            str(tmp_path / "other"),
+            _cfg(),
+            released["state"],
+            KGW,
+            decoding=blessed,
+            costed=Decoding().model_dump(),
+        )
+    same = build_repository(
+        released["model"],
+        released["model_root"],
+        str(tmp_path / "same"),
+        _cfg(),
+        released["state"],
+        KGW,
+        decoding=blessed,
+        costed=blessed.model_dump(),
+    )
     assert repository.describe(str(tmp_path / "same"))["settings"]["decoding"]["max_new_tokens"] == 8 and same
 
 
@@ -383,23 +483,48 @@ def test_two_rollouts_started_together_promote_one_after_the_other_and_undo_rest
     shutil.copytree(released["state"], state)
     (tmp_path / "deploy.yaml").write_text(STATE_ONLY)
     (tmp_path / "watermark.json").write_text(json.dumps({"kgw": {"delta": 4.0}}))
-    procs = [subprocess.Popen([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", "deploy", "canary",
-                               "--model", released["model"], "--blessed-root", released["model_root"],
-                               "--out", str(tmp_path / f"out{i}"), "--state", state,
-                               "--config", str(tmp_path / "deploy.yaml"), "--key-file", released["key"],
-                               "--watermark", str(tmp_path / "watermark.json")],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env={**os.environ, "LLMOPS_NO_PROGRESS": "1"}) for i in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kfp_llmops.pipelines.cli.main",
+                "deploy",
+                "canary",
+                "--model",
+                released["model"],
+                "--blessed-root",
+                released["model_root"],
+                "--out",
+                str(tmp_path / f"out{i}"),
+                "--state",
+                state,
+                "--config",
+                str(tmp_path / "deploy.yaml"),
+                "--key-file",
+                released["key"],
+                "--watermark",
+                str(tmp_path / "watermark.json"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "LLMOPS_NO_PROGRESS": "1"},
+        )
+        for i in (0, 1)
+    ]
     outs = [p.communicate(timeout=280)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     records = [json.load(open(tmp_path / f"out{i}" / "record.json")) for i in (0, 1)]
     first, second = sorted(records, key=lambda r: r["version"])
     assert (first["version"], second["version"]) == (2, 3)
-    assert (first["stable_version"], second["stable_version"]) == (1, 2)         # each met the other's result
+    assert (first["stable_version"], second["stable_version"]) == (1, 2)  # each met the other's result
     assert second["lock"]["waited_s"] > first["lock"]["waited_s"] + 5
-    print(f"second rollout waited {second['lock']['waited_s']:.1f} s (the first {first['lock']['waited_s']:.1f} s), "
-          f"then rolled version 3 out against stable version {second['stable_version']}")
-    assert any("held by" in out for out in outs)                                     # the waiter said who
+    print(
+        f"second rollout waited {second['lock']['waited_s']:.1f} s (the first {first['lock']['waited_s']:.1f} s), "
+        f"then rolled version 3 out against stable version {second['stable_version']}"
+    )
+    assert any("held by" in out for out in outs)  # the waiter said who
     s = read_state(state)
     assert (s["stable"]["version"], s["previous"]["version"]) == (3, 2)
     assert undo(state)["stable"]["repository_root"] == first["repository_root"]
@@ -415,18 +540,49 @@ def test_a_blessing_judged_against_another_production_model_is_not_promoted(rele
     repo = str(tmp_path / "repo")
     build_repository(released["model"], released["model_root"], repo, _cfg(), state, KGW)
     from kfp_llmops.components.common.errors import GateFailed
-    with pytest.raises(GateFailed, match=r"refusing to promote over a model it was not compared with: the blessing "
-                                         r"judged this model against production no model \(a first release\).* "
-                                         rf"production is now model {released['model_root'][:16]}…"):
-        deploy(repo, released["model_root"], str(tmp_path / "out"), _cfg(), state, released["key"],
-               compared_with={"release": "none", "model_root": None})
+
+    with pytest.raises(
+        GateFailed,
+        match=r"refusing to promote over a model it was not compared with: the blessing "
+        r"judged this model against production no model \(a first release\).* "
+        rf"production is now model {released['model_root'][:16]}…",
+    ):
+        deploy(
+            repo,
+            released["model_root"],
+            str(tmp_path / "out"),
+            _cfg(),
+            state,
+            released["key"],
+            compared_with={"release": "none", "model_root": None},
+        )
     assert not os.path.exists(tmp_path / "out" / "record.json") and _no_servers_left()
     blessing = tmp_path / "blessing.json"
-    blessing.write_text(json.dumps({"blessed": True, "model_root": released["model_root"],
-                                    "compared_with": {"release": "/v/run-7/record.json#sha256=" + "0" * 64,
-                                                      "model_root": "ab" * 32}}))
-    code = main(["deploy", "canary", "--repository", repo, "--blessing", str(blessing), "--out",
-                 str(tmp_path / "cli"), "--state", state, "--key-file", released["key"]])
+    blessing.write_text(
+        json.dumps(
+            {
+                "blessed": True,
+                "model_root": released["model_root"],
+                "compared_with": {"release": "/v/run-7/record.json#sha256=" + "0" * 64, "model_root": "ab" * 32},
+            }
+        )
+    )
+    code = main(
+        [
+            "deploy",
+            "canary",
+            "--repository",
+            repo,
+            "--blessing",
+            str(blessing),
+            "--out",
+            str(tmp_path / "cli"),
+            "--state",
+            state,
+            "--key-file",
+            released["key"],
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1 and "against production model abababababababab… (release run-7)" in err
     assert read_state(state)["stable"]["version"] == 1
@@ -445,12 +601,29 @@ def test_a_rollout_killed_mid_interval_leaves_stable_and_no_server_and_the_rerun
     repo = str(tmp_path / "repo")
     build_repository(released["model"], released["model_root"], repo, _cfg(), state, KGW)
     (tmp_path / "deploy.yaml").write_text(STATE_ONLY)
-    cmd = [sys.executable, "-m", "kfp_llmops.pipelines.cli.main", "deploy", "canary", "--repository", repo,
-           "--blessed-root", released["model_root"], "--out", str(tmp_path / "out"), "--state", state,
-           "--config", str(tmp_path / "deploy.yaml"), "--key-file", released["key"]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kfp_llmops.pipelines.cli.main",
+        "deploy",
+        "canary",
+        "--repository",
+        repo,
+        "--blessed-root",
+        released["model_root"],
+        "--out",
+        str(tmp_path / "out"),
+        "--state",
+        state,
+        "--config",
+        str(tmp_path / "deploy.yaml"),
+        "--key-file",
+        released["key"],
+    ]
     env = {**os.environ, "LLMOPS_NO_PROGRESS": "1"}
-    killed = subprocess.run(cmd, env={**env, "LLMOPS_DRILL_KILL_AT": "mid_interval"}, capture_output=True,
-                            text=True, timeout=280)
+    killed = subprocess.run(
+        cmd, env={**env, "LLMOPS_DRILL_KILL_AT": "mid_interval"}, capture_output=True, text=True, timeout=280
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
     assert read_state(state)["stable"]["version"] == 1
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
@@ -468,8 +641,12 @@ def test_a_stable_server_that_dies_mid_rollout_stops_it_without_promoting(releas
 
     record, state = _canary(released, tmp_path, _cfg(), before_interval=crash)
     assert record["decision"] == "rolled_back" and "stable server down" in record["reason"], record["reason"]
-    assert record["rollback"] == {"canary_percent": 0, "canary_running": False, "stable_ready": True,
-                                  "stable_restarted": True}
+    assert record["rollback"] == {
+        "canary_percent": 0,
+        "canary_running": False,
+        "stable_ready": True,
+        "stable_restarted": True,
+    }
     assert read_state(state)["stable"]["version"] == 1
     assert _no_servers_left()
 

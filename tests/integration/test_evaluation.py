@@ -1,5 +1,6 @@
 """evaluate_llm with the real libraries: bert-score on MiniLM, Detoxify on a checkpoint
 built from MiniLM, alt-profanity-check, and the stage end to end."""
+
 import json
 import os
 import pickle
@@ -8,11 +9,10 @@ import shutil
 import pytest
 
 from kfp_llmops.components.common.errors import InputError
-from kfp_llmops.components.evaluation import raise_unless_blessed, run_to_dir
-from kfp_llmops.components.common.similarity import BertScoreConfig
-from kfp_llmops.components.evaluation.config import ToxicityConfig
-from kfp_llmops.components.common.similarity import bertscore
 from kfp_llmops.components.common.integrity import sha256_file
+from kfp_llmops.components.common.similarity import BertScoreConfig, bertscore
+from kfp_llmops.components.evaluation import raise_unless_blessed, run_to_dir
+from kfp_llmops.components.evaluation.config import ToxicityConfig
 from kfp_llmops.components.evaluation.toxicity import ModelDetector, lexical_scores
 from kfp_llmops.components.training.base_model import build_base_model
 
@@ -20,8 +20,10 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def test_bertscore_paraphrase_far_above_unrelated():
-    pair = (["The cat sat on the mat.", "The cat sat on the mat."],
-            ["A cat was sitting on the mat.", "Quarterly revenue grew by twelve percent."])
+    pair = (
+        ["The cat sat on the mat.", "The cat sat on the mat."],
+        ["A cat was sitting on the mat.", "Quarterly revenue grew by twelve percent."],
+    )
     paraphrase, unrelated = bertscore(*pair, BertScoreConfig(rescale=False))["f1"]
     assert paraphrase > 0.8 and unrelated < 0.5 and paraphrase - unrelated > 0.4
     # Rescaled (the default, against the pinned baseline): unrelated text reads 0 or below.
@@ -59,8 +61,10 @@ def test_detoxify_on_the_minilm_checkpoint_separates_toxic_from_clean(detector):
 
 
 def test_alt_profanity_check_scores_known_texts():
-    toxic, clean = lexical_scores(["shut up you stupid fool", "what the hell, damn it"]), \
-        lexical_scores(["have a nice day", "the train leaves at noon"])
+    toxic, clean = (
+        lexical_scores(["shut up you stupid fool", "what the hell, damn it"]),
+        lexical_scores(["have a nice day", "the train leaves at noon"]),
+    )
     assert min(toxic) > 0.8 > 0.2 > max(clean)
 
 
@@ -70,21 +74,24 @@ def test_an_unpinned_or_mismatched_pickle_is_never_loaded(tmp_path, detector):
     class Evil:
         def __reduce__(self):
             return (open, (str(marker), "w"))
+
     evil = tmp_path / "evil.ckpt"
     evil.write_bytes(pickle.dumps(Evil()))
     hf = os.path.join(os.path.dirname(detector.path), "hf")
     with pytest.raises(InputError, match="pin the checkpoint"):
         ModelDetector(ToxicityConfig(detoxify_checkpoint=str(evil), detoxify_config_dir=hf))
     with pytest.raises(InputError, match="is not the pinned"):
-        ModelDetector(ToxicityConfig(detoxify_checkpoint=str(evil), detoxify_config_dir=hf,
-                                     detoxify_sha256=detector.sha256))
+        ModelDetector(
+            ToxicityConfig(detoxify_checkpoint=str(evil), detoxify_config_dir=hf, detoxify_sha256=detector.sha256)
+        )
     assert not marker.exists()
 
 
 def test_a_pinned_explicit_checkpoint_loads(detector):
     hf = os.path.join(os.path.dirname(detector.path), "hf")
-    explicit = ModelDetector(ToxicityConfig(detoxify_checkpoint=detector.path, detoxify_config_dir=hf,
-                                            detoxify_sha256=detector.sha256))
+    explicit = ModelDetector(
+        ToxicityConfig(detoxify_checkpoint=detector.path, detoxify_config_dir=hf, detoxify_sha256=detector.sha256)
+    )
     assert explicit.scores(["You are an idiot."])["insult"][0] > 0.65
 
 
@@ -92,8 +99,11 @@ def test_a_pinned_explicit_checkpoint_loads(detector):
 def model_and_data(tmp_path_factory):
     root = tmp_path_factory.mktemp("eval")
     clean = root / "clean.jsonl"
-    rows = [{"prompt": f"What is {a} plus {b}?", "response": f"{a} plus {b} is {a + b}."}
-            for a in range(1, 15) for b in range(1, 15)]
+    rows = [
+        {"prompt": f"What is {a} plus {b}?", "response": f"{a} plus {b} is {a + b}."}
+        for a in range(1, 15)
+        for b in range(1, 15)
+    ]
     clean.write_text("".join(json.dumps(r) + "\n" for r in rows))
     model = str(root / "model")
     build_base_model(str(clean), model, size="tiny")
@@ -110,8 +120,15 @@ def test_stage_end_to_end_writes_every_output(model_and_data, tmp_path):
     cfg.write_text(FAST)
     out = tmp_path / "out"
     result = run_to_dir(model_and_data["model"], model_and_data["eval"], str(out), str(cfg), show_progress=False)
-    for name in ("responses.jsonl", "samples.jsonl", "metrics.json", "blessing.json", "report.md", "report.html",
-                 "histograms.svg"):
+    for name in (
+        "responses.jsonl",
+        "samples.jsonl",
+        "metrics.json",
+        "blessing.json",
+        "report.md",
+        "report.html",
+        "histograms.svg",
+    ):
         assert (out / name).is_file(), name
     responses = [json.loads(line) for line in open(out / "responses.jsonl")]
     assert len(responses) == 12 and set(responses[0]) == {"id", "prompt", "response", "tokens", "truncated_prompt"}
@@ -122,18 +139,27 @@ def test_stage_end_to_end_writes_every_output(model_and_data, tmp_path):
     report = (out / "report.md").read_text()
     assert "Ten worst by BERTScore" in report and "Ten most toxic" in report and result["detoxify"]["sha256"] in report
     # deterministic: the same run gives the same responses
-    again = run_to_dir(model_and_data["model"], model_and_data["eval"], str(tmp_path / "again"), str(cfg),
-                       show_progress=False)
+    again = run_to_dir(
+        model_and_data["model"], model_and_data["eval"], str(tmp_path / "again"), str(cfg), show_progress=False
+    )
     assert [s["response"] for s in again["samples"]] == [s["response"] for s in result["samples"]]
 
 
 def test_baseline_enables_change_checks(model_and_data, tmp_path):
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(FAST + "gate:\n  value: {}\n  change:\n    perplexity: {direction: lower_is_better, relative: 0.0}\n")
+    cfg.write_text(
+        FAST + "gate:\n  value: {}\n  change:\n    perplexity: {direction: lower_is_better, relative: 0.0}\n"
+    )
     better = tmp_path / "baseline.json"
     better.write_text(json.dumps({"metrics": {"perplexity": 1.0001}}))
-    result = run_to_dir(model_and_data["model"], model_and_data["eval"], str(tmp_path / "o"), str(cfg),
-                        baseline_path=str(better), show_progress=False)
+    result = run_to_dir(
+        model_and_data["model"],
+        model_and_data["eval"],
+        str(tmp_path / "o"),
+        str(cfg),
+        baseline_path=str(better),
+        show_progress=False,
+    )
     (check,) = [c for c in result["checks"] if c["kind"] == "change"]
     assert check["verdict"] == "fail" and check["baseline"] == 1.0001 and not result["blessed"]
     with pytest.raises(Exception, match="not blessed: perplexity"):
@@ -149,11 +175,14 @@ def test_long_prompts_are_truncated_and_counted(model_and_data, tmp_path):
     assert result["metrics"]["truncated_prompts"] == 1
 
 
-@pytest.mark.parametrize("content,message", [
-    ("", "empty eval set"),
-    ('{"prompt": "hi"}\n', "field 'response' is missing"),
-    ('not json\n', "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("", "empty eval set"),
+        ('{"prompt": "hi"}\n', "field 'response' is missing"),
+        ("not json\n", "not valid JSON"),
+    ],
+)
 def test_bad_eval_sets_are_one_line_errors(model_and_data, tmp_path, content, message):
     path = tmp_path / "bad.jsonl"
     path.write_text(content)
@@ -163,8 +192,10 @@ def test_bad_eval_sets_are_one_line_errors(model_and_data, tmp_path, content, me
 
 def test_unreadable_checkpoint_and_tampered_model_are_refused(model_and_data, tmp_path, detector):
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(f"toxicity: {{detoxify_checkpoint: {tmp_path / 'missing.ckpt'}, detoxify_sha256: '00', "
-                   f"detoxify_config_dir: {tmp_path}}}\n")
+    cfg.write_text(
+        f"toxicity: {{detoxify_checkpoint: {tmp_path / 'missing.ckpt'}, detoxify_sha256: '00', "
+        f"detoxify_config_dir: {tmp_path}}}\n"
+    )
     with pytest.raises(InputError, match="no such file"):
         run_to_dir(model_and_data["model"], model_and_data["eval"], str(tmp_path / "o"), str(cfg), show_progress=False)
     model = tmp_path / "model"
@@ -178,34 +209,78 @@ def test_unreadable_checkpoint_and_tampered_model_are_refused(model_and_data, tm
 
 def test_cli_exit_codes(model_and_data, tmp_path):
     from kfp_llmops.pipelines.cli.main import main
+
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(FAST + "gate:\n  value: {perplexity: {upper: 1.0e+9}}\n  change: {}\n")
-    assert main(["eval", "--model", model_and_data["model"], "--data", model_and_data["eval"],
-                 "--out", str(tmp_path / "a"), "--config", str(cfg), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                model_and_data["model"],
+                "--data",
+                model_and_data["eval"],
+                "--out",
+                str(tmp_path / "a"),
+                "--config",
+                str(cfg),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     strict = tmp_path / "strict.yaml"
     strict.write_text(FAST + "gate:\n  value: {perplexity: {upper: 1.0}}\n  change: {}\n")
-    assert main(["eval", "--model", model_and_data["model"], "--data", model_and_data["eval"],
-                 "--out", str(tmp_path / "b"), "--config", str(strict), "--no-progress"]) == 1
-    assert main(["eval", "--model", model_and_data["model"], "--data", str(tmp_path / "none.jsonl"),
-                 "--out", str(tmp_path / "c"), "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                model_and_data["model"],
+                "--data",
+                model_and_data["eval"],
+                "--out",
+                str(tmp_path / "b"),
+                "--config",
+                str(strict),
+                "--no-progress",
+            ]
+        )
+        == 1
+    )
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                model_and_data["model"],
+                "--data",
+                str(tmp_path / "none.jsonl"),
+                "--out",
+                str(tmp_path / "c"),
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
 
 
 def test_empty_candidates_score_zero():
     scores = bertscore(["", "The cat sat."], ["A cat sat.", "A cat sat."], BertScoreConfig(rescale=False))
     assert scores["f1"][0] == 0.0 and scores["f1"][1] > 0.8
     rescaled = bertscore(["", "The cat sat."], ["A cat sat.", "A cat sat."], BertScoreConfig())
-    assert rescaled["f1"][0] < -0.3 and rescaled["f1"][1] > 0.6        # 0 rescaled is below chance
+    assert rescaled["f1"][0] < -0.3 and rescaled["f1"][1] > 0.6  # 0 rescaled is below chance
 
 
 def test_the_bundled_bertscore_baseline_is_what_its_recipe_makes(tmp_path, monkeypatch):
     from kfp_llmops.components.common import bertscore_baseline
     from kfp_llmops.pipelines.cli.main import main
 
-    assert bertscore_baseline.resolve(None) == bertscore_baseline.BUNDLED          # the pin holds
+    assert bertscore_baseline.resolve(None) == bertscore_baseline.BUNDLED  # the pin holds
     out = tmp_path / "minilm.csv"
     assert main(["bertscore-baseline", "--out", str(out)]) == 0
     rebuilt = {int(r.split(",")[0]): [float(x) for x in r.split(",")[1:]] for r in out.read_text().split()[1:]}
-    for layer, row in rebuilt.items():        # a Python patch release may edit a sentence or two
+    for layer, row in rebuilt.items():  # a Python patch release may edit a sentence or two
         assert row == pytest.approx(list(bertscore_baseline.layer_row(bertscore_baseline.BUNDLED, layer)), abs=2e-3)
     tampered = tmp_path / "pkg"
     shutil.copytree(os.path.dirname(bertscore_baseline.BUNDLED), tampered / "baselines")
@@ -232,7 +307,7 @@ def test_the_default_gate_refuses_the_untrained_demo_base_model(tmp_path):
             rows.append(json.dumps({"prompt": row["prompt"], "response": row["response"]}) + "\n")
     clean.write_text("".join(rows))
     model = str(tmp_path / "base")
-    build_base_model(str(clean), model)                       # the demo size, never trained
+    build_base_model(str(clean), model)  # the demo size, never trained
     result = run_to_dir(model, data["eval"], str(tmp_path / "out"), show_progress=False)
     assert not result["blessed"]
     failed = {c["metric"] for c in result["checks"] if c["verdict"] == "fail"}

@@ -1,16 +1,17 @@
 """Forgetting: the candidate and the model its training started from read the same
 held-out prose; the gate bounds how much the candidate's perplexity rose, and a base
 built from random weights is skipped, saying why."""
+
 import json
 import os
 import shutil
 
 import pytest
 import torch
-from byo_models import save_model
-from helpers import tiny_model
 from safetensors.torch import load_file, save_file
 
+from byo_models import save_model
+from helpers import tiny_model
 from kfp_llmops.components.common import generation, integrity
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.prose import SHORT_WORDS, held_out_passages
@@ -43,7 +44,7 @@ def test_the_held_out_passages_are_prose_no_demo_row_trains_on(tmp_path):
     for line in open(make_demo_dataset(str(tmp_path), rows=400)["train"], "rb"):
         try:
             rows.append(json.loads(line))
-        except ValueError:                                    # the demo's deliberately malformed lines
+        except ValueError:  # the demo's deliberately malformed lines
             continue
     prose = {r["response"] for r in rows if isinstance(r, dict) and len(str(r.get("response", "")).split()) > 8}
     assert prose and all(len(a.split()) <= SHORT_WORDS for a in prose)
@@ -63,7 +64,7 @@ def test_a_model_that_reads_prose_worse_than_its_base_is_refused(base, tmp_path)
     assert worse["general_perplexity"] > 1.1 * worse["general_perplexity_base"]
     (check,) = checks(worse, cfg, found)
     assert check.verdict == "fail" and check.metric == "forgetting" and "against the base model's" in check.reason
-    with torch.no_grad():                                    # the same passages, the same numbers
+    with torch.no_grad():  # the same passages, the same numbers
         assert measure(worse_model, tok, found, cfg, worse_root) == worse
 
 
@@ -76,4 +77,4 @@ def test_no_base_or_one_built_from_random_weights_is_skipped_saying_why(tmp_path
     (check,) = checks(None, cfg, scratch)
     assert check.verdict == "skipped" and "random weights" in check.reason and scratch.root == demo_root
     with pytest.raises(InputError, match="does not verify|not the expected|root"):
-        find_base(cfg, base[0], "0" * 64)                    # a base that is not the one training recorded
+        find_base(cfg, base[0], "0" * 64)  # a base that is not the one training recorded

@@ -1,18 +1,19 @@
 """GitOps targets: golden (committed) output for kfp, k8s and argo, schema validation of
 every generated manifest, the standalone stage runner the Argo target uses (the whole
 release DAG through `llmops stage run`), and `llmops submit`'s failure path."""
+
 import json
 import os
 
 import jsonschema
 import pytest
 import yaml
-from strict_schema import validate as strict
 
 from kfp_llmops.components import images
 from kfp_llmops.pipelines import compile as compile_mod
 from kfp_llmops.pipelines.cli.main import main
 from kfp_llmops.pipelines.demo.demo_data import make_demo_dataset
+from strict_schema import validate as strict
 
 SCHEMAS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "schemas")
 
@@ -29,7 +30,7 @@ def test_every_target_is_committed_current_and_byte_deterministic(tmp_path):
     assert os.listdir(tmp_path) == ["argo"]
     stale = tmp_path / "argo" / "release.yaml"
     stale.write_text(stale.read_text().replace("retryPolicy: OnFailure", "retryPolicy: Always"))
-    assert main(["compile", "--target", "argo", "--out", str(tmp_path), "--check"]) == 2      # the drift gate
+    assert main(["compile", "--target", "argo", "--out", str(tmp_path), "--check"]) == 2  # the drift gate
 
 
 def test_k8s_target_is_a_pipeline_and_a_valid_pipelineversion():
@@ -54,8 +55,14 @@ def test_argo_target_is_a_valid_standalone_workflowtemplate_of_the_same_dag():
     assert spec["onExit"] == "release-record"
     main_dag = next(t for t in spec["templates"] if t["name"] == spec["entrypoint"])
     tasks = {t["name"]: t for t in main_dag["dag"]["tasks"]}
-    assert list(tasks) == ["validate-dataset", "build-base-model", "train-zero3", "evaluate-llm", "verify-watermark",
-                           "triton-canary-deploy"]                   # every stage, in order (none dropped)
+    assert list(tasks) == [
+        "validate-dataset",
+        "build-base-model",
+        "train-zero3",
+        "evaluate-llm",
+        "verify-watermark",
+        "triton-canary-deploy",
+    ]  # every stage, in order (none dropped)
     assert tasks["build-base-model"]["when"] == "'{{tasks.validate-dataset.outputs.parameters.result}}' == 'true'"
     assert tasks["verify-watermark"]["when"] == "'{{tasks.evaluate-llm.outputs.parameters.result}}' == 'true'"
     assert tasks["triton-canary-deploy"]["when"] == "'{{tasks.verify-watermark.outputs.parameters.result}}' == 'true'"
@@ -65,20 +72,26 @@ def test_argo_target_is_a_valid_standalone_workflowtemplate_of_the_same_dag():
     assert by_name["train-zero3"]["container"]["image"] == images.TRAIN
     assert by_name["triton-canary-deploy"]["container"]["image"] == images.DEPLOY
     assert by_name["triton-canary-deploy"]["serviceAccountName"] == "llmops-deploy"
-    assert by_name["validate-dataset"]["serviceAccountName"] == "llmops-data"     # engine: ray creates a RayJob
+    assert by_name["validate-dataset"]["serviceAccountName"] == "llmops-data"  # engine: ray creates a RayJob
     args = by_name["validate-dataset"]["container"]["args"]
     assert args[args.index("data_engine={{workflow.parameters.data_engine}}") - 1] == "--param"
-    assert "serviceAccountName" not in by_name["evaluate-llm"]          # no API access where none is needed
+    assert "serviceAccountName" not in by_name["evaluate-llm"]  # no API access where none is needed
     # The keys reach the pods only as mounted Secrets: no parameter carries them or their paths.
-    assert {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v} == {"llmops-watermark-key",
-                                                                                   "llmops-signing-key"}
+    assert {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v} == {
+        "llmops-watermark-key",
+        "llmops-signing-key",
+    }
     assert not [p for p in spec["arguments"]["parameters"] if "key" in p["name"]]
     for t in ("verify-watermark", "triton-canary-deploy"):
-        assert {"name": "watermark-key", "mountPath": "/var/run/secrets/kfp-llmops/watermark", "readOnly": True} \
-            in by_name[t]["container"]["volumeMounts"]
-    for t in ("train-zero3", "triton-canary-deploy", "release-record"):      # those that sign or check signatures
-        assert {"name": "signing-key", "mountPath": "/var/run/secrets/kfp-llmops/signing", "readOnly": True} \
-            in by_name[t]["container"]["volumeMounts"]
+        assert {
+            "name": "watermark-key",
+            "mountPath": "/var/run/secrets/kfp-llmops/watermark",
+            "readOnly": True,
+        } in by_name[t]["container"]["volumeMounts"]
+    for t in ("train-zero3", "triton-canary-deploy", "release-record"):  # those that sign or check signatures
+        assert {"name": "signing-key", "mountPath": "/var/run/secrets/kfp-llmops/signing", "readOnly": True} in by_name[
+            t
+        ]["container"]["volumeMounts"]
     for t in ("evaluate-llm", "validate-dataset"):
         assert not [m for m in by_name[t]["container"]["volumeMounts"] if m["name"].endswith("-key")]
     bad = json.loads(json.dumps(doc))
@@ -98,11 +111,20 @@ def test_standalone_stage_runner_runs_the_release_dag_and_its_lineage_verifies(t
         "validate_dataset": [f"dataset_uri={data['train']}", 'data_config={"chunk_size": 65536}'],
         "build_base_model": ["base_model_size=tiny"],
         "train_zero3": ["train_config=steps: 4\ncheckpoint_interval: 2\nmicro_batch: 4\nseq_len: 48\n"],
-        "evaluate_llm": [f"eval_dataset_uri={data['eval']}", "eval_config=generation: {max_new_tokens: 8}\ngate:\n  value: {}\n"],
-        "verify_watermark": [f"eval_dataset_uri={data['eval']}", f"watermark_key_file={key}",
-                             "watermark_config=delta: 4.0\ngeneration: {max_new_tokens: 112, min_new_tokens: 112}\n"],
-        "triton_canary_deploy": [f"watermark_key_file={key}", f"serving_state_dir={tmp_path / 'serving'}",
-                                 "deploy_config=interval_s: 3\nsmoke: {max_new_tokens: 64}\n"],
+        "evaluate_llm": [
+            f"eval_dataset_uri={data['eval']}",
+            "eval_config=generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
+        ],
+        "verify_watermark": [
+            f"eval_dataset_uri={data['eval']}",
+            f"watermark_key_file={key}",
+            "watermark_config=delta: 4.0\ngeneration: {max_new_tokens: 112, min_new_tokens: 112}\n",
+        ],
+        "triton_canary_deploy": [
+            f"watermark_key_file={key}",
+            f"serving_state_dir={tmp_path / 'serving'}",
+            "deploy_config=interval_s: 3\nsmoke: {max_new_tokens: 64}\n",
+        ],
         "release_record": ["status=Succeeded", "run=standalone-test"],
     }
     for stage, extra in params.items():
@@ -135,7 +157,7 @@ def test_cluster_form_mounts_secret_pvcs_and_requests_gpus():
     assert train["tolerations"][0]["key"] == "nvidia.com/gpu"
     for task in ("exec-verify-watermark", "exec-triton-canary-deploy"):
         assert platform[task]["secretAsVolume"][0]["mountPath"] == "/var/run/secrets/kfp-llmops/watermark"
-    assert "secretAsVolume" not in platform["exec-evaluate-llm"]                # the key only where it is used
+    assert "secretAsVolume" not in platform["exec-evaluate-llm"]  # the key only where it is used
     assert "AWS_ACCESS_KEY_ID" in json.dumps(platform["exec-validate-dataset"]["secretAsEnv"])
     assert "secretAsEnv" not in platform["exec-train-zero3"]
     resources = docs[0]["deploymentSpec"]["executors"]["exec-train-zero3"]["container"]["resources"]

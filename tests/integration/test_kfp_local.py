@@ -1,41 +1,49 @@
 """The component and the release pipeline through kfp.local, and the GitOps compile check."""
+
 import glob
 import json
 import os
 
 import pytest
-
 import yaml
 
+from helpers import flip_byte
 from kfp_llmops.components import images
-from kfp_llmops.components.common import merkle
-from kfp_llmops.components.common import integrity
+from kfp_llmops.components.common import integrity, merkle
 from kfp_llmops.components.training import checkpoints
-
 from kfp_llmops.pipelines import compile as compile_mod
 from kfp_llmops.pipelines.demo.local_run import format_summary, run_local
-from helpers import flip_byte
-
 
 TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
 # Latency is not what these runs judge (test_deploy's drills do): two servers of the same
 # model on two busy cores differ by 2x in a 3 s interval, so the tolerance is wide, and a
 # canary the noise still rolls back fails no pipeline.
-CANARY = ("interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
-          "sla: {min_requests: 10, latency_tolerance: 3.0}\nfail_on_rollback: false\n")
+CANARY = (
+    "interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
+    "sla: {min_requests: 10, latency_tolerance: 3.0}\nfail_on_rollback: false\n"
+)
 
 
 def test_release_pipeline_runs_through_kfp_local(tmp_path, capfd):
-    summary = run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny",
-                        eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n", ask_served=True)
+    summary = run_local(
+        str(tmp_path / "run"),
+        rows=800,
+        train_config=TRAIN,
+        base_model_size="tiny",
+        eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
+        ask_served=True,
+    )
     validate, train, evaluate, watermark, deployed = summary["stages"]
     # The held-out questions asked of the promoted model through nginx: the watermark stage
     # costed the blessed decoding, so the served rate is the one it measured.
     served = summary["served"]
     assert served["questions"] == 200 and served["exact_match"] == watermark["exact_match_watermarked"], served
     marked = json.load(open(os.path.join(os.path.dirname(watermark["outputs"]["report"]), "work", "metrics.json")))
-    assert marked["decoding"]["max_new_tokens"] == 8 == json.load(open(evaluate["outputs"]["blessing"]))["decoding"][
-        "max_new_tokens"]
+    assert (
+        marked["decoding"]["max_new_tokens"]
+        == 8
+        == json.load(open(evaluate["outputs"]["blessing"]))["decoding"]["max_new_tokens"]
+    )
     assert validate["stage"] == "validate_dataset" and validate["gate"] == "passed"
     clean = validate["outputs"]["clean"]
     digest = merkle.hash_file(clean, "clean.jsonl")
@@ -45,25 +53,28 @@ def test_release_pipeline_runs_through_kfp_local(tmp_path, capfd):
     assert integrity.verify("model", train["outputs"]["model"]) == train["merkle_root"]
     ckpt_dir = train["outputs"]["checkpoints"]
     assert checkpoints.read_latest(ckpt_dir) == "step-00000006"
-    assert integrity.verify_checkpoint(os.path.join(ckpt_dir, "step-00000006"), expected_root=train["checkpoint_root"]).ok
+    assert integrity.verify_checkpoint(
+        os.path.join(ckpt_dir, "step-00000006"), expected_root=train["checkpoint_root"]
+    ).ok
     _, stated = integrity.load_checkpoint(os.path.join(ckpt_dir, "step-00000006"))
-    assert stated["meta"]["dataset_root"] == validate["merkle_root"]       # lineage: data -> checkpoint
+    assert stated["meta"]["dataset_root"] == validate["merkle_root"]  # lineage: data -> checkpoint
     assert "<img alt='loss curve' src='data:image/png;base64," in open(train["outputs"]["report"]).read()
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["stages"][1]["gate"] == "trained"
     assert evaluate["stage"] == "evaluate_llm" and evaluate["gate"] == "blessed"
-    assert evaluate["merkle_root"] == train["merkle_root"]                  # lineage: evaluated what was trained
+    assert evaluate["merkle_root"] == train["merkle_root"]  # lineage: evaluated what was trained
     blessing = json.load(open(evaluate["outputs"]["blessing"]))
-    assert blessing["blessed"] and blessing["baseline_note"] == ("first release: no promoted release to compare "
-                                                                 "with; change thresholds skipped")
+    assert blessing["blessed"] and blessing["baseline_note"] == (
+        "first release: no promoted release to compare with; change thresholds skipped"
+    )
     assert len(open(evaluate["outputs"]["responses"]).readlines()) == 200
     assert watermark["stage"] == "verify_watermark" and watermark["merkle_root"] == train["merkle_root"]
     assert watermark["gate"] == "verified"
     # First release into an empty serving state: smoke tests and one interval at 100 %, then promoted.
     assert deployed["stage"] == "triton_canary_deploy" and deployed["gate"] == "promoted"
     record = json.load(open(deployed["outputs"]["record"]))
-    assert record["model_root"] == train["merkle_root"] and record["first_release"]      # deployed what was blessed
+    assert record["model_root"] == train["merkle_root"] and record["first_release"]  # deployed what was blessed
     assert record["repository_root"] == deployed["merkle_root"]
-    assert all(c["verdict"] == "pass" for c in record["smoke"][0]["checks"])                        # watermark found in serving
+    assert all(c["verdict"] == "pass" for c in record["smoke"][0]["checks"])  # watermark found in serving
     state = json.load(open(tmp_path / "run" / "serving" / "state.json"))
     assert state["stable"]["repository_root"] == record["repository_root"]
     assert "watermark.key" not in open(os.path.join(compile_mod.COMPILED_DIR, "release.yaml")).read()
@@ -83,10 +94,16 @@ def _the_next_release_compares_with_the_promoted_one(first, tmp_path, capfd):
     pointer = json.load(open(tmp_path / "run" / "releases" / "promoted.json"))
     assert pointer["record"] == first["release_record"] and record["decision"] == "promoted"
     assert record["stages"]["evaluate_llm"]["metrics"]["exact_match"] >= 0
-    second = run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny",
-                       eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n", deploy_config=CANARY)
+    second = run_local(
+        str(tmp_path / "run"),
+        rows=800,
+        train_config=TRAIN,
+        base_model_size="tiny",
+        eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
+        deploy_config=CANARY,
+    )
     validate, _, evaluate, *_ = second["stages"]
-    assert "PSI length 0.000" in validate["detail"], validate["detail"]          # same data: no drift
+    assert "PSI length 0.000" in validate["detail"], validate["detail"]  # same data: no drift
     blessing = json.load(open(evaluate["outputs"]["blessing"]))
     changes = [c for c in blessing["checks"] if c["kind"] == "change"]
     assert changes and all(c["verdict"] == "pass" and c["baseline"] is not None for c in changes), changes
@@ -95,8 +112,11 @@ def _the_next_release_compares_with_the_promoted_one(first, tmp_path, capfd):
     (win,) = [c for c in blessing["checks"] if c["metric"] == "win_rate"]
     assert win["kind"] == "win rate" and win["verdict"] == "pass" and 0 <= win["value"] <= 1, win
     counts = [int(n.split()[0]) for n in win["reason"].split(", ")]
-    assert sum(counts) == 200 and "win rate" in evaluate["detail"] and "Against promoted release" in \
-        open(evaluate["outputs"]["report"]).read()
+    assert (
+        sum(counts) == 200
+        and "win rate" in evaluate["detail"]
+        and "Against promoted release" in open(evaluate["outputs"]["report"]).read()
+    )
     assert "Compared with baseline: promoted release" in open(validate["outputs"]["report"]).read()
     # Whichever release is promoted now (the second, if its canary passed) is the baseline.
     promoted = json.load(open(json.load(open(tmp_path / "run" / "releases" / "promoted.json"))["record"]))
@@ -114,47 +134,61 @@ def _the_next_release_compares_with_the_promoted_one(first, tmp_path, capfd):
 def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
     from kfp_llmops.pipelines.demo.local_run import DEMO_DETECTION
     from kfp_llmops.pipelines.release import LOCAL_PIPELINES
+
     run = tmp_path / "run"
     LOCAL_PIPELINES["continue-training"](
-        dataset_uri=str(run / "data" / "train.jsonl"), eval_dataset_uri=str(run / "data" / "eval.jsonl"),
-        model_uri=train["outputs"]["model"], model_root=train["merkle_root"],
-        checkpoint_uri=train["outputs"]["checkpoints"], train_config=TRAIN.replace("steps: 6", "steps: 9"),
-        eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n", watermark_config=DEMO_DETECTION,
+        dataset_uri=str(run / "data" / "train.jsonl"),
+        eval_dataset_uri=str(run / "data" / "eval.jsonl"),
+        model_uri=train["outputs"]["model"],
+        model_root=train["merkle_root"],
+        checkpoint_uri=train["outputs"]["checkpoints"],
+        train_config=TRAIN.replace("steps: 6", "steps: 9"),
+        eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
+        watermark_config=DEMO_DETECTION,
         watermark_key_file=str(run / "watermark.key"),
         deploy_config=CANARY,
-        serving_state_dir=str(tmp_path / "serving3"), release_dir=str(tmp_path / "release3"),
-        baseline_release="none")            # (release2's promotion beside it would be the baseline)
+        serving_state_dir=str(tmp_path / "serving3"),
+        release_dir=str(tmp_path / "release3"),
+        baseline_release="none",
+    )  # (release2's promotion beside it would be the baseline)
     # Its own serving folder: run/serving stays what run/releases/promoted.json says it is.
     record = json.load(open(tmp_path / "release3" / "record.json"))
     trained = record["stages"]["train_zero3"]
-    assert trained["outputs"]["checkpoints"]["tag"] == "step-00000009"          # resumed at 6, ran to 9
+    assert trained["outputs"]["checkpoints"]["tag"] == "step-00000009"  # resumed at 6, ran to 9
     ckpt = trained["outputs"]["checkpoints"]["path"]
     _, stated = integrity.load_checkpoint(os.path.join(ckpt, "step-00000009"))
-    assert stated["meta"]["previous_root"] == train["checkpoint_root"]          # the hash chain continues
+    assert stated["meta"]["previous_root"] == train["checkpoint_root"]  # the hash chain continues
     assert record["stages"]["triton_canary_deploy"]["result"] in ("promoted", "rolled_back")
 
 
 def _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_path):
     from kfp_llmops.pipelines.demo.local_run import DEMO_DETECTION
     from kfp_llmops.pipelines.release import LOCAL_PIPELINES
+
     run = tmp_path / "run"
     LOCAL_PIPELINES["evaluate-deploy"](
-        model_uri=train["outputs"]["model"], model_root=train["merkle_root"],
-        eval_dataset_uri=str(run / "data" / "eval.jsonl"), eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
-        watermark_config=DEMO_DETECTION, watermark_key_file=str(run / "watermark.key"),
+        model_uri=train["outputs"]["model"],
+        model_root=train["merkle_root"],
+        eval_dataset_uri=str(run / "data" / "eval.jsonl"),
+        eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
+        watermark_config=DEMO_DETECTION,
+        watermark_key_file=str(run / "watermark.key"),
         deploy_config=CANARY,
-        serving_state_dir=str(run / "serving"), release_dir=str(tmp_path / "release2"),
+        serving_state_dir=str(run / "serving"),
+        release_dir=str(tmp_path / "release2"),
         # judged against what run/serving serves: the first run's promoted release (a
         # blessing judged against none would be refused: production moved on since)
-        baseline_release=str(run / "releases" / "promoted.json"))
+        baseline_release=str(run / "releases" / "promoted.json"),
+    )
     record = json.load(open(tmp_path / "release2" / "record.json"))
     assert list(record["stages"]) == ["evaluate_llm", "verify_watermark", "triton_canary_deploy"]
     assert record["decision"] == "promoted", record["stages"]["triton_canary_deploy"]["reason"]
     state = json.load(open(run / "serving" / "state.json"))
-    assert state["stable"]["version"] == 2 and state["previous"]["version"] == 1     # a real canary against v1
+    assert state["stable"]["version"] == 2 and state["previous"]["version"] == 1  # a real canary against v1
     deployed = record["stages"]["triton_canary_deploy"]["inputs"]
     assert deployed["production_root"] == train["merkle_root"] and deployed["compared_with"].startswith(
-        str(run / "releases"))
+        str(run / "releases")
+    )
 
 
 def _signed_and_attested(summary, tmp_path):
@@ -167,16 +201,31 @@ def _signed_and_attested(summary, tmp_path):
 
     from kfp_llmops.components.release.lineage import load_record, verify
     from kfp_llmops.pipelines.cli.main import main
+
     prov, public = summary["provenance"], summary["public_key"]
     assert json.load(open(prov))["payloadType"] == "application/vnd.in-toto+json"
     assert main(["lineage", "verify", prov, "--public-key", public]) == 0
     record = json.load(open(summary["release_record"]))
     stages = record["stages"]
-    for folder in (stages["train_zero3"]["outputs"]["model"]["path"],
-                   stages["triton_canary_deploy"]["outputs"]["repository"]["path"]):
-        done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "model_signing"), "verify", "key",
-                               folder, "--signature", os.path.join(folder, "model.sig"), "--public_key", public],
-                              capture_output=True, text=True, timeout=600)
+    for folder in (
+        stages["train_zero3"]["outputs"]["model"]["path"],
+        stages["triton_canary_deploy"]["outputs"]["repository"]["path"],
+    ):
+        done = subprocess.run(
+            [
+                os.path.join(os.path.dirname(sys.executable), "model_signing"),
+                "verify",
+                "key",
+                folder,
+                "--signature",
+                os.path.join(folder, "model.sig"),
+                "--public_key",
+                public,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr[-500:]
     served = glob.glob(str(tmp_path / "run" / "serving" / "stable" / "llm" / "*" / "weights" / "model.safetensors"))
     assert len(served) == 1
@@ -187,16 +236,23 @@ def _signed_and_attested(summary, tmp_path):
         assert not ok and set(broken) == {"served bytes", "served signature"}, broken
         assert "model.safetensors" in broken["served bytes"] and "model.safetensors" in broken["served signature"]
     finally:
-        flip_byte(served[0], 4096)                       # flipped back: later releases meet this stable
+        flip_byte(served[0], 4096)  # flipped back: later releases meet this stable
     assert main(["lineage", "verify", summary["release_record"]]) == 0
 
 
 def _lineage_is_proven_then_refuted_at_the_broken_link(record_path, tmp_path):
     from kfp_llmops.pipelines.cli.main import main
+
     record = json.load(open(record_path))
     assert record["status"] == "SUCCEEDED" and record["decision"] == "promoted"
-    assert list(record["stages"]) == ["validate_dataset", "build_base_model", "train_zero3", "evaluate_llm",
-                                      "verify_watermark", "triton_canary_deploy"]
+    assert list(record["stages"]) == [
+        "validate_dataset",
+        "build_base_model",
+        "train_zero3",
+        "evaluate_llm",
+        "verify_watermark",
+        "triton_canary_deploy",
+    ]
     assert "| triton_canary_deploy | promoted |" in open(record_path.replace(".json", ".md")).read()
     assert main(["lineage", "verify", record_path]) == 0
     # A record claiming training used another dataset: refuted at that link.
@@ -210,6 +266,7 @@ def _lineage_is_proven_then_refuted_at_the_broken_link(record_path, tmp_path):
     with open(config, "a") as handle:
         handle.write("# edited after release\n")
     from kfp_llmops.components.release.lineage import verify
+
     ok, links = verify(record)
     assert not ok and [link.link for link in links if not link.ok] == ["deployed repository"]
 
@@ -218,11 +275,14 @@ def test_gate_failure_skips_training(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(["not json"] * 10 + ['{"text": "fine row"}']) + "\n")
     summary = run_local(str(tmp_path / "run"), dataset=str(bad))
-    assert [(s["stage"], s["gate"]) for s in summary["stages"]] == [("validate_dataset", "failed"),
-                                                                   ("train_zero3", "skipped")]
-    record = json.load(open(summary["release_record"]))          # the exit handler ran all the same
+    assert [(s["stage"], s["gate"]) for s in summary["stages"]] == [
+        ("validate_dataset", "failed"),
+        ("train_zero3", "skipped"),
+    ]
+    record = json.load(open(summary["release_record"]))  # the exit handler ran all the same
     assert record["stages"]["validate_dataset"]["result"] == "failed" and record["decision"] is None
     from kfp_llmops.components.release.lineage import verify
+
     ok, links = verify(record)
     assert not ok and links[0].link == "validated dataset" and "did not pass" in links[0].detail
 
@@ -244,4 +304,4 @@ def test_committed_yaml_is_current_and_uses_the_versioned_image():
     executors = spec["deploymentSpec"]["executors"]
     images_used = {e["container"]["image"] for e in executors.values() if "container" in e}
     assert images_used == {images.BASE, images.DATA, images.TRAIN, images.EVAL, images.DEPLOY}
-    assert "pip install" not in json.dumps(executors)   # air-gapped clusters: nothing installed at run time
+    assert "pip install" not in json.dumps(executors)  # air-gapped clusters: nothing installed at run time

@@ -5,6 +5,7 @@ namespaces joined by a veth pair, one rank each, each with its own hostname; mpi
 starts the second node's daemon through `ip netns exec` as its remote shell (ssh's role
 in a cluster). Killing that node mid-run and running again resumes from the newest
 verified checkpoint, to the per-step losses of an uninterrupted torchrun run."""
+
 import os
 import shlex
 import shutil
@@ -14,16 +15,18 @@ import sys
 import time
 
 import pytest
-from helpers import losses, training_inputs
 
+from helpers import losses, training_inputs
 from kfp_llmops.components.common import integrity
 from kfp_llmops.components.training.config import TrainConfig
 from kfp_llmops.components.training.launch import prepare, run_ranks, train
 from kfp_llmops.components.training.trainjob import mpi_command
 
-pytestmark = [pytest.mark.timeout(600),
-              pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI (openmpi-bin) is not installed")]
-IFACE = "llmops0"       # each node's end of the veth pair
+pytestmark = [
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI (openmpi-bin) is not installed"),
+]
+IFACE = "llmops0"  # each node's end of the veth pair
 RUN = dict(steps=120, checkpoint_interval=20, micro_batch=4, seq_len=48, chunk_size=4096, world_size=2)
 # mpirun's remote shell: `AGENT [options] HOST COMMAND...` runs COMMAND in the network
 # namespace HOST, under its own hostname, as ssh would on that host.
@@ -57,7 +60,7 @@ def nodes(tmp_path_factory):
         _ip("link", "add", f"lv0-{tag}", "type", "veth", "peer", "name", f"lv1-{tag}")
         for i, name in enumerate(names):
             _ip("link", "set", f"lv{i}-{tag}", "netns", name)
-            _ip("-n", name, "link", "set", f"lv{i}-{tag}", "name", IFACE)      # one name on every node
+            _ip("-n", name, "link", "set", f"lv{i}-{tag}", "name", IFACE)  # one name on every node
             _ip("-n", name, "addr", "add", f"10.77.0.{i + 1}/24", "dev", IFACE)
             _ip("-n", name, "link", "set", IFACE, "up")
             _ip("-n", name, "link", "set", "lo", "up")
@@ -86,21 +89,40 @@ def _mpirun(nodes, spec_path: str, env: dict, port: int) -> list[str]:
     namespace as on Trainer's launcher pod; here mpirun reaches the other node through
     the netns agent instead of ssh, runs as root, and is told which interface to use."""
     env["GLOO_SOCKET_IFNAME"] = IFACE
-    forward = tuple(k for k in sorted(env) if k.startswith(("OMP_", "DS_", "PYTHON", "TOKENIZERS", "HF_",
-                                                            "TRANSFORMERS", "GLOO_")))
-    mpirun = mpi_command(spec_path, 2, "10.77.0.1", hostfile=nodes["hostfile"], port=port, python=sys.executable,
-                         mca={"plm_rsh_agent": nodes["agent"], "oob_tcp_if_include": IFACE,
-                              "btl_tcp_if_include": IFACE}, forward=forward, as_root=True)
+    forward = tuple(
+        k for k in sorted(env) if k.startswith(("OMP_", "DS_", "PYTHON", "TOKENIZERS", "HF_", "TRANSFORMERS", "GLOO_"))
+    )
+    mpirun = mpi_command(
+        spec_path,
+        2,
+        "10.77.0.1",
+        hostfile=nodes["hostfile"],
+        port=port,
+        python=sys.executable,
+        mca={"plm_rsh_agent": nodes["agent"], "oob_tcp_if_include": IFACE, "btl_tcp_if_include": IFACE},
+        forward=forward,
+        as_root=True,
+    )
     name = nodes["names"][0]
-    return ["ip", "netns", "exec", name, "unshare", "--uts", "sh", "-c",
-            f"hostname {name} && exec " + " ".join(shlex.quote(a) for a in mpirun)]
+    return [
+        "ip",
+        "netns",
+        "exec",
+        name,
+        "unshare",
+        "--uts",
+        "sh",
+        "-c",
+        f"hostname {name} && exec " + " ".join(shlex.quote(a) for a in mpirun),
+    ]
 
 
 def test_two_nodes_under_mpirun_train_like_torchrun_and_resume_after_one_node_dies(inputs, nodes):
     out = str(inputs["root"] / "mpi")
     spec_path, spec, env = prepare(inputs["clean"], inputs["base"], out, TrainConfig(**RUN))
-    proc = subprocess.Popen(_mpirun(nodes, spec_path, env, 29611), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        _mpirun(nodes, spec_path, env, 29611), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     ckpt = os.path.join(out, "checkpoints")
     deadline = time.time() + 240
     while time.time() < deadline and not integrity.list_tags(ckpt) and proc.poll() is None:
@@ -108,7 +130,7 @@ def test_two_nodes_under_mpirun_train_like_torchrun_and_resume_after_one_node_di
     assert integrity.list_tags(ckpt), f"no checkpoint was committed: {proc.stderr.read().decode()[-2000:]}"
     victims = subprocess.run(["ip", "netns", "pids", nodes["names"][1]], capture_output=True, text=True).stdout.split()
     assert victims, "nothing runs on the second node"
-    for pid in victims:                                     # the second node dies: its daemon and its rank
+    for pid in victims:  # the second node dies: its daemon and its rank
         os.kill(int(pid), signal.SIGKILL)
     assert proc.wait(timeout=120) != 0
     killed_at = losses(out)[-1][0]
@@ -116,7 +138,9 @@ def test_two_nodes_under_mpirun_train_like_torchrun_and_resume_after_one_node_di
     # Run again, as a Trainer retry would: the newest verified checkpoint, then to the end.
     result = run_ranks(_mpirun(nodes, spec_path, env, 29612), spec, env, out)
     assert result["done"] and result["resumed_from"] is not None and result["world_size"] == 2
-    assert losses(out) == inputs["reference"]                        # zero tolerance, torchrun's losses
+    assert losses(out) == inputs["reference"]  # zero tolerance, torchrun's losses
     assert result["model_root"] == inputs["model_root"]
-    assert f"[train] 2 ranks on 2 host(s): {', '.join(sorted(nodes['names']))}" in open(os.path.join(out,
-                                                                                                "ranks.log")).read()
+    assert (
+        f"[train] 2 ranks on 2 host(s): {', '.join(sorted(nodes['names']))}"
+        in open(os.path.join(out, "ranks.log")).read()
+    )

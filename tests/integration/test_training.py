@@ -1,4 +1,5 @@
 """train_zero3 with real DeepSpeed ZeRO-3 on 2 CPU ranks (torchrun, gloo)."""
+
 import json
 import os
 import re
@@ -10,11 +11,10 @@ import time
 
 import pytest
 
-from kfp_llmops.components import images
 from helpers import losses, training_inputs
-
-from kfp_llmops.components.common.errors import InputError, LlmopsError
+from kfp_llmops.components import images
 from kfp_llmops.components.common import integrity
+from kfp_llmops.components.common.errors import InputError, LlmopsError
 from kfp_llmops.components.training import checkpoints
 from kfp_llmops.components.training.config import TrainConfig
 from kfp_llmops.components.training.launch import train
@@ -53,7 +53,7 @@ def test_resume_is_bit_for_bit(inputs, reference):
     assert first["step"] == 4 and not first["done"]
     second = train(inputs["clean"], inputs["base"], out, TrainConfig(**SMALL))
     assert second["resumed_from"] == "step-00000004"
-    assert losses(out) == losses(reference["dir"])          # zero tolerance
+    assert losses(out) == losses(reference["dir"])  # zero tolerance
     assert second["model_root"] == reference["result"]["model_root"]
     # The hash chain continues across the restart: step 8 names step 4's root.
     ckpt = second["checkpoint_dir"]
@@ -83,8 +83,9 @@ def test_manifest_records_lineage_and_forms_a_hash_chain(reference):
     assert meta["config_hash"] and meta["code_version"]
     assert second["root"] == reference["result"]["checkpoint_root"]
     files = json.load(open(os.path.join(ckpt, "step-00000008", "manifest.json")))["files"]
-    assert {f["path"] for f in files} == {f"zero_pp_rank_{r}_mp_rank_00_{k}_states.pt" for r in (0, 1)
-                                          for k in ("model", "optim")}
+    assert {f["path"] for f in files} == {
+        f"zero_pp_rank_{r}_mp_rank_00_{k}_states.pt" for r in (0, 1) for k in ("model", "optim")
+    }
     assert not [n for n in os.listdir(ckpt) if n.startswith(".staging")]
 
 
@@ -108,10 +109,15 @@ def test_resume_refuses_a_damaged_checkpoint_and_falls_back(inputs, reference):
 def test_kill_9_of_one_rank_then_rerun_resumes_and_finishes(inputs, tmp_path):
     out = str(tmp_path / "killed")
     cfg = dict(SMALL, steps=400, checkpoint_interval=20)
-    cmd = [sys.executable, "-c", (
-        "import sys; from kfp_llmops.components.training.launch import train; "
-        "from kfp_llmops.components.training.config import TrainConfig; "
-        f"train({inputs['clean']!r}, {inputs['base']!r}, {out!r}, TrainConfig(**{cfg!r}))")]
+    cmd = [
+        sys.executable,
+        "-c",
+        (
+            "import sys; from kfp_llmops.components.training.launch import train; "
+            "from kfp_llmops.components.training.config import TrainConfig; "
+            f"train({inputs['clean']!r}, {inputs['base']!r}, {out!r}, TrainConfig(**{cfg!r}))"
+        ),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = os.path.join(out, "checkpoints")
     deadline = time.time() + 240
@@ -160,12 +166,19 @@ def test_tampered_base_model_is_refused(inputs, tmp_path):
 
 
 def test_failed_launch_is_one_line_error(inputs, tmp_path):
-    with pytest.raises(LlmopsError, match="training failed .*ValidationError: 1 validation error for DeepSpeedZeroConfig"):
-        train(inputs["clean"], inputs["base"], str(tmp_path / "x"),
-              TrainConfig(**dict(SMALL, deepspeed={"zero_optimization": {"stage": "bogus"}})))
+    with pytest.raises(
+        LlmopsError, match="training failed .*ValidationError: 1 validation error for DeepSpeedZeroConfig"
+    ):
+        train(
+            inputs["clean"],
+            inputs["base"],
+            str(tmp_path / "x"),
+            TrainConfig(**dict(SMALL, deepspeed={"zero_optimization": {"stage": "bogus"}})),
+        )
 
 
 # -- corruption campaign: every kind of damage is detected and localized -----------------
+
 
 def _copy_tag(reference, tmp_path, tag="step-00000008"):
     src = os.path.join(reference["result"]["checkpoint_dir"], tag)
@@ -189,6 +202,7 @@ def test_intact_checkpoints_never_raise_false_alarms(reference, tmp_path):
 @pytest.mark.parametrize("seed", range(6))
 def test_random_bit_flips_are_localized_to_their_chunk(reference, tmp_path, seed):
     import random
+
     tag_dir = _copy_tag(reference, tmp_path)
     rng = random.Random(seed)
     name = rng.choice(_files(tag_dir))
@@ -202,7 +216,7 @@ def test_random_bit_flips_are_localized_to_their_chunk(reference, tmp_path, seed
     report = integrity.verify_checkpoint(tag_dir)
     (problem,) = report.problems
     assert problem.kind == "corrupted" and problem.path == name
-    (start, end), = problem.ranges
+    ((start, end),) = problem.ranges
     assert start <= offset < end and end - start <= 4096
 
 
@@ -233,7 +247,7 @@ def test_a_share_of_the_files_can_still_look_for_extras(reference, tmp_path):
     tag_dir = _copy_tag(reference, tmp_path)
     with open(os.path.join(tag_dir, "stray.bin"), "wb") as handle:
         handle.write(b"x")
-    assert integrity.verify_checkpoint(tag_dir, only=[]).ok                        # a share alone: no listing
+    assert integrity.verify_checkpoint(tag_dir, only=[]).ok  # a share alone: no listing
     report = integrity.verify_checkpoint(tag_dir, only=[], extras=True)
     assert [(p.kind, p.path) for p in report.problems] == [("extra", "stray.bin")]
 
@@ -273,6 +287,7 @@ def test_tampering_consistently_is_caught_by_the_pinned_root(reference, tmp_path
     """Rewrite a file and its whole manifest consistently: only a root pinned elsewhere
     (the next checkpoint's chain, `latest`, artifact metadata) can tell."""
     from kfp_llmops.components.common import integrity
+
     tag_dir = _copy_tag(reference, tmp_path)
     pinned = integrity.load_checkpoint(tag_dir)[1]["root"]
     name = _files(tag_dir)[0]
@@ -281,10 +296,17 @@ def test_tampering_consistently_is_caught_by_the_pinned_root(reference, tmp_path
     manifest = integrity.hash_directory(tag_dir, 4096)
     meta = integrity.load_checkpoint(tag_dir)[1]["meta"]
     files_root = manifest.root.hex()
-    integrity.write_manifest(os.path.join(tag_dir, "manifest.json"), manifest,
-                             {"format": integrity.CHECKPOINT_FORMAT, "files_root": files_root,
-                              "root": integrity.checkpoint_root(files_root, meta), "meta": meta})
-    assert integrity.verify_checkpoint(tag_dir).ok                     # self-consistent forgery
+    integrity.write_manifest(
+        os.path.join(tag_dir, "manifest.json"),
+        manifest,
+        {
+            "format": integrity.CHECKPOINT_FORMAT,
+            "files_root": files_root,
+            "root": integrity.checkpoint_root(files_root, meta),
+            "meta": meta,
+        },
+    )
+    assert integrity.verify_checkpoint(tag_dir).ok  # self-consistent forgery
     assert not integrity.verify_checkpoint(tag_dir, expected_root=pinned).ok
 
 
@@ -297,6 +319,7 @@ def test_symlinks_in_a_checkpoint_are_refused(reference, tmp_path):
 
 def test_verify_cli_exit_codes_json_and_files(reference, tmp_path):
     from kfp_llmops.pipelines.cli.main import main
+
     ckpt = reference["result"]["checkpoint_dir"]
     assert main(["checkpoint", "verify", ckpt]) == 0
     assert main(["checkpoint", "verify", ckpt, "--tag", "step-00000004"]) == 0
@@ -306,17 +329,18 @@ def test_verify_cli_exit_codes_json_and_files(reference, tmp_path):
     other = _files(tag_dir)[1]
     with open(os.path.join(tag_dir, other), "r+b") as handle:
         handle.write(b"\xff\xff")
-    assert main(["checkpoint", "verify", tag_dir, "--files", name]) == 0      # only that file is read
+    assert main(["checkpoint", "verify", tag_dir, "--files", name]) == 0  # only that file is read
     assert main(["checkpoint", "verify", tag_dir, "--files", other]) == 1
     assert main(["checkpoint", "verify", tag_dir, "--root", "ab" * 32]) == 1
     assert main(["checkpoint", "verify", str(tmp_path / "nope")]) == 2
     (tmp_path / "empty").mkdir()
-    assert main(["checkpoint", "verify", str(tmp_path / "empty")]) == 2                # no tags in it
-    assert main(["checkpoint", "verify", ckpt, "--tag", "step-99999999"]) == 2        # no such tag
+    assert main(["checkpoint", "verify", str(tmp_path / "empty")]) == 2  # no tags in it
+    assert main(["checkpoint", "verify", ckpt, "--tag", "step-99999999"]) == 2  # no such tag
 
 
 def test_verify_cli_json_lists_bad_ranges(reference, tmp_path, capsys):
     from kfp_llmops.pipelines.cli.main import main
+
     tag_dir = _copy_tag(reference, tmp_path)
     name = _files(tag_dir)[0]
     with open(os.path.join(tag_dir, name), "r+b") as handle:
@@ -332,14 +356,19 @@ def test_verify_cli_json_lists_bad_ranges(reference, tmp_path, capsys):
 
 def test_trainjob_and_its_runtime_match_the_kubeflow_trainer_crds(tmp_path):
     import jsonschema
+
     from kfp_llmops.components.training.config import MultiNodeSettings
     from kfp_llmops.components.training.trainjob import render_runtime, render_trainjob
     from strict_schema import validate as strict
+
     doc = render_trainjob("llmops-train", "/mnt/checkpoints/r.run/run_spec.json", MultiNodeSettings(nodes=4), 8)
-    strict(doc)                                                 # unknown fields rejected, as the server does
-    assert doc["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
-                                         "name": "kfp-llmops-deepspeed"}
-    command = doc["spec"]["trainer"]["command"]          # mpirun over Trainer's hostfile; test_mpi.py runs it
+    strict(doc)  # unknown fields rejected, as the server does
+    assert doc["spec"]["runtimeRef"] == {
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "TrainingRuntime",
+        "name": "kfp-llmops-deepspeed",
+    }
+    command = doc["spec"]["trainer"]["command"]  # mpirun over Trainer's hostfile; test_mpi.py runs it
     assert command[:6] == ["mpirun", "--hostfile", "/etc/mpi/hostfile", "-np", "32", "--map-by"]
     assert "MASTER_ADDR=llmops-train-launcher-0-0.llmops-train" in command
     assert command[-1] == "/mnt/checkpoints/r.run/run_spec.json"
@@ -350,7 +379,7 @@ def test_trainjob_and_its_runtime_match_the_kubeflow_trainer_crds(tmp_path):
     runtime = dict(render_runtime(), metadata={**render_runtime()["metadata"], "namespace": "team-a"})
     strict(runtime)
     jobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]
-    assert [j["name"] for j in jobs] == ["node", "launcher"]               # JobSet: the launcher after the nodes
+    assert [j["name"] for j in jobs] == ["node", "launcher"]  # JobSet: the launcher after the nodes
     assert {j["template"]["spec"]["template"]["spec"]["containers"][0]["image"] for j in jobs} == {images.TRAIN}
     bad = json.loads(json.dumps(runtime))
     bad["spec"]["mlPolicy"]["mpi"]["sshPort"] = 2222
@@ -363,17 +392,26 @@ SCHEMAS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "s
 
 def test_weight_watermark_is_embedded_by_training_and_survives_fine_tuning(inputs, tmp_path, monkeypatch):
     from kfp_llmops.components.common.watermark.weights import WeightWatermarkConfig, extract_from_model_dir
+
     monkeypatch.setenv("LLMOPS_WATERMARK_KEY", "424242")
     wcfg = WeightWatermarkConfig(enabled=True, bits=48, strength=1.0)
-    marked = train(inputs["clean"], inputs["base"], str(tmp_path / "marked"),
-                   TrainConfig(**dict(SMALL, steps=30, checkpoint_interval=30, lr=0.01, weight_watermark=wcfg)))
+    marked = train(
+        inputs["clean"],
+        inputs["base"],
+        str(tmp_path / "marked"),
+        TrainConfig(**dict(SMALL, steps=30, checkpoint_interval=30, lr=0.01, weight_watermark=wcfg)),
+    )
     found = extract_from_model_dir(marked["model_dir"], 424242, wcfg)
     assert found.bit_accuracy >= 0.925 and found.p_value <= 1e-9
-    assert extract_from_model_dir(marked["model_dir"], 424243, wcfg).bit_accuracy < 0.8      # wrong key
-    assert extract_from_model_dir(inputs["base"], 424242, wcfg).p_value > 1e-3               # never marked
+    assert extract_from_model_dir(marked["model_dir"], 424243, wcfg).bit_accuracy < 0.8  # wrong key
+    assert extract_from_model_dir(inputs["base"], 424242, wcfg).p_value > 1e-3  # never marked
     # A few steps of further fine-tuning without the regularizer keep the mark.
-    tuned = train(inputs["clean"], marked["model_dir"], str(tmp_path / "tuned"),
-                  TrainConfig(**dict(SMALL, steps=10, checkpoint_interval=10)))
+    tuned = train(
+        inputs["clean"],
+        marked["model_dir"],
+        str(tmp_path / "tuned"),
+        TrainConfig(**dict(SMALL, steps=10, checkpoint_interval=10)),
+    )
     after = extract_from_model_dir(tuned["model_dir"], 424242, wcfg)
     assert after.bit_accuracy >= 0.925 and after.p_value <= 1e-9
 
@@ -394,9 +432,9 @@ def test_a_packed_example_sees_only_itself(inputs):
     order = Sampler(40, seed=7).take(40).tolist()
     plan = pack(sampler, lengths, 3, 48)
     flat = [i for row in plan for i in row]
-    assert flat == order[:len(flat)] and sampler.position == len(flat)
+    assert flat == order[: len(flat)] and sampler.position == len(flat)
     assert all(sum(lengths[i] for i in row) <= 48 for row in plan) and len(plan) == 3
-    assert sum(lengths[i] for i in plan[0]) + lengths[plan[1][0]] > 48           # the next one did not fit
+    assert sum(lengths[i] for i in plan[0]) + lengths[plan[1][0]] > 48  # the next one did not fit
     batch = packed_batch(plan, tokens["input_ids"], tokens["labels"], lengths, tok.pad_token_id)
     model = AutoModelForCausalLM.from_pretrained(inputs["base"]).eval()
     with torch.no_grad():
@@ -404,8 +442,8 @@ def test_a_packed_example_sees_only_itself(inputs):
         at = 0
         for i in plan[1]:
             n = int(lengths[i])
-            alone = model(input_ids=torch.from_numpy(tokens["input_ids"][i:i + 1, :n])).logits[0]
-            assert torch.allclose(packed[1, at:at + n], alone, atol=1e-5), i
+            alone = model(input_ids=torch.from_numpy(tokens["input_ids"][i : i + 1, :n])).logits[0]
+            assert torch.allclose(packed[1, at : at + n], alone, atol=1e-5), i
             at += n
     # Labels: an example's own, less its first token (it has no predecessor alone).
     first = plan[1][0]
@@ -422,7 +460,7 @@ def _stopped_and_resumed(inputs, settings: dict, name: str) -> dict:
     train(inputs["clean"], inputs["base"], out, TrainConfig(**settings), stop_after=4)
     second = train(inputs["clean"], inputs["base"], out, TrainConfig(**settings))
     assert second["resumed_from"] == "step-00000004"
-    assert losses(out) == losses(ref_dir)                                      # zero tolerance
+    assert losses(out) == losses(ref_dir)  # zero tolerance
     assert second["model_root"] == ref["model_root"]
     return ref
 
@@ -440,7 +478,9 @@ def test_bf16_trains_through_the_same_config_and_resumes_bit_for_bit(inputs, ref
     ref = _stopped_and_resumed(inputs, dict(SMALL, precision="bf16"), "bf16")
     assert ref["done"] and losses(str(inputs["root"] / "bf16-ref")) != losses(reference["dir"])
     with pytest.raises(InputError, match=r"precision: fp16 needs GPUs .*use bf16 or fp32"):
-        train(inputs["clean"], inputs["base"], str(inputs["root"] / "fp16"), TrainConfig(**dict(SMALL, precision="fp16")))
+        train(
+            inputs["clean"], inputs["base"], str(inputs["root"] / "fp16"), TrainConfig(**dict(SMALL, precision="fp16"))
+        )
 
 
 LORA = dict(SMALL, lora={"enabled": True, "r": 4, "alpha": 8.0})
@@ -459,7 +499,7 @@ def test_lora_trains_only_adapters_resumes_bit_for_bit_and_exports_them_merged(i
     exported = load_file(os.path.join(ref["model_dir"], "model.safetensors"))
     assert set(exported) == set(base) and not any("lora" in k for k in exported)
     changed = {k for k in base if not torch.equal(base[k], exported[k])}
-    assert changed and all(k.endswith("attn.c_attn.weight") for k in changed), changed    # peft's GPT-2 default
+    assert changed and all(k.endswith("attn.c_attn.weight") for k in changed), changed  # peft's GPT-2 default
     assert integrity.verify("model", ref["model_dir"]) == ref["model_root"]
     AutoModelForCausalLM.from_pretrained(ref["model_dir"])
 
@@ -477,7 +517,7 @@ def test_lora_merge_keeps_the_adapted_models_logits(inputs):
     with torch.no_grad():
         for name, p in adapted.named_parameters():
             if "lora_B" in name:
-                p.normal_(0, 0.5)                      # B starts at zero; make the adapters matter
+                p.normal_(0, 0.5)  # B starts at zero; make the adapters matter
     merged = AutoModelForCausalLM.from_pretrained(inputs["base"])
     merged.load_state_dict(lora.merged_state(AutoModelForCausalLM, inputs["base"], cfg, adapted.state_dict()))
     ids = torch.tensor([[5, 17, 42, 9, 3]])
@@ -489,31 +529,53 @@ def test_lora_merge_keeps_the_adapted_models_logits(inputs):
         TrainConfig(lora={"enabled": True}, weight_watermark={"enabled": True})
 
 
-def test_a_full_disk_stops_training_at_the_checkpoint_with_one_line_and_the_rerun_matches(reference, inputs,
-                                                                                       tmp_path):
+def test_a_full_disk_stops_training_at_the_checkpoint_with_one_line_and_the_rerun_matches(reference, inputs, tmp_path):
     """--out on a 512 KiB tmpfs (a private mount namespace: a real full disk): the first
     checkpoint cannot be written, so the run stops there (no training on without it) with
     one line naming the file and the free space, exit 2; grown to 8 MiB, the same command
     finishes exactly as the uninterrupted run."""
     import shlex
+
     vol = tmp_path / "vol"
     vol.mkdir()
     config = tmp_path / "small.yaml"
     config.write_text("".join(f"{k}: {v}\n" for k, v in SMALL.items()))
-    cli = shlex.join([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", "train", "--data", inputs["clean"],
-                      "--base-model", inputs["base"], "--out", str(vol / "out"), "--config", str(config)])
-    script = (f"mount -t tmpfs -o size=512k tmpfs {vol} && {{ {cli} 2>{tmp_path}/err1; echo rc1=$?; "
-              f"wc -l < {vol}/out/train_log.jsonl; mount -o remount,size=8m tmpfs {vol}; {cli} >/dev/null 2>&1; "
-              f"echo rc2=$?; cat {vol}/out/train_log.jsonl; }}")
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True,
-                          env={**os.environ, "LLMOPS_NO_PROGRESS": "1"}, timeout=500)
+    cli = shlex.join(
+        [
+            sys.executable,
+            "-m",
+            "kfp_llmops.pipelines.cli.main",
+            "train",
+            "--data",
+            inputs["clean"],
+            "--base-model",
+            inputs["base"],
+            "--out",
+            str(vol / "out"),
+            "--config",
+            str(config),
+        ]
+    )
+    script = (
+        f"mount -t tmpfs -o size=512k tmpfs {vol} && {{ {cli} 2>{tmp_path}/err1; echo rc1=$?; "
+        f"wc -l < {vol}/out/train_log.jsonl; mount -o remount,size=8m tmpfs {vol}; {cli} >/dev/null 2>&1; "
+        f"echo rc2=$?; cat {vol}/out/train_log.jsonl; }}"
+    )
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LLMOPS_NO_PROGRESS": "1"},
+        timeout=500,
+    )
     lines = proc.stdout.splitlines()
     said = open(tmp_path / "err1").read()
     err = [ln for ln in said.splitlines() if ln.startswith("error:")]
-    assert lines[0] == "rc1=2" and lines[1].strip() == "4", proc.stdout + proc.stderr   # stopped at step 4
-    assert len(err) == 1 and err[0].startswith(f"error: writing checkpoint {vol}/out/checkpoints/.staging-step-"
-                                               "00000004/"), said[-3000:]
+    assert lines[0] == "rc1=2" and lines[1].strip() == "4", proc.stdout + proc.stderr  # stopped at step 4
+    assert len(err) == 1 and err[0].startswith(
+        f"error: writing checkpoint {vol}/out/checkpoints/.staging-step-00000004/"
+    ), said[-3000:]
     assert re.search(rf"no space left on device \(\S+ K?i?B free of 512\.0 KiB on {vol}\); rerun the same", err[0])
     assert lines[2] == "rc2=0", proc.stdout + proc.stderr
     resumed = [(row["step"], row["loss"]) for row in map(json.loads, lines[3:])]
-    assert resumed == losses(reference["dir"])                        # zero tolerance
+    assert resumed == losses(reference["dir"])  # zero tolerance

@@ -1,10 +1,11 @@
 """verify_watermark end to end on a small real model (generation with the processor)."""
+
 import json
 
 import pytest
 
-from kfp_llmops.components.common.errors import InputError
 from helpers import tiny_model
+from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.watermark import raise_unless_verified, run_to_dir
 
 pytestmark = pytest.mark.timeout(600)
@@ -41,16 +42,20 @@ def test_detection_can_be_measured_on_open_ended_prompts(setup, tmp_path):
     """`generation.prompts`: the long texts continue these (cycled to `texts`), while the
     quality cost still answers the eval set."""
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(FAST.format(delta=4.0).replace("batch_size: 20", "batch_size: 20, texts: 24, "
-                                                  "prompts: [Tell me a story., Write something.]"))
+    cfg.write_text(
+        FAST.format(delta=4.0).replace(
+            "batch_size: 20", "batch_size: 20, texts: 24, prompts: [Tell me a story., Write something.]"
+        )
+    )
     result = run_to_dir(setup["model"], setup["eval"], str(tmp_path / "out"), str(cfg), setup["key"])
     rows = [json.loads(line) for line in open(tmp_path / "out" / "watermarked.jsonl")]
     assert [r["prompt"] for r in rows] == ["Tell me a story.", "Write something."] * 12
-    assert len({r["response"] for r in rows}) == 24                        # sampled: each text its own
+    assert len({r["response"] for r in rows}) == 24  # sampled: each text its own
     assert result["metrics"]["positives_scored"] == 24 and result["metrics"]["tpr"] >= 0.9
-    assert result["metrics"]["exact_match_unwatermarked"] >= 0                 # the eval set still answered
-    assert ("Detection: 24 texts of 80–80 new tokens continuing 2 open-ended prompts (Tell me a story.; Write "
-            "something.)") in (tmp_path / "out" / "report.html").read_text()
+    assert result["metrics"]["exact_match_unwatermarked"] >= 0  # the eval set still answered
+    assert (
+        "Detection: 24 texts of 80–80 new tokens continuing 2 open-ended prompts (Tell me a story.; Write something.)"
+    ) in (tmp_path / "out" / "report.html").read_text()
 
 
 def test_without_bias_nothing_is_detected_and_the_gate_fails(setup, tmp_path):
@@ -70,6 +75,7 @@ def test_missing_key_is_a_one_line_error(setup, tmp_path, monkeypatch):
 
 def test_cli_verify_exit_codes(setup, tmp_path):
     from kfp_llmops.pipelines.cli.main import main
+
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text(FAST.format(delta=4.0))
     bad.write_text(FAST.format(delta=0.0))
@@ -95,7 +101,7 @@ def test_weight_watermark_checks_join_the_gate(setup, tmp_path):
     state = load_file(model / "model.safetensors")
     target = torch.nn.Parameter(state[wcfg.target].clone())
     opt = torch.optim.Adam([target], lr=1e-3)
-    for _ in range(150):                                    # embed the bits directly
+    for _ in range(150):  # embed the bits directly
         loss = regularizer(target, 987654321, wcfg.bits)
         opt.zero_grad()
         loss.backward()
@@ -120,12 +126,15 @@ def test_quality_cost_is_measured_and_can_be_gated(setup, tmp_path):
     nothing changes, and the curve shows detection and cost rising with delta; cost
     bounds turn the measurements into checks."""
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(FAST.format(delta=4.0) + "quality: {deltas: [0.0, 4.0]}\ngate: {max_exact_match_cost: 0.0, "
-                   "max_perplexity_increase: 0.10, max_bertscore_cost: 0.02, min_judge_win_rate: 0.45}\n")
+    cfg.write_text(
+        FAST.format(delta=4.0) + "quality: {deltas: [0.0, 4.0]}\ngate: {max_exact_match_cost: 0.0, "
+        "max_perplexity_increase: 0.10, max_bertscore_cost: 0.02, min_judge_win_rate: 0.45}\n"
+    )
     result = run_to_dir(setup["model"], setup["eval"], str(tmp_path / "out"), str(cfg), setup["key"])
     m = result["metrics"]
     assert 0 <= m["exact_match_watermarked"] <= 1 and m["exact_match_cost"] == pytest.approx(
-        m["exact_match_unwatermarked"] - m["exact_match_watermarked"])
+        m["exact_match_unwatermarked"] - m["exact_match_watermarked"]
+    )
     assert m["perplexity_increase"] == pytest.approx(m["perplexity_watermarked"] / m["perplexity_unwatermarked"] - 1)
     assert m["bertscore_cost"] == pytest.approx(m["bertscore_f1_unwatermarked"] - m["bertscore_f1_watermarked"])
     # Greedy answers are the model's likeliest; the mark pushes them off it.
@@ -133,7 +142,7 @@ def test_quality_cost_is_measured_and_can_be_gated(setup, tmp_path):
     zero, four = result["tradeoff"]
     assert zero["delta"] == 0.0 and zero["tpr"] <= 0.05
     assert zero["exact_match_cost"] == zero["bertscore_cost"] == zero["perplexity_increase"] == 0.0
-    assert zero["judge_win_rate"] == 0.5                                   # the same answers: all ties
+    assert zero["judge_win_rate"] == 0.5  # the same answers: all ties
     assert four["tpr"] >= 0.95
     for name in ("exact_match_cost", "perplexity_increase", "bertscore_cost", "judge_win_rate"):
         assert four[name] == pytest.approx(m[name])
@@ -150,6 +159,7 @@ def test_quality_cost_is_measured_and_can_be_gated(setup, tmp_path):
 
 def test_an_oracle_scores_the_perplexity_once_its_root_verifies(setup, tmp_path):
     from kfp_llmops.components.common import integrity
+
     root = integrity.verify("model", setup["model"])
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(FAST.format(delta=4.0) + f"quality: {{oracle_model: {setup['model']}, oracle_root: '{'0' * 64}'}}\n")

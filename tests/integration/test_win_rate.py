@@ -1,24 +1,33 @@
 """The win rate against production with real judges: BERTScore on MiniLM, and one-logit
 classifiers built from MiniLM, sealed and pinned like any judge a user brings."""
+
 import json
 import os
 
 import pytest
 
-from kfp_llmops.components.common import baseline, integrity
+from kfp_llmops.components.common import baseline, integrity, judging
 from kfp_llmops.components.common.errors import InputError
-from kfp_llmops.components.common import judging
-from kfp_llmops.components.evaluation import run_to_dir, winrate
-from kfp_llmops.components.common.similarity import BertScoreConfig
 from kfp_llmops.components.common.judging import JudgeConfig
+from kfp_llmops.components.common.similarity import BertScoreConfig
+from kfp_llmops.components.evaluation import run_to_dir, winrate
 from kfp_llmops.components.evaluation.config import WinRateConfig
 from kfp_llmops.components.training.base_model import build_base_model
 
 pytestmark = pytest.mark.timeout(600)
 
 PROMPTS = [f"What is the capital of {c}?" for c in ("France", "Spain", "Italy", "Peru", "Chile", "Cuba")]
-REFERENCES = [f"The capital of {c} is {t}." for c, t in (("France", "Paris"), ("Spain", "Madrid"), ("Italy", "Rome"),
-                                                        ("Peru", "Lima"), ("Chile", "Santiago"), ("Cuba", "Havana"))]
+REFERENCES = [
+    f"The capital of {c} is {t}."
+    for c, t in (
+        ("France", "Paris"),
+        ("Spain", "Madrid"),
+        ("Italy", "Rome"),
+        ("Peru", "Lima"),
+        ("Chile", "Santiago"),
+        ("Cuba", "Havana"),
+    )
+]
 # The candidate is right on the first four, both answer the fifth alike, production is right on the last.
 CANDIDATE = REFERENCES[:5] + ["The the the the the."]
 PRODUCTION = ["The18The18The18 of 51."] * 4 + [REFERENCES[4], REFERENCES[5]]
@@ -32,14 +41,19 @@ def test_the_better_answers_win_ties_count_half_and_the_gate_reads_the_interval(
     assert (won["wins"], won["ties"], won["losses"]) == (4, 1, 1)
     assert won["win_rate"] == pytest.approx(4.5 / 6)
     assert won["win_rate_lower"] < won["win_rate"] < won["win_rate_upper"] <= 1.0
-    assert judging.win_rate(judged, cfg.confidence, cfg.bootstrap) == won          # fixed seed: same interval
+    assert judging.win_rate(judged, cfg.confidence, cfg.bootstrap) == won  # fixed seed: same interval
     assert all(c.verdict == "pass" for c in winrate.checks(won, cfg, ""))
     # The same pairs the other way round: production is better, and the gate refuses.
-    lost = judging.win_rate(judging.judge(PROMPTS, PRODUCTION, CANDIDATE, REFERENCES, JudgeConfig(),
-                                          BertScoreConfig()), cfg.confidence, cfg.bootstrap)
+    lost = judging.win_rate(
+        judging.judge(PROMPTS, PRODUCTION, CANDIDATE, REFERENCES, JudgeConfig(), BertScoreConfig()),
+        cfg.confidence,
+        cfg.bootstrap,
+    )
     assert (lost["wins"], lost["losses"]) == (1, 4) and lost["win_rate"] == pytest.approx(1.5 / 6)
-    assert {c.metric: c.verdict for c in winrate.checks(lost, cfg, "")} == {"win_rate": "fail",
-                                                                            "win_rate_lower": "fail"}
+    assert {c.metric: c.verdict for c in winrate.checks(lost, cfg, "")} == {
+        "win_rate": "fail",
+        "win_rate_lower": "fail",
+    }
     skipped = winrate.checks(None, cfg, "no model in production to compare with")
     assert {c.verdict for c in skipped} == {"skipped"} and skipped[0].reason.startswith("no model")
 
@@ -71,8 +85,14 @@ def test_a_pairwise_judge_that_favours_the_first_answer_is_cancelled_by_the_swap
     assert len(differ) == 5 and all(j.outcome == 0 and not j.consistent for j in differ)
     assert judging.win_rate(judged)["judge_position_consistency"] == 0.0
     # A reward model scores each answer alone: equal scores are ties too.
-    reward = judging.judge(PROMPTS, CANDIDATE, PRODUCTION, REFERENCES, JudgeConfig(kind="reward", path=folder,
-                                                                                   root=root), BertScoreConfig())
+    reward = judging.judge(
+        PROMPTS,
+        CANDIDATE,
+        PRODUCTION,
+        REFERENCES,
+        JudgeConfig(kind="reward", path=folder, root=root),
+        BertScoreConfig(),
+    )
     assert [j.outcome for j in reward] == [0] * 6
 
 
@@ -88,8 +108,11 @@ def test_a_judge_is_pinned_and_must_have_one_output(tmp_path):
 
 
 def test_the_production_model_is_the_first_place_that_verifies(tmp_path):
-    rows = [{"prompt": f"What is {a} plus {b}?", "response": f"{a} plus {b} is {a + b}."}
-            for a in range(1, 9) for b in range(1, 9)]
+    rows = [
+        {"prompt": f"What is {a} plus {b}?", "response": f"{a} plus {b} is {a + b}."}
+        for a in range(1, 9)
+        for b in range(1, 9)
+    ]
     clean = tmp_path / "clean.jsonl"
     clean.write_text("".join(json.dumps(r) + "\n" for r in rows))
     model = str(tmp_path / "model")
@@ -109,22 +132,32 @@ def test_the_production_model_is_the_first_place_that_verifies(tmp_path):
     releases = tmp_path / "volume" / "run-1"
     kept = baseline.keep_model(str(releases), model, root)
     assert kept == str(tmp_path / "volume" / "production" / root)
-    assert os.stat(os.path.join(kept, "model.safetensors")).st_ino == os.stat(os.path.join(model,
-                                                                                   "model.safetensors")).st_ino
+    assert (
+        os.stat(os.path.join(kept, "model.safetensors")).st_ino
+        == os.stat(os.path.join(model, "model.safetensors")).st_ino
+    )
     other_root = integrity.verify("model", other)
     baseline.keep_model(str(releases), other, other_root)
     third = str(tmp_path / "third")
     build_base_model(str(clean), third, size="tiny", seed=2)
     baseline.keep_model(str(releases), third, integrity.verify("model", third))
-    assert sorted(os.listdir(tmp_path / "volume" / "production")) == sorted([other_root, integrity.verify("model",
-                                                                                                          third)])
+    assert sorted(os.listdir(tmp_path / "volume" / "production")) == sorted(
+        [other_root, integrity.verify("model", third)]
+    )
 
     # Against another model: it answers the same prompts, each pair is judged, the report lists them.
     eval_path = tmp_path / "eval.jsonl"
     eval_path.write_text("".join(json.dumps({"id": f"e{i}", **r}) + "\n" for i, r in enumerate(rows[:10])))
     fast = "generation: {max_new_tokens: 8}\n"
-    result = run_to_dir(model, str(eval_path), str(tmp_path / "vs"), fast, show_progress=False,
-                        production_model=other, production_root=other_root)
+    result = run_to_dir(
+        model,
+        str(eval_path),
+        str(tmp_path / "vs"),
+        fast,
+        show_progress=False,
+        production_model=other,
+        production_root=other_root,
+    )
     win = result["win_rate"]
     assert win["wins"] + win["ties"] + win["losses"] == 10 and not win["same_model"]
     differ = [s for s in result["samples"] if s["production_response"] != s["response"]]
@@ -132,13 +165,26 @@ def test_the_production_model_is_the_first_place_that_verifies(tmp_path):
     assert result["metrics"]["win_rate"] == win["win_rate"]
     assert "## Where the candidate and production differ" in open(tmp_path / "vs" / "report.md").read()
     # Against itself: not generated twice, a tie each, and the report says why.
-    result = run_to_dir(model, str(eval_path), str(tmp_path / "out"), fast, show_progress=False,
-                        production_model=model, production_root=root)
+    result = run_to_dir(
+        model,
+        str(eval_path),
+        str(tmp_path / "out"),
+        fast,
+        show_progress=False,
+        production_model=model,
+        production_root=root,
+    )
     win = result["win_rate"]
     assert (win["wins"], win["ties"], win["losses"], win["win_rate"]) == (0, 10, 0, 0.5) and win["same_model"]
     report = open(tmp_path / "out" / "report.md").read()
     assert "0 wins, 10 ties, 0 losses; win rate 0.500" in report and "the same Merkle root" in report
     with pytest.raises(InputError, match="is not the expected"):
-        run_to_dir(model, str(eval_path), str(tmp_path / "bad"), show_progress=False, production_model=model,
-                   production_root="e" * 64)
+        run_to_dir(
+            model,
+            str(eval_path),
+            str(tmp_path / "bad"),
+            show_progress=False,
+            production_model=model,
+            production_root="e" * 64,
+        )
     assert not os.path.exists(tmp_path / "bad" / "blessing.json")

@@ -1,5 +1,6 @@
 """The Hyperscan candidate search may only skip a line that `find_pii` finds nothing in,
 however the line was JSON-encoded; and it must skip most plain text, or it buys nothing."""
+
 import importlib
 import json
 import random
@@ -22,10 +23,14 @@ validation = importlib.import_module("kfp_llmops.components.data_validation.vali
 def _encodings(text: str) -> list[bytes]:
     """The ways a writer may put `text` on a line: ASCII-escaped, raw UTF-8, every
     character escaped, and nested in a conversation."""
-    return [json.dumps({"prompt": text}).encode(), orjson.dumps({"prompt": text}),
-            b'{"prompt": "' + "".join(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else c for c in text).encode(
-                "utf-8", "surrogatepass") + b'"}',
-            orjson.dumps({"messages": [{"role": "user", "content": text}]})]
+    return [
+        json.dumps({"prompt": text}).encode(),
+        orjson.dumps({"prompt": text}),
+        b'{"prompt": "'
+        + "".join(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else c for c in text).encode("utf-8", "surrogatepass")
+        + b'"}',
+        orjson.dumps({"messages": [{"role": "user", "content": text}]}),
+    ]
 
 
 def _assert_superset(text: str) -> None:
@@ -40,12 +45,23 @@ def test_every_labeled_finding_is_a_candidate():
     for s in samples:
         found += bool(pii.find_pii(s.text))
         _assert_superset(s.text)
-    assert found > 1000                  # the corpus does exercise the recognizers
+    assert found > 1000  # the corpus does exercise the recognizers
 
 
-_GENERATORS = (pii_corpus.card, pii_corpus.iban, pii_corpus.cn_id, pii_corpus.ssn, pii_corpus.email,
-               pii_corpus.phone, pii_corpus.ipv4, pii_corpus.ipv6, pii_corpus.jwt, pii_corpus.cloud_key,
-               pii_corpus.private_key, pii_corpus.bearer)
+_GENERATORS = (
+    pii_corpus.card,
+    pii_corpus.iban,
+    pii_corpus.cn_id,
+    pii_corpus.ssn,
+    pii_corpus.email,
+    pii_corpus.phone,
+    pii_corpus.ipv4,
+    pii_corpus.ipv6,
+    pii_corpus.jwt,
+    pii_corpus.cloud_key,
+    pii_corpus.private_key,
+    pii_corpus.bearer,
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -62,11 +78,17 @@ def test_shaped_noise(text):
 
 
 def test_plain_text_is_not_a_candidate():
-    assert not may_hold_pii(orjson.dumps({"prompt": "What is the capital of France? (request 123456)",
-                                          "response": "Paris. Hope that helps. 中文回答：巴黎。"}))
+    assert not may_hold_pii(
+        orjson.dumps(
+            {
+                "prompt": "What is the capital of France? (request 123456)",
+                "response": "Paris. Hope that helps. 中文回答：巴黎。",
+            }
+        )
+    )
     assert not may_hold_pii(json.dumps({"prompt": "Wie heißt die Hauptstadt?", "response": "Berlin"}).encode())
     assert may_hold_pii(b'{"prompt": "mail me at a.b@example.org"}')
-    assert may_hold_pii(b'{"prompt": "\\u0031"}')        # an escaped ASCII digit: looked at, not guessed
+    assert may_hold_pii(b'{"prompt": "\\u0031"}')  # an escaped ASCII digit: looked at, not guessed
 
 
 @pytest.mark.parametrize("names", [False, True])
@@ -83,7 +105,9 @@ def test_outputs_equal_scanning_every_line(tmp_path, monkeypatch, names):
             monkeypatch.setattr(validation, "may_hold_pii", lambda raw: True)
         out = validation.OutputPaths.in_dir(str(tmp_path / f"out-{gate}"))
         result = validation.validate(str(corpus), out, config, show_progress=False)
-        outputs.append([open(p, "rb").read() for p in (out.clean, out.quarantine, out.stats)]
-                       + [result.metrics["merkle_root"], result.metrics["pii_found"]])
+        outputs.append(
+            [open(p, "rb").read() for p in (out.clean, out.quarantine, out.stats)]
+            + [result.metrics["merkle_root"], result.metrics["pii_found"]]
+        )
     assert outputs[0] == outputs[1]
-    assert outputs[0][4]                 # there were findings to keep
+    assert outputs[0][4]  # there were findings to keep

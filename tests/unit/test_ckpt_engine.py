@@ -1,5 +1,6 @@
 """The hashing checkpoint engine: what it writes loads unchanged, its digest is the
 file's Merkle hash, and the zip CRC-32 it skips is one torch never checks."""
+
 import errno
 import io
 import os
@@ -30,8 +31,8 @@ def test_torch_load_never_checks_the_zip_crc(tmp_path):
     data = bytearray(path.read_bytes())
     data[data.find(STATE["w"][1000:1004].numpy().tobytes())] ^= 0x01
     path.write_bytes(data)
-    assert zipfile.ZipFile(path).testzip() is not None          # the CRC does not match...
-    loaded = torch.load(path, weights_only=True)                 # ...and torch loads it anyway
+    assert zipfile.ZipFile(path).testzip() is not None  # the CRC does not match...
+    loaded = torch.load(path, weights_only=True)  # ...and torch loads it anyway
     assert not torch.equal(loaded["w"], STATE["w"])
 
 
@@ -41,7 +42,7 @@ def test_torch_load_never_checks_the_zip_crc(tmp_path):
 def test_engine_output_loads_and_its_digest_is_the_files_merkle_hash(tmp_path, durable, size):
     state = {"w": torch.arange(size, dtype=torch.float32), "step": 3}
     engine, path = _save(tmp_path, state, durable)
-    assert torch.serialization.get_crc32_options() is True      # the global option is restored
+    assert torch.serialization.get_crc32_options() is True  # the global option is restored
     loaded = engine.load(str(path))
     assert torch.equal(loaded["w"], state["w"]) and loaded["step"] == 3
     digest = engine.digests["rank0.pt"]
@@ -78,7 +79,7 @@ def test_a_full_disk_under_torchs_zip_writer_is_still_said_as_a_full_disk(room):
     ("unexpected pos") over the OSError; the one-line full-disk error must see through it."""
     with pytest.raises(Exception) as raised:
         torch.save(STATE, _Volume(room))
-    assert isinstance(raised.value, OSError if room == 0 else RuntimeError)     # what torch does
+    assert isinstance(raised.value, OSError if room == 0 else RuntimeError)  # what torch does
     problem = environment_problem(raised.value, "/ckpt/rank0.pt", "writing checkpoint")
     assert problem is not None and str(problem).startswith("writing checkpoint /ckpt/rank0.pt: no space left")
-    assert environment_problem(RuntimeError("unexpected pos 704 vs 598")) is None   # no disk behind it
+    assert environment_problem(RuntimeError("unexpected pos 704 vs 598")) is None  # no disk behind it

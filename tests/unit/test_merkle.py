@@ -39,7 +39,7 @@ def test_streaming_writer_equals_whole_file_hash_for_any_write_pattern(tmp_path)
     pos = 0
     while pos < len(data):
         step = rng.randint(0, 3000)
-        w.update(data[pos:pos + step])
+        w.update(data[pos : pos + step])
         pos += step
     streamed = w.finish("f.bin")
     assert streamed.root == whole.root and streamed.size == len(data)

@@ -1,5 +1,6 @@
 """PERSON and ADDRESS: the candidate pass, NER confirmation of the doubtful ones, the
 pinned model, and the names in the validator's redaction, density and metrics."""
+
 import json
 
 import pytest
@@ -33,18 +34,18 @@ def finder(confirmer):
 
 
 def found(finder, text):
-    return [(f.type, text[f.start:f.end]) for f in finder.find([text])[0]]
+    return [(f.type, text[f.start : f.end]) for f in finder.find([text])[0]]
 
 
 POSITIVES = [
     ("Hi, I'm Maria Garcia, my parcel never arrived.", pii.PERSON, "Maria Garcia"),
     ("Please forward this to James Wright in accounting.", pii.PERSON, "James Wright"),
-    ("Dear Xochitl, thanks for your patience.", pii.PERSON, "Xochitl"),        # not in the Census lists
+    ("Dear Xochitl, thanks for your patience.", pii.PERSON, "Xochitl"),  # not in the Census lists
     ("Dr. Oluwaseun Adeyemi reviewed the case.", pii.PERSON, "Dr. Oluwaseun Adeyemi"),
     ("My name is Siobhan O'Brien.", pii.PERSON, "Siobhan O'Brien"),
     ("Thanks Rahul, that fixed it.", pii.PERSON, "Rahul"),
     ("Can Ruby Turner join the call?", pii.PERSON, "Ruby Turner"),
-    ("Will Smith called yesterday about the invoice.", pii.PERSON, "Will Smith"),   # NER confirms
+    ("Will Smith called yesterday about the invoice.", pii.PERSON, "Will Smith"),  # NER confirms
     ("Sorry Maria Garcia, we will check.", pii.PERSON, "Maria Garcia"),
     ("我叫李小明，想查询一下订单。", pii.PERSON, "李小明"),
     ("我是张伟，住在北京。", pii.PERSON, "张伟"),
@@ -52,8 +53,11 @@ POSITIVES = [
     ("王丽华女士昨天来过电话。", pii.PERSON, "王丽华女士"),
     ("谢谢李女士的帮助。", pii.PERSON, "李女士"),
     ("My parcel to 42 Baker Street never arrived.", pii.ADDRESS, "42 Baker Street"),
-    ("Send it to 1600 Pennsylvania Avenue NW, Washington, DC 20500 please.", pii.ADDRESS,
-     "1600 Pennsylvania Avenue NW, Washington, DC 20500"),
+    (
+        "Send it to 1600 Pennsylvania Avenue NW, Washington, DC 20500 please.",
+        pii.ADDRESS,
+        "1600 Pennsylvania Avenue NW, Washington, DC 20500",
+    ),
     ("She lives at 221B Baker Street, London NW1 6XE.", pii.ADDRESS, "221B Baker Street, London NW1 6XE"),
     ("The office is at 12 Mill Rd, Apt 4B, second floor.", pii.ADDRESS, "12 Mill Rd, Apt 4B"),
     ("我住在北京市朝阳区建国路88号，请送货上门。", pii.ADDRESS, "北京市朝阳区建国路88号"),
@@ -79,8 +83,15 @@ def test_public_figures_are_names_unless_allowed(confirmer):
 
 
 def test_only_doubtful_candidates_reach_the_model(finder):
-    texts = ["Hi, I'm Maria Garcia.", "Will Smith called.", "Ruby Turner agreed.", "Nothing here at all.",
-             "The Surface Pro is on sale.", "我叫李小明。", "Ship to 42 Baker Street."]
+    texts = [
+        "Hi, I'm Maria Garcia.",
+        "Will Smith called.",
+        "Ruby Turner agreed.",
+        "Nothing here at all.",
+        "The Surface Pro is on sale.",
+        "我叫李小明。",
+        "Ship to 42 Baker Street.",
+    ]
     finder.find(texts)
     # Unambiguous names, cues, Chinese and addresses are decided without the model.
     assert finder.confirm.asked == ["Will Smith", "Ruby Turner", "Surface Pro"]
@@ -88,7 +99,7 @@ def test_only_doubtful_candidates_reach_the_model(finder):
 
 def test_the_model_decides_doubtful_ones_and_its_span_wins(finder):
     assert found(finder, "Will Smith called yesterday.") == [(pii.PERSON, "Will Smith")]
-    assert found(finder, "Rose Garden tickets are sold out.") == []         # "garden" ends a name
+    assert found(finder, "Rose Garden tickets are sold out.") == []  # "garden" ends a name
     assert found(finder, "Bill Gates Foundation grants") == [(pii.PERSON, "Bill Gates")]
 
 
@@ -110,24 +121,31 @@ def test_labeled_sample_meets_the_targets(finder):
 
 def test_word_count_counts_chinese_words():
     assert pii.word_count("Hi there, Maria") == 3
-    assert pii.word_count("我是张伟住在北京") == 1 + 4          # one run, eight characters
+    assert pii.word_count("我是张伟住在北京") == 1 + 4  # one run, eight characters
     assert pii.word_count("Hello 你好") == 2 + 1
 
 
 # --- in the validator ----------------------------------------------------------------------
 
+
 def test_names_are_redacted_counted_and_in_the_density(tmp_path):
-    lines = [{"prompt": "Hi, I'm Maria Garcia and my parcel to 42 Baker Street never arrived, can you help me today?",
-              "response": "Sorry about that, we will look into the delivery right away for you."},
-             {"prompt": "我叫李小明，我的包裹寄到北京市朝阳区建国路88号，到现在还没有收到，请帮我查一下物流信息好吗？",
-              "response": "好的，我们马上为您查询。"},
-             {"prompt": "Maria Garcia, James Wright, Olivia Smith, Liam Brown", "response": "Noted."},
-             sft(1)]
+    lines = [
+        {
+            "prompt": "Hi, I'm Maria Garcia and my parcel to 42 Baker Street never arrived, can you help me today?",
+            "response": "Sorry about that, we will look into the delivery right away for you.",
+        },
+        {
+            "prompt": "我叫李小明，我的包裹寄到北京市朝阳区建国路88号，到现在还没有收到，请帮我查一下物流信息好吗？",
+            "response": "好的，我们马上为您查询。",
+        },
+        {"prompt": "Maria Garcia, James Wright, Olivia Smith, Liam Brown", "response": "Noted."},
+        sft(1),
+    ]
     result, out = validate_lines(tmp_path, lines, overrides={"gate.max_reject_rate": 1.0})
     clean = read_jsonl(out / "clean.jsonl")
     assert clean[0]["prompt"] == "Hi, I'm [PERSON] and my parcel to [ADDRESS] never arrived, can you help me today?"
     assert clean[1]["prompt"].startswith("我叫[PERSON]，我的包裹寄到[ADDRESS]，")
-    (dense,) = read_jsonl(out / "quarantine.jsonl")                                  # the name list
+    (dense,) = read_jsonl(out / "quarantine.jsonl")  # the name list
     assert dense["reason"] == "pii_density" and dense["detail"].endswith("(PERSON 4)")
     m = result.metrics
     assert m["pii_found"]["PERSON"] == 6 and m["pii_found"]["ADDRESS"] == 2
@@ -135,15 +153,18 @@ def test_names_are_redacted_counted_and_in_the_density(tmp_path):
 
 
 def test_permissive_keeps_names_and_names_can_be_turned_off(tmp_path):
-    line = {"prompt": "Hi, I'm Maria Garcia and I have a question about my order from last week.",
-            "response": "Happy to help with your order."}
+    line = {
+        "prompt": "Hi, I'm Maria Garcia and I have a question about my order from last week.",
+        "response": "Happy to help with your order.",
+    }
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     result, out = validate_lines(tmp_path / "a", [line], policy="permissive")
     assert read_jsonl(out / "clean.jsonl") == [line] and result.metrics["pii_found"] == {"PERSON": 1}
     # Off: no model is needed, not even a readable one.
-    result, out = validate_lines(tmp_path / "b", [line], overrides={
-        "pii.names.enabled": False, "pii.names.ner_model": str(tmp_path / "nowhere")})
+    result, out = validate_lines(
+        tmp_path / "b", [line], overrides={"pii.names.enabled": False, "pii.names.ner_model": str(tmp_path / "nowhere")}
+    )
     assert read_jsonl(out / "clean.jsonl") == [line] and result.metrics["pii_found"] == {}
 
 
@@ -153,8 +174,9 @@ def test_batch_size_does_not_change_the_outputs(tmp_path):
     outs = []
     for batch in (1, 4096):
         (tmp_path / str(batch)).mkdir()
-        _, out = validate_lines(tmp_path / str(batch), rows, overrides={
-            "pii.names.ner_batch_size": batch, "gate.max_reject_rate": 1.0})
+        _, out = validate_lines(
+            tmp_path / str(batch), rows, overrides={"pii.names.ner_batch_size": batch, "gate.max_reject_rate": 1.0}
+        )
         outs.append(((out / "clean.jsonl").read_bytes(), (out / "quarantine.jsonl").read_bytes()))
     assert outs[0] == outs[1]
     assert b"[PERSON]" in outs[0][0] and b"[ADDRESS]" in outs[0][0]
@@ -166,7 +188,9 @@ def test_missing_or_mismatched_model_stops_before_any_row(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(json.dumps({"pii": {"names": {"ner_model": str(missing), "ner_sha256": "ab" * 32}}}))
     rc, _, err = llmops("data", "validate", src, "--out", str(tmp_path / "o1"), "--config", str(cfg))
-    assert rc == 2 and err.strip() == f"error: pii.names.ner_model: {missing}: no such folder (expected root {'ab' * 32})"
+    assert (
+        rc == 2 and err.strip() == f"error: pii.names.ner_model: {missing}: no such folder (expected root {'ab' * 32})"
+    )
     assert not (tmp_path / "o1" / "clean.jsonl").exists()
     cfg.write_text(json.dumps({"pii": {"names": {"ner_sha256": "00" * 32}}}))
     rc, _, err = llmops("data", "validate", src, "--out", str(tmp_path / "o2"), "--config", str(cfg))
@@ -176,6 +200,7 @@ def test_missing_or_mismatched_model_stops_before_any_row(tmp_path):
 
 def test_a_changed_model_file_is_refused(tmp_path):
     import shutil
+
     copy = tmp_path / "model"
     shutil.copytree(ner.bundled_path(), copy)
     assert ner.resolve(str(copy), ner.BUNDLED_ROOT) == (str(copy), ner.BUNDLED_ROOT)

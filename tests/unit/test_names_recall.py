@@ -2,6 +2,7 @@
 in sentences and log lines without cue words (tests/faker_corpus.py): each of the four
 kinds >= 0.90 and hard negatives >= 0.95 intact, on the split the rules were checked
 against and on the held-out one."""
+
 import pytest
 
 from kfp_llmops.components.data_validation import names, ner
@@ -23,11 +24,12 @@ def test_recall_on_text_nobody_tuned_for(finder, split):
 
 def test_alone_names_need_a_surname_and_name_characters(finder):
     def found(text):
-        return [(f.type, text[f.start:f.end]) for f in finder.find([text])[0]]
+        return [(f.type, text[f.start : f.end]) for f in finder.find([text])[0]]
+
     assert found("Please ask 高丽 about it.") == [("PERSON", "高丽")]
     assert found("客户信息：朱英，已回访。") == [("PERSON", "朱英")]
-    assert found("备注：周末，无。") == []                      # 末 is not a given-name character
-    assert found("tag=高兴 ok") == []                         # an everyday word
-    assert found("Shipping to 苏州 takes a day.") == []        # a place
+    assert found("备注：周末，无。") == []  # 末 is not a given-name character
+    assert found("tag=高兴 ok") == []  # an everyday word
+    assert found("Shipping to 苏州 takes a day.") == []  # a place
     assert found("江西省强县沈北新上海路v座") == [("ADDRESS", "江西省强县沈北新上海路v座")]
     assert found("The parcel went to 83 Hodges Stravenue yesterday.") == [("ADDRESS", "83 Hodges Stravenue")]

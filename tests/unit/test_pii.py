@@ -1,4 +1,5 @@
 """Every PII type with positives and hard negatives, and the validators behind them."""
+
 import pytest
 
 from kfp_llmops.components.data_validation import pii
@@ -6,7 +7,7 @@ from pii_corpus import labeled_samples
 
 
 def types_in(text):
-    return [(f.type, text[f.start:f.end]) for f in pii.find_pii(text)]
+    return [(f.type, text[f.start : f.end]) for f in pii.find_pii(text)]
 
 
 POSITIVES = [
@@ -31,14 +32,27 @@ POSITIVES = [
     ("SSN 123-45-6789 filed", pii.US_SSN, "123-45-6789"),
     ("身份证 11010519491231002X 登记", pii.CN_RESIDENT_ID, "11010519491231002X"),
     ("key AKIAIOSFODNN7EXAMPLE set", pii.CLOUD_KEY, "AKIAIOSFODNN7EXAMPLE"),
-    ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", pii.CLOUD_KEY,
-     "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
-    ("token ghp_abcdefghijklmnopqrstuvwxyz0123456789 leaked", pii.CLOUD_KEY,
-     "ghp_abcdefghijklmnopqrstuvwxyz0123456789"),
-    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----", pii.PRIVATE_KEY,
-     "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----"),
-    ("jwt eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U x",
-     pii.JWT, "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"),
+    (
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        pii.CLOUD_KEY,
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    ),
+    (
+        "token ghp_abcdefghijklmnopqrstuvwxyz0123456789 leaked",
+        pii.CLOUD_KEY,
+        "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    ),
+    (
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+        pii.PRIVATE_KEY,
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+    ),
+    (
+        "jwt eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+        "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U x",
+        pii.JWT,
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    ),
     ("Authorization: Bearer abcDEF123456ghiJKL789", pii.BEARER_TOKEN, "abcDEF123456ghiJKL789"),
 ]
 
@@ -49,14 +63,14 @@ def test_positive_is_found_with_its_type_and_exact_span(text, kind, value):
 
 
 def test_every_type_has_a_positive_case():
-    assert {p[1] for p in POSITIVES} == set(pii.ALL_TYPES) - pii.NAME_TYPES   # names: test_names.py
+    assert {p[1] for p in POSITIVES} == set(pii.ALL_TYPES) - pii.NAME_TYPES  # names: test_names.py
 
 
 HARD_NEGATIVES = [
-    "Reference 4111 1111 1111 1112 is not a card",     # Luhn-invalid
+    "Reference 4111 1111 1111 1112 is not a card",  # Luhn-invalid
     "Number 1234567812345678 fails Luhn",
-    "Order 13812345678 shipped",                        # order id shaped like a CN mobile
-    "order #4111111111111111 shipped",                  # order id that happens to pass Luhn
+    "Order 13812345678 shipped",  # order id shaped like a CN mobile
+    "order #4111111111111111 shipped",  # order id that happens to pass Luhn
     "Invoice INV-20240512 is due",
     "Order ORD-2024-558812 has shipped",
     "Logged at 2024-05-12T13:45:10Z",
@@ -92,8 +106,10 @@ def test_hard_negative_survives(text):
     assert types_in(text) == []
 
 
-@pytest.mark.parametrize("number,ok", [("4111111111111111", True), ("4111111111111112", False),
-                                       ("79927398713", True), ("79927398710", False)])
+@pytest.mark.parametrize(
+    "number,ok",
+    [("4111111111111111", True), ("4111111111111112", False), ("79927398713", True), ("79927398710", False)],
+)
 def test_luhn(number, ok):
     assert pii.luhn_valid(number) is ok
 
@@ -101,8 +117,8 @@ def test_luhn(number, ok):
 def test_iban_mod97_and_length():
     assert pii.iban_valid("DE89370400440532013000")
     assert not pii.iban_valid("DE89370400440532013001")
-    assert not pii.iban_valid("DE8937040044053201300")      # wrong length for DE
-    assert not pii.iban_valid("ZZ89370400440532013000")      # unknown country
+    assert not pii.iban_valid("DE8937040044053201300")  # wrong length for DE
+    assert not pii.iban_valid("ZZ89370400440532013000")  # unknown country
 
 
 def test_cn_resident_id_check_digit_and_date():

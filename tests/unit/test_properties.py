@@ -1,4 +1,5 @@
 """Property tests: no input crashes the validator, and every row is accounted for."""
+
 import json
 
 import pytest
@@ -11,18 +12,22 @@ from kfp_llmops.components.data_validation.config import DataValidationConfig
 from kfp_llmops.components.data_validation.reader import _CONTROL, _PROBE, BINARY_SHARE
 from kfp_llmops.components.data_validation.validate import OutputPaths, validate
 
-SETTINGS = settings(max_examples=150, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-_json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=40),
-                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-                                st.sampled_from(["prompt", "response", "text", "x"]), inner, max_size=4),
-                            max_leaves=8)
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=40),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["prompt", "response", "text", "x"]), inner, max_size=4)
+    ),
+    max_leaves=8,
+)
 _lines = st.one_of(
     st.binary(max_size=80).map(lambda b: b.replace(b"\n", b"")),
     _json_values.map(lambda v: json.dumps(v).encode()),
     st.tuples(st.text(max_size=60), st.text(max_size=60)).map(
-        lambda t: json.dumps({"prompt": t[0], "response": t[1]}).encode()),
+        lambda t: json.dumps({"prompt": t[0], "response": t[1]}).encode()
+    ),
     st.sampled_from([b"", b"  ", b'{"prompt": "a@b.co 4111 1111 1111 1111", "response": "ok"}']),
 )
 
@@ -44,10 +49,13 @@ def _run(tmp_path, data: bytes, config=None):
 def test_arbitrary_bytes_never_crash(tmp_path, data):
     try:
         result = _run(tmp_path, data)
-    except InputError as err:            # unusable input only: a clean, one-line error
+    except InputError as err:  # unusable input only: a clean, one-line error
         assert "\n" not in str(err)
-        assert (not data and "empty file" in str(err)) or (_mostly_binary(data) and "binary data" in str(err)) \
+        assert (
+            (not data and "empty file" in str(err))
+            or (_mostly_binary(data) and "binary data" in str(err))
             or (data.startswith(b"\x1f\x8b") and ("gzip" in str(err) or "empty file" in str(err)))
+        )
         return
     m = result.metrics
     assert m["rows_in"] == m["rows_out"] + m["rows_quarantined"]
@@ -61,7 +69,7 @@ def test_accounting_invariant_holds(tmp_path, lines, near):
     data = b"\n".join(lines) + b"\n"
     config = DataValidationConfig()
     config.dedup.near.enabled = near
-    if _mostly_binary(data):             # refused whole, one line naming why; nothing else is
+    if _mostly_binary(data):  # refused whole, one line naming why; nothing else is
         with pytest.raises(InputError, match="binary data"):
             _run(tmp_path, data, config)
         return
@@ -71,8 +79,7 @@ def test_accounting_invariant_holds(tmp_path, lines, near):
     clean = (tmp_path / "out" / "clean.jsonl").read_bytes().splitlines()
     quarantine = (tmp_path / "out" / "quarantine.jsonl").read_bytes().splitlines()
     assert len(clean) == m["rows_out"] and len(quarantine) == m["rows_quarantined"]
-    assert sorted(json.loads(q)["line"] for q in quarantine) == sorted(
-        set(json.loads(q)["line"] for q in quarantine))
+    assert sorted(json.loads(q)["line"] for q in quarantine) == sorted(set(json.loads(q)["line"] for q in quarantine))
     nul_lines = {n for n, line in enumerate(lines, 1) if b"\x00" in line}
     assert nul_lines == {json.loads(q)["line"] for q in quarantine if json.loads(q)["reason"] == "nul_byte"}
 
@@ -81,12 +88,16 @@ def test_accounting_invariant_holds(tmp_path, lines, near):
 @given(text=st.text(max_size=300))
 def test_pii_findings_are_ordered_disjoint_and_redaction_is_stable(text):
     findings = pii.find_pii(text)
-    for a, b in zip(findings, findings[1:]):
+    for a, b in zip(findings, findings[1:], strict=False):
         assert a.end <= b.start
     redacted = pii.redact(text, findings, frozenset(pii.ALL_TYPES))
     # Everything outside the findings survives, in order; each finding becomes one token.
-    kept = "".join(text[a.end:b.start] for a, b in zip([pii.Finding(0, 0, "")] + findings,
-                                                       findings + [pii.Finding(len(text), len(text), "")]))
+    kept = "".join(
+        text[a.end : b.start]
+        for a, b in zip(
+            [pii.Finding(0, 0, "")] + findings, findings + [pii.Finding(len(text), len(text), "")], strict=False
+        )
+    )
     assert redacted.count("[") - text.count("[") == len(findings)
     stripped = redacted
     for f in findings:

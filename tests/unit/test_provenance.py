@@ -1,6 +1,7 @@
 """The release's SLSA provenance: built from the stages' notes, checked against the official
 in-toto and SLSA protobufs, signed in a DSSE envelope, and every tampering refused with
 a line naming it; lineage verify walks the chain from the signed form."""
+
 import base64
 import json
 import os
@@ -10,7 +11,8 @@ import pytest
 
 from kfp_llmops.components.common import integrity, records, signing
 from kfp_llmops.components.common.errors import InputError
-from kfp_llmops.components.release import lineage, provenance, record as release_record
+from kfp_llmops.components.release import lineage, provenance
+from kfp_llmops.components.release import record as release_record
 from kfp_llmops.pipelines.cli.main import main
 
 ROOT_D, ROOT_C = "d" * 64, "c" * 64
@@ -35,25 +37,62 @@ def release(tmp_path):
     repo_root = integrity.seal("repository", str(repo))
     repo_sha = signing.sign_folder(str(repo), str(keys / "private.pem"))
     d = str(rel)
-    records.note(d, records.ValidateDataset(result="passed", params={"pii_policy": "strict"},
-                                            outputs=records.ValidateOutputs(clean=records.CleanData(root=ROOT_D))))
-    records.note(d, records.TrainZero3(
-        params={"train_config": "steps: 6"}, inputs=records.TrainInputs(dataset_root=ROOT_D),
-        outputs=records.TrainOutputs(
-            model=records.ModelOut(root=model_root, path=str(model), checkpoint_root=ROOT_C, signed_sha256=model_sha),
-            checkpoints=records.CheckpointsOut(root=ROOT_C, path="/minio/mlpipeline/v2/artifacts/run/ckpt",
-                                               tag="step-6"))))
-    records.note(d, records.EvaluateLlm(result="blessed", inputs={"model_root": model_root},
-                                        outputs={"blessing": records.BlessingOut(root=model_root, blessed=True)}))
-    records.note(d, records.TritonCanaryDeploy(
-        result="promoted", inputs=records.DeployInputs(model_root=model_root, blessed_root=model_root),
-        outputs=records.DeployOutputs(repository=records.RepositoryOut(
-            root=repo_root, path=str(repo), version=1, weights="llm/1/weights", signed_sha256=repo_sha))))
+    records.note(
+        d,
+        records.ValidateDataset(
+            result="passed",
+            params={"pii_policy": "strict"},
+            outputs=records.ValidateOutputs(clean=records.CleanData(root=ROOT_D)),
+        ),
+    )
+    records.note(
+        d,
+        records.TrainZero3(
+            params={"train_config": "steps: 6"},
+            inputs=records.TrainInputs(dataset_root=ROOT_D),
+            outputs=records.TrainOutputs(
+                model=records.ModelOut(
+                    root=model_root, path=str(model), checkpoint_root=ROOT_C, signed_sha256=model_sha
+                ),
+                checkpoints=records.CheckpointsOut(
+                    root=ROOT_C, path="/minio/mlpipeline/v2/artifacts/run/ckpt", tag="step-6"
+                ),
+            ),
+        ),
+    )
+    records.note(
+        d,
+        records.EvaluateLlm(
+            result="blessed",
+            inputs={"model_root": model_root},
+            outputs={"blessing": records.BlessingOut(root=model_root, blessed=True)},
+        ),
+    )
+    records.note(
+        d,
+        records.TritonCanaryDeploy(
+            result="promoted",
+            inputs=records.DeployInputs(model_root=model_root, blessed_root=model_root),
+            outputs=records.DeployOutputs(
+                repository=records.RepositoryOut(
+                    root=repo_root, path=str(repo), version=1, weights="llm/1/weights", signed_sha256=repo_sha
+                )
+            ),
+        ),
+    )
     rec = release_record.write(d, {"state": "SUCCEEDED", "pipeline_job_resource_name": "run-1"})
     out = str(rel / provenance.FILE_NAME)
     provenance.write(rec, d, out, str(keys / "private.pem"), "ab" * 32)
-    return {"dir": rel, "keys": keys, "out": out, "model": str(model), "repo": str(repo), "record": rec,
-            "model_sha": model_sha, "model_root": model_root}
+    return {
+        "dir": rel,
+        "keys": keys,
+        "out": out,
+        "model": str(model),
+        "repo": str(repo),
+        "record": rec,
+        "model_sha": model_sha,
+        "model_root": model_root,
+    }
 
 
 def _statement(envelope_path) -> dict:
@@ -65,13 +104,15 @@ def test_statement_names_subjects_dependencies_and_portable_paths(release):
     provenance.check_schema(stmt, "statement")
     model = next(s for s in stmt["subject"] if s["name"] == "model")
     assert model["digest"] == {"sha256": release["model_sha"], "merkle-blake3": release["model_root"]}
-    assert model["uri"] == "artifacts/model"                      # relative to the release folder
+    assert model["uri"] == "artifacts/model"  # relative to the release folder
     deps = {d["name"]: d for d in stmt["predicate"]["buildDefinition"]["resolvedDependencies"]}
     assert deps["dataset"]["digest"] == {"merkle-blake3": ROOT_D}
-    assert deps["checkpoint:step-6"]["uri"] == "minio://mlpipeline/v2/artifacts/run/ckpt"   # a pod path as its URI
+    assert deps["checkpoint:step-6"]["uri"] == "minio://mlpipeline/v2/artifacts/run/ckpt"  # a pod path as its URI
     assert deps["pipeline-spec"]["digest"] == {"sha256": "ab" * 32} and "image:train" in deps
     params = stmt["predicate"]["buildDefinition"]["externalParameters"]["stages"]
-    assert params["train_zero3"] == {"train_config": "steps: 6"} and params["validate_dataset"]["pii_policy"] == "strict"
+    assert (
+        params["train_zero3"] == {"train_config": "steps: 6"} and params["validate_dataset"]["pii_policy"] == "strict"
+    )
     text = json.dumps(stmt) + base64.b64decode(stmt["predicate"]["runDetails"]["byproducts"][0]["content"]).decode()
     assert str(release["dir"]) not in text and "PRIVATE" not in text  # no pod-local paths, no key
 
@@ -107,20 +148,20 @@ def test_each_tampering_is_refused(release, tmp_path, capsys):
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
     signing.generate_keys(str(tmp_path / "o.pem"), str(tmp_path / "o.pub"))
-    refused(envelope, "does not verify with o.pub", str(tmp_path / "o.pub"))          # another key
-    refused(envelope, "needs --public-key", None)                                       # no key to check with
-    refused(_statement(release["out"]), "unsigned statement")                            # the bare statement
+    refused(envelope, "does not verify with o.pub", str(tmp_path / "o.pub"))  # another key
+    refused(envelope, "needs --public-key", None)  # no key to check with
+    refused(_statement(release["out"]), "unsigned statement")  # the bare statement
     stmt = _statement(release["out"])
     stmt["subject"][0]["digest"]["sha256"] = "0" * 64
     forged = dict(envelope, payload=base64.b64encode(json.dumps(stmt).encode()).decode())
-    refused(forged, "does not verify")                                                   # payload changed
-    refused(signing.sign_statement(stmt, private), "subject model digest")               # re-signed, wrong subject
+    refused(forged, "does not verify")  # payload changed
+    refused(signing.sign_statement(stmt, private), "subject model digest")  # re-signed, wrong subject
     stmt = _statement(release["out"])
     stmt["predicate"]["buildDefinition"]["surprise"] = 1
     refused(signing.sign_statement(stmt, private), "not a valid in-toto SLSA provenance statement")
     stmt = _statement(release["out"])
     stmt["predicate"]["runDetails"]["byproducts"][0]["content"] = base64.b64encode(b'{"stages": {}}').decode()
-    refused(signing.sign_statement(stmt, private), "does not match its digest")          # record swapped
+    refused(signing.sign_statement(stmt, private), "does not match its digest")  # record swapped
 
 
 def test_unsigned_release_still_gets_a_statement(release, tmp_path):

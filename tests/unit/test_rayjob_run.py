@@ -2,18 +2,19 @@
 validated by the stand-in), the job's entrypoint really run (a process here), the
 outputs read back and verified, a failed job told with its own reason
 and its last error, a corrupted output refused, and a retried task finding its job."""
+
 import importlib
 import json
 import os
 import sys
 
 import pytest
-from job_standin import ProcessRun, Run
-from kuberay_standin import KubeRayStandIn
 
+from job_standin import ProcessRun, Run
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 from kfp_llmops.components.data_validation import rayjob
 from kfp_llmops.components.data_validation.config import DataValidationConfig
+from kuberay_standin import KubeRayStandIn
 from tests.benchmarks.corpus import write_corpus
 
 validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
@@ -40,8 +41,10 @@ class Entrypoint(ProcessRun):
 
     def pods(self):
         code = self.proc.poll()
-        return [(f"{self.name}-submitter-x", "submitter", code, "Completed" if code == 0 else "Error"),
-                (f"{self.name}-head-x", "head", None, "")]
+        return [
+            (f"{self.name}-submitter-x", "submitter", code, "Completed" if code == 0 else "Error"),
+            (f"{self.name}-head-x", "head", None, ""),
+        ]
 
 
 class Scripted(Run):
@@ -92,10 +95,11 @@ def test_the_job_runs_and_its_outputs_are_the_local_engines(tmp_path, corpus):
     out, result = _run(tmp_path, api, corpus, cfg)
     (body,) = api.created
     assert body["metadata"]["namespace"] == "team-a" and body["spec"]["submissionMode"] == "K8sJobMode"
-    pods = [body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]] + \
-        [g["template"] for g in body["spec"]["rayClusterSpec"]["workerGroupSpecs"]]
+    pods = [body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]] + [
+        g["template"] for g in body["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    ]
     assert all(p["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] == str(claim) for p in pods)
-    assert not api.jobs                                      # deleted once read back
+    assert not api.jobs  # deleted once read back
     local_cfg = DataValidationConfig()
     local_cfg.gate.max_reject_rate = 1.0
     local_cfg.pii.names.enabled = False
@@ -112,8 +116,8 @@ def test_a_folder_of_parts_is_copied_whole_and_validated_as_the_local_engine_doe
     folder = tmp_path / "parts"
     (folder / "b").mkdir(parents=True)
     lines = corpus.read_bytes().splitlines(keepends=True)
-    (folder / "a.jsonl").write_bytes(b"".join(lines[:len(lines) // 2]))
-    (folder / "b" / "c.jsonl").write_bytes(b"".join(lines[len(lines) // 2:]))
+    (folder / "a.jsonl").write_bytes(b"".join(lines[: len(lines) // 2]))
+    (folder / "b" / "c.jsonl").write_bytes(b"".join(lines[len(lines) // 2 :]))
     (folder / "_SUCCESS").write_bytes(b"")
     claim = tmp_path / "claim"
     claim.mkdir()
@@ -127,18 +131,23 @@ def test_a_folder_of_parts_is_copied_whole_and_validated_as_the_local_engine_doe
         assert open(a, "rb").read() == open(b, "rb").read()
     assert result.metrics["input_files"] == want.metrics["input_files"] == 2
     (run,) = (claim / "llmops-validate").iterdir()
-    assert sorted(p.relative_to(run / "parts").as_posix() for p in (run / "parts").rglob("*") if p.is_file()) == \
-        ["a.jsonl", "b/c.jsonl"]                 # the data files copied under their names, the marker not
+    assert sorted(p.relative_to(run / "parts").as_posix() for p in (run / "parts").rglob("*") if p.is_file()) == [
+        "a.jsonl",
+        "b/c.jsonl",
+    ]  # the data files copied under their names, the marker not
 
 
 def test_a_failed_job_says_its_reason_and_last_error(tmp_path, corpus):
     claim = tmp_path / "claim"
     claim.mkdir()
     api = KubeRayStandIn(lambda job: Scripted(2, ["starting", "error: /mnt/x: binary data (...)"]))
-    with pytest.raises(LlmopsError, match=r"RayJob team-a/llmops-validate-\w+ failed: AppFailed: .*exit code 2 "
-                                          r"\(j-submitter: Error \(exit 2\)\); last log line: error: /mnt/x: binary"):
+    with pytest.raises(
+        LlmopsError,
+        match=r"RayJob team-a/llmops-validate-\w+ failed: AppFailed: .*exit code 2 "
+        r"\(j-submitter: Error \(exit 2\)\); last log line: error: /mnt/x: binary",
+    ):
         _run(tmp_path, api, corpus, _config(claim))
-    assert len(api.jobs) == 1                                # a failed job stays for inspection
+    assert len(api.jobs) == 1  # a failed job stays for inspection
 
 
 def test_a_retried_task_finds_its_job_and_a_corrupted_output_is_refused(tmp_path, corpus):
@@ -148,7 +157,7 @@ def test_a_retried_task_finds_its_job_and_a_corrupted_output_is_refused(tmp_path
     cfg.ray.kuberay.delete_on_success = False
     runs = []
 
-    def finished(job):                      # the job's work, done here as the entrypoint would
+    def finished(job):  # the job's work, done here as the entrypoint would
         spec_path = job["spec"]["entrypoint"].split()[-1]
         _engine_here(spec_path)
         assert not runs and rayjob.main([spec_path]) == 0
@@ -157,7 +166,7 @@ def test_a_retried_task_finds_its_job_and_a_corrupted_output_is_refused(tmp_path
 
     api = KubeRayStandIn(finished)
     _, first = _run(tmp_path, api, corpus, cfg, "a")
-    _, again = _run(tmp_path, api, corpus, cfg, "b")            # found Complete: read, not run again
+    _, again = _run(tmp_path, api, corpus, cfg, "b")  # found Complete: read, not run again
     assert len(api.created) == 1 and first.metrics["merkle_root"] == again.metrics["merkle_root"]
     name = api.created[0]["metadata"]["name"]
     clean = claim / "llmops-validate" / name / "out" / "clean.jsonl"
@@ -177,8 +186,16 @@ def test_the_entrypoint_says_unusable_input_in_one_line(tmp_path, capsys):
     bad.write_bytes(bytes(range(32)) * 100)
     spec = tmp_path / "spec.json"
     cfg = DataValidationConfig()
-    spec.write_text(json.dumps({"input": str(bad), "out": str(tmp_path / "o"), "reference": None,
-                                "config": cfg.model_dump(mode="json", by_alias=True)}))
+    spec.write_text(
+        json.dumps(
+            {
+                "input": str(bad),
+                "out": str(tmp_path / "o"),
+                "reference": None,
+                "config": cfg.model_dump(mode="json", by_alias=True),
+            }
+        )
+    )
     assert rayjob.main([str(spec)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "binary data" in err and len(err.splitlines()) == 1

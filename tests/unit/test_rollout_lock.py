@@ -3,6 +3,7 @@ refusing with the holder named, a killed holder's lock free at once, nesting), a
 cluster's Lease against a stand-in for the coordination API that keeps resourceVersions
 as the server does (a write against a stale one is a 409) and refuses, as a strict API
 server does, any body with unknown fields."""
+
 import copy
 import json
 import os
@@ -45,7 +46,7 @@ def test_a_second_rollout_is_refused_naming_the_holder_or_waits_until_it_is_rele
         said = []
         t0 = time.monotonic()
         with state_lock(str(tmp_path), Lock(wait_s=60), log=said.append) as held:
-            assert held["waited_s"] >= 1.0 and time.monotonic() - t0 >= 1.0      # only once the first let go
+            assert held["waited_s"] >= 1.0 and time.monotonic() - t0 >= 1.0  # only once the first let go
         assert f"_{proc.pid} since" in said[0] and "taken after waiting" in said[-1]
     finally:
         proc.kill()
@@ -67,11 +68,11 @@ def test_a_killed_holders_lock_is_free_at_once_and_nested_holds_share_the_outer(
     proc = _holder(tmp_path, 30.0)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert json.loads((tmp_path / LOCK_FILE).read_text())["holder"].endswith(f"_{proc.pid}")   # stale text left
+    assert json.loads((tmp_path / LOCK_FILE).read_text())["holder"].endswith(f"_{proc.pid}")  # stale text left
     with state_lock(str(tmp_path), Lock(on_busy="refuse")) as outer:
-        with state_lock(str(tmp_path), Lock(on_busy="refuse")) as inner:             # same thread: no deadlock
+        with state_lock(str(tmp_path), Lock(on_busy="refuse")) as inner:  # same thread: no deadlock
             assert inner is outer
-        seen = []                                                                   # another thread waits
+        seen = []  # another thread waits
         other = threading.Thread(target=lambda: seen.append(_try(tmp_path)))
         other.start()
         other.join()
@@ -141,10 +142,10 @@ def test_a_lease_is_held_by_one_run_renewed_and_released(monkeypatch):
             with _lease(api, "run-b", on_busy="refuse"):
                 pass
         renewed = api.obj["spec"]["renewTime"]
-        time.sleep(2.0)                                          # a third of the duration: renewed once
+        time.sleep(2.0)  # a third of the duration: renewed once
         assert api.obj["spec"]["renewTime"] > renewed and api.obj["spec"]["holderIdentity"] == "run-a"
         first.check()
-    assert "holderIdentity" not in api.obj["spec"]             # released: the next need not wait
+    assert "holderIdentity" not in api.obj["spec"]  # released: the next need not wait
     with _lease(api, "run-b", on_busy="refuse"):
         assert api.obj["spec"]["holderIdentity"] == "run-b" and api.obj["spec"]["leaseTransitions"] == 1
 
@@ -152,7 +153,7 @@ def test_a_lease_is_held_by_one_run_renewed_and_released(monkeypatch):
 def test_an_expired_lease_is_taken_over_and_its_old_holder_learns_it_lost(monkeypatch):
     api = LeaseApi()
     dead = _lease(api, "run-a")
-    dead._take()                                                 # taken, then its holder "died": never renewed
+    dead._take()  # taken, then its holder "died": never renewed
     with pytest.raises(InputError, match="still held after waiting"):
         with _lease(api, "run-b", wait_s=1):
             pass
@@ -171,20 +172,21 @@ def test_an_expired_lease_is_taken_over_and_its_old_holder_learns_it_lost(monkey
         time.sleep(2.0)
         with pytest.raises(LlmopsError, match="taken over by run-c; stopping this rollout"):
             mine.check()
-    assert api2.obj["spec"]["holderIdentity"] == "run-c"        # not cleared by the loser
+    assert api2.obj["spec"]["holderIdentity"] == "run-c"  # not cleared by the loser
 
 
 def test_two_runs_taking_a_free_lease_at_once_never_both_get_it():
     api = LeaseApi()
     with _lease(api, "run-0"):
-        pass                                                     # exists, free
+        pass  # exists, free
     barrier = threading.Barrier(2)
     real_read = api.read_namespaced_lease
 
     def read(*args, **kwargs):
         got = real_read(*args, **kwargs)
-        barrier.wait(timeout=5)                                   # both read the same resourceVersion
+        barrier.wait(timeout=5)  # both read the same resourceVersion
         return got
+
     api.read_namespaced_lease = read
     a, b = _lease(api, "run-a"), _lease(api, "run-b")
     results = {}

@@ -2,6 +2,7 @@
 checked (text or chat, decoding within the bound, one-line errors that never quote the
 prompt), the answer streamed piece by piece with multi-byte characters and stop strings
 intact, and the generation routine's token hook, which must not change what is chosen."""
+
 import json
 
 import pytest
@@ -12,7 +13,7 @@ from kfp_llmops.components.common.generation import generate, load_model
 from kfp_llmops.components.deploy.serving_request import check_fits, parse
 from tests.byo_models import save_model, tokenizer
 
-BLESSED = Decoding()          # greedy, 24 new tokens
+BLESSED = Decoding()  # greedy, 24 new tokens
 
 
 def _stream(tok, ids, stop=""):
@@ -30,7 +31,7 @@ def test_streamed_pieces_join_to_the_answer_and_never_split_a_character():
     tok = tokenizer(2000)
     text = "  Café → 日本語 🎉 ok, naïve façade.  "
     ids = tok.encode(text)
-    assert any("\ufffd" in tok.decode([t]) for t in ids)        # the tokenizer does split characters over tokens
+    assert any("\ufffd" in tok.decode([t]) for t in ids)  # the tokenizer does split characters over tokens
     stream, pieces = _stream(tok, ids)
     assert "".join(pieces) == answer_text(tok, ids) == text.strip()
     assert not any("\ufffd" in p for p in pieces) and len(pieces) > 5 and not stream.diverged
@@ -41,7 +42,7 @@ def test_a_stop_string_ends_the_stream_and_is_never_sent_in_part():
     ids = tok.encode("The answer is 42.\nQ: and the next question")
     stream, pieces = _stream(tok, ids, stop="\nQ:")
     assert stream.stopped and "".join(pieces) == "The answer is 42." == answer_text(tok, ids, "\nQ:")
-    assert len(stream.tokens) < len(ids)                         # the tokens after the stop were never asked for
+    assert len(stream.tokens) < len(ids)  # the tokens after the stop were never asked for
     _, pieces = _stream(tok, tok.encode("Ends with half a stop \nQ"), stop="\nQ:")
     assert "".join(pieces) == "Ends with half a stop \nQ".strip()  # held back, then sent: it never became the stop
 
@@ -52,14 +53,15 @@ def test_requests_are_read_within_the_blessed_decoding_and_bad_ones_named_in_one
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     got = parse({"messages": json.dumps(chat), "temperature": 0.7, "seed": 5, "stream": True}, BLESSED, 256)
     assert got.prompt == chat and got.decoding.do_sample and got.seed == 5 and got.stream
-    assert parse({"text_input": "x", "seed": 5}, BLESSED, 256).seed == 0       # greedy: one batch for all seeds
+    assert parse({"text_input": "x", "seed": 5}, BLESSED, 256).seed == 0  # greedy: one batch for all seeds
     secret = "my card is 4111 1111 1111 1111"
     bad = {
         "text_input or messages: give exactly one": {},
         "messages: not a JSON list of turns": {"messages": "[{"},
         "messages[0].role: unknown role 'robot'": {"messages": json.dumps([{"role": "robot", "content": secret}])},
         "messages[1].role: the conversation ends with a assistant turn": {
-            "messages": json.dumps([{"role": "user", "content": secret}, {"role": "assistant", "content": "ok"}])},
+            "messages": json.dumps([{"role": "user", "content": secret}, {"role": "assistant", "content": "ok"}])
+        },
         "messages: expected a list of turns": {"messages": json.dumps({"role": "user"})},
         "max_new_tokens: Input should be greater than or equal to 1": {"text_input": secret, "max_new_tokens": 0},
         "max_new_tokens: 300 is above the server's bound 256": {"text_input": secret, "max_new_tokens": 300},
@@ -86,9 +88,9 @@ def test_the_token_hook_sees_each_token_as_chosen_and_ends_only_the_rows_it_stop
     def watch(i, token):
         if token is not None:
             seen[i].append(token)
-        return i == 1 and len(seen[1]) == 4          # a stop string or a client gone, on row 1 only
+        return i == 1 and len(seen[1]) == 4  # a stop string or a client gone, on row 1 only
 
     hooked = generate(model, tok, prompts, max_new_tokens=12, batch_size=3, seed=0, do_sample=False, on_token=watch)
-    assert [c.tokens for c in hooked][0::2] == [c.tokens for c in plain][0::2]   # other rows unchanged
+    assert [c.tokens for c in hooked][0::2] == [c.tokens for c in plain][0::2]  # other rows unchanged
     assert hooked[1].tokens == plain[1].tokens[:4] and not hooked[1].ended
     assert seen[0] == plain[0].tokens and seen[2] == plain[2].tokens

@@ -2,6 +2,7 @@
 before state.json names the new version, or after it but before the links, leaves
 state.json naming the old stable or the new one (each verifying), `undo` working, and a
 rerun that finishes the job; the processes a killed rollout left are stopped by the next."""
+
 import os
 import shutil
 import signal
@@ -43,8 +44,12 @@ def repos(tmp_path_factory):
 def _promote(state, built, model_root, kill_at: str | None = None) -> int:
     env = {**os.environ, serving_state.KILL_AT: kill_at} if kill_at else dict(os.environ)
     env.pop(serving_state.KILL_AT, None) if not kill_at else None
-    return subprocess.run([sys.executable, "-c", PROMOTE, str(state), built["path"], model_root], env=env,
-                          capture_output=True, timeout=120).returncode
+    return subprocess.run(
+        [sys.executable, "-c", PROMOTE, str(state), built["path"], model_root],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    ).returncode
 
 
 def _versions(state) -> tuple:
@@ -59,25 +64,25 @@ def _verifies(state, model_root) -> None:
             repository.verify(served_dir(state, role), model_root, s[role]["repository_root"])
 
 
-@pytest.mark.parametrize("point,after", [("promotion_copy", (2, 1)), ("before_state", (2, 1)),
-                                         ("after_state", (3, 2))])
-def test_a_promotion_killed_anywhere_leaves_one_version_or_the_other_and_the_rerun_finishes(repos, tmp_path,
-                                                                                             point, after):
+@pytest.mark.parametrize("point,after", [("promotion_copy", (2, 1)), ("before_state", (2, 1)), ("after_state", (3, 2))])
+def test_a_promotion_killed_anywhere_leaves_one_version_or_the_other_and_the_rerun_finishes(
+    repos, tmp_path, point, after
+):
     state = str(tmp_path / "state")
     shutil.copytree(repos["state"], state, symlinks=True)
     assert _promote(state, repos["repos"][3], repos["model_root"], kill_at=point) == -signal.SIGKILL
     assert _versions(state) == after
-    _verifies(state, repos["model_root"])                       # whatever it names is whole
+    _verifies(state, repos["model_root"])  # whatever it names is whole
     undone = str(tmp_path / "undone")
     shutil.copytree(state, undone, symlinks=True)
-    assert undo(undone)["stable"]["version"] == after[1]        # undo always works
+    assert undo(undone)["stable"]["version"] == after[1]  # undo always works
     _verifies(undone, repos["model_root"])
-    assert os.path.realpath(os.path.join(undone, "stable")) == served_dir(undone)     # links re-pointed
-    assert _promote(state, repos["repos"][3], repos["model_root"]) == 0                # the rerun finishes
+    assert os.path.realpath(os.path.join(undone, "stable")) == served_dir(undone)  # links re-pointed
+    assert _promote(state, repos["repos"][3], repos["model_root"]) == 0  # the rerun finishes
     assert _versions(state) == (3, 2)
     _verifies(state, repos["model_root"])
     kept = sorted(os.listdir(os.path.join(state, REPOS_DIR)))
-    assert kept == sorted(repos["repos"][v]["repository_root"] for v in (2, 3))       # nothing else left
+    assert kept == sorted(repos["repos"][v]["repository_root"] for v in (2, 3))  # nothing else left
     assert os.path.realpath(os.path.join(state, "previous")) == served_dir(state, "previous")
 
 
@@ -90,7 +95,7 @@ def test_a_state_folder_from_before_repos_is_moved_in_place(repos, tmp_path):
         os.unlink(state / role)
         shutil.move(real, state / role)
     assert not os.listdir(state / REPOS_DIR)
-    _verifies(str(state), repos["model_root"])                  # read from the old places
+    _verifies(str(state), repos["model_root"])  # read from the old places
     serving_state.repair(str(state))
     assert os.path.islink(state / "stable") and len(os.listdir(state / REPOS_DIR)) == 2
     _verifies(str(state), repos["model_root"])
@@ -100,7 +105,7 @@ def test_process_groups_a_killed_rollout_left_are_stopped_by_the_next(tmp_path):
     leader = subprocess.Popen(["sh", "-c", "sleep 300 & sleep 300"], start_new_session=True)
     time.sleep(0.3)
     serving_state.note_process(str(tmp_path), leader.pid)
-    os.kill(leader.pid, signal.SIGKILL)                          # the leader dies, its child lives on
+    os.kill(leader.pid, signal.SIGKILL)  # the leader dies, its child lives on
     leader.wait()
     assert _group(leader.pid)
     assert serving_state.stop_leftovers(str(tmp_path), log=lambda *_: None) == 1
@@ -110,4 +115,4 @@ def test_process_groups_a_killed_rollout_left_are_stopped_by_the_next(tmp_path):
 
 def _group(pgid: int) -> list[int]:
     stats = [(p, serving_state._stat(p)) for p in os.listdir("/proc") if p.isdigit()]
-    return [int(p) for p, st in stats if st and st[0] == pgid and st[2] != "Z"]         # zombies are dead
+    return [int(p) for p, st in stats if st and st[0] == pgid and st[2] != "Z"]  # zombies are dead

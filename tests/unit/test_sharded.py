@@ -2,6 +2,7 @@
 duplicates whose first occurrence is in another shard, lines longer than a shard,
 characters cut by a nominal boundary, gzip; on Ray with 1, 2 and 4 workers, and when a
 worker is killed mid-task."""
+
 import gzip
 import importlib
 import json
@@ -24,29 +25,31 @@ MAX_LINE = 600
 def _corpus(path, rows: int = 900, seed: int = 4) -> None:
     """Rows that exercise every branch at once, in a file with a BOM."""
     rng = random.Random(seed)
-    pii = [s.text for s in pii_corpus.labeled_samples(200, seed=seed)] + \
-          [s.text for s in pii_corpus.name_samples(100, seed=seed)]
+    pii = [s.text for s in pii_corpus.labeled_samples(200, seed=seed)] + [
+        s.text for s in pii_corpus.name_samples(100, seed=seed)
+    ]
     lines = []
     for i in range(rows):
         roll = rng.random()
         if roll < 0.08 and lines:
-            lines.append(rng.choice(lines))                                # exact duplicate, anywhere before
+            lines.append(rng.choice(lines))  # exact duplicate, anywhere before
         elif roll < 0.10:
             lines.append(json.dumps({"prompt": "Tell me", "response": "x" * (MAX_LINE + rng.randrange(2000))}))
         elif roll < 0.11:
-            lines.append(json.dumps({"prompt": "Q", "response": "é" * 100})[:-3])   # malformed, multi-byte
+            lines.append(json.dumps({"prompt": "Q", "response": "é" * 100})[:-3])  # malformed, multi-byte
         elif roll < 0.12:
             lines.append("")
         elif roll < 0.13:
             lines.append(json.dumps({"prompt": "ok", "response": "fine"}).replace("fine", "fi\x00ne"))
         else:
             text = rng.choice(pii) if rng.random() < 0.4 else f"fact {i} 中文句子，数据 {rng.random()}"
-            lines.append(json.dumps({"prompt": f"Question {i % 97}?", "response": text},
-                                    ensure_ascii=rng.random() < 0.5))
+            lines.append(
+                json.dumps({"prompt": f"Question {i % 97}?", "response": text}, ensure_ascii=rng.random() < 0.5)
+            )
     body = "\ufeff" + "\n".join(lines) + "\n"
     data = body.encode("utf-8")
     edge = json.dumps({"prompt": "exactly", "response": ""})
-    edge = edge[:-2] + "y" * (MAX_LINE - len(edge)) + '"}'        # exactly MAX_LINE bytes, then a line of its own
+    edge = edge[:-2] + "y" * (MAX_LINE - len(edge)) + '"}'  # exactly MAX_LINE bytes, then a line of its own
     data += edge.encode() + b"\n" + b'{"prompt": "after the edge", "response": "kept"}\n'
     data += b'{"prompt": "bad utf8", "response": "\xff\xfe"}\n{"prompt": "no newline at the end", "response": "x"}'
     path.write_bytes(data)
@@ -62,20 +65,32 @@ def _config(names: bool) -> DataValidationConfig:
 
 def _outputs(out_dir, result) -> list:
     metrics = {k: v for k, v in result.metrics.items() if k != "elapsed_s"}
-    return [(out_dir / name).read_bytes() for name in ("clean.jsonl", "quarantine.jsonl", "stats.json")] + \
-        [metrics, result.samples]
+    return [(out_dir / name).read_bytes() for name in ("clean.jsonl", "quarantine.jsonl", "stats.json")] + [
+        metrics,
+        result.samples,
+    ]
 
 
 def _local(tmp_path, path, cfg, name="local"):
     out = tmp_path / name
-    return _outputs(out, validation.validate(str(path), validation.OutputPaths.in_dir(str(out)), cfg,
-                                             show_progress=False))
+    return _outputs(
+        out, validation.validate(str(path), validation.OutputPaths.in_dir(str(out)), cfg, show_progress=False)
+    )
 
 
 def _sharded(tmp_path, path, cfg, shard_bytes, partitions, name="sharded", submit=sharded.in_process):
     out = tmp_path / name
-    result = sharded.run(str(path), validation.OutputPaths.in_dir(str(out)), cfg, None, submit, lambda x: x,
-                         shard_bytes, partitions, log=lambda message: None)
+    result = sharded.run(
+        str(path),
+        validation.OutputPaths.in_dir(str(out)),
+        cfg,
+        None,
+        submit,
+        lambda x: x,
+        shard_bytes,
+        partitions,
+        log=lambda message: None,
+    )
     return _outputs(out, result)
 
 
@@ -86,7 +101,7 @@ def test_any_shard_size_gives_the_single_process_outputs(tmp_path, names):
     cfg = _config(names)
     want = _local(tmp_path, path, cfg)
     assert want[3]["by_reason"]["duplicate"] > 20 and want[3]["by_reason"]["line_too_long"] > 5
-    assert b'"after the edge"' in want[0]            # the line after one of exactly max_line bytes is its own
+    assert b'"after the edge"' in want[0]  # the line after one of exactly max_line bytes is its own
     size = path.stat().st_size
     for shard_bytes, partitions in ((size * 2, 1), (size // 2, 2), (4096, 3), (257, 5), (97, 1)):
         got = _sharded(tmp_path, path, cfg, shard_bytes, partitions, name=f"s{shard_bytes}")
@@ -111,7 +126,7 @@ def test_an_input_that_changes_between_passes_is_refused(tmp_path):
     calls = []
 
     def submit(fn, *args, num_returns=1):
-        if fn is sharded.validate_shard and not calls:       # after the keys were read: rewrite a byte
+        if fn is sharded.validate_shard and not calls:  # after the keys were read: rewrite a byte
             data = bytearray(path.read_bytes())
             data[-5] = ord("y")
             path.write_bytes(bytes(data))
@@ -144,16 +159,16 @@ def test_ray_with_1_2_and_4_workers_and_a_killed_worker(tmp_path, monkeypatch):
     want = _local(tmp_path, path, cfg)
     cfg.engine = "ray"
     cfg.ray.shard_mb = 1
-    small = path.stat().st_size // 5           # five shards: shard_mb is MiB, so the plan is patched smaller
+    small = path.stat().st_size // 5  # five shards: shard_mb is MiB, so the plan is patched smaller
     monkeypatch.setattr(sharded, "plan", lambda p, _bytes, plan=sharded.plan: plan(p, small))
     for workers in (1, 2, 4):
         cfg.ray.workers = workers
         assert _local(tmp_path, path, cfg, name=f"ray{workers}") == want, workers
     marker = tmp_path / "killed"
-    monkeypatch.setenv(sharded.DRILL_KILL, f"3:{marker}")       # shard 3's first try dies with SIGKILL
+    monkeypatch.setenv(sharded.DRILL_KILL, f"3:{marker}")  # shard 3's first try dies with SIGKILL
     cfg.ray.workers = 2
     assert _local(tmp_path, path, cfg, name="ray-killed") == want
-    assert marker.exists()                     # the drill did kill a worker, and the retry gave the same bytes
+    assert marker.exists()  # the drill did kill a worker, and the retry gave the same bytes
 
 
 def _folder(tmp_path) -> tuple:
@@ -168,7 +183,7 @@ def _folder(tmp_path) -> tuple:
     (folder / "part-3").mkdir(parents=True)
     (folder / "part-0.jsonl").write_bytes(b"\xef\xbb\xbf" + b"\n".join(parts[0]) + b"\n")
     (folder / "part-1.jsonl.gz").write_bytes(gzip.compress(b"\n".join(parts[1]) + b"\n"))
-    (folder / "part-2.jsonl").write_bytes(b"\n".join(parts[2]))                     # no final newline
+    (folder / "part-2.jsonl").write_bytes(b"\n".join(parts[2]))  # no final newline
     (folder / "part-3" / "data.jsonl").write_bytes(b"\xef\xbb\xbf" + b"\n".join(parts[3]))
     (folder / "part-9.jsonl").write_bytes(b"")
     (folder / "_SUCCESS").write_bytes(b"")
@@ -189,30 +204,36 @@ def test_a_folder_of_parts_is_one_stream_in_name_order_on_either_engine(tmp_path
     quarantined = [json.loads(line) for line in want[1].splitlines()]
     # Each entry names its file and its line there: the joined file's line, counted back.
     names = ["part-0.jsonl", "part-1.jsonl.gz", "part-2.jsonl", "part-3/data.jsonl"]
-    starts = dict(zip(names, [0, counts[0], sum(counts[:2]), sum(counts[:3])]))
+    starts = dict(zip(names, [0, counts[0], sum(counts[:2]), sum(counts[:3])], strict=False))
     in_whole = [json.loads(line) for line in whole[1].splitlines()]
     assert [starts[q["file"]] + q["line"] for q in quarantined] == [q["line"] for q in in_whole]
     assert [q["reason"] for q in quarantined] == [q["reason"] for q in in_whole]
-    assert any(q["reason"] == "duplicate" and " line " in q["detail"] and ".jsonl" in q["detail"]
-               for q in quarantined)     # a duplicate cites its first occurrence's file and line
+    assert any(
+        q["reason"] == "duplicate" and " line " in q["detail"] and ".jsonl" in q["detail"] for q in quarantined
+    )  # a duplicate cites its first occurrence's file and line
     for shard_bytes, partitions in ((1 << 20, 1), (4096, 3), (300, 2)):
         got = _sharded(tmp_path, folder, cfg, shard_bytes, partitions, name=f"f{shard_bytes}")
         for i, what in enumerate(("clean", "quarantine", "stats", "metrics", "samples")):
             assert got[i] == want[i], (shard_bytes, what)
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda f: None, "holds no data files"),
-    (lambda f: (f / "notes.txt").write_text("x"), r"notes.txt: not a data file in the input folder"),
-    (lambda f: (f / "a.jsonl").write_bytes(b"\x00\x01\x02\x03binary"), r"a.jsonl: binary data"),
-])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda f: None, "holds no data files"),
+        (lambda f: (f / "notes.txt").write_text("x"), r"notes.txt: not a data file in the input folder"),
+        (lambda f: (f / "a.jsonl").write_bytes(b"\x00\x01\x02\x03binary"), r"a.jsonl: binary data"),
+    ],
+)
 def test_a_folder_with_what_cannot_be_data_is_one_line_naming_the_file(tmp_path, make, message):
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "_SUCCESS").write_bytes(b"")
     make(folder)
-    for run in (lambda: _local(tmp_path, folder, _config(False)),
-                lambda: _sharded(tmp_path, folder, _config(False), 4096, 2)):
+    for run in (
+        lambda: _local(tmp_path, folder, _config(False)),
+        lambda: _sharded(tmp_path, folder, _config(False), 4096, 2),
+    ):
         with pytest.raises(InputError, match=message):
             run()
     assert not (tmp_path / "local").exists() or not os.listdir(tmp_path / "local")

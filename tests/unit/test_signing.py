@@ -1,6 +1,7 @@
 """Model-signing signatures over sealed folders: ours verify with the upstream CLI, each
 refusal is one line naming what failed, and Merkle roots and model-signing digests
 describe the same bytes."""
+
 import hashlib
 import json
 import os
@@ -10,10 +11,10 @@ import sys
 
 import pytest
 
+from helpers import flip_byte
 from kfp_llmops.components.common import integrity, signing
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.pipelines.cli.main import main
-from helpers import flip_byte
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +36,12 @@ def _model(folder) -> str:
 
 def _upstream_verify(folder, public_key) -> subprocess.CompletedProcess:
     cli = os.path.join(os.path.dirname(sys.executable), "model_signing")
-    return subprocess.run([cli, "verify", "key", folder, "--signature", os.path.join(folder, "model.sig"),
-                           "--public_key", public_key], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [cli, "verify", "key", folder, "--signature", os.path.join(folder, "model.sig"), "--public_key", public_key],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_signed_folder_verifies_here_and_with_the_upstream_cli(tmp_path, keys, capsys):
@@ -55,12 +60,15 @@ def test_signed_folder_verifies_here_and_with_the_upstream_cli(tmp_path, keys, c
 
 def test_merkle_roots_and_signature_digests_describe_the_same_bytes(tmp_path, keys):
     folder = _model(tmp_path / "m")
-    stated = signing.verify_folder(folder, str(keys / "public.pem")) if signing.sign_folder(
-        folder, str(keys / "private.pem")) else None
+    stated = (
+        signing.verify_folder(folder, str(keys / "public.pem"))
+        if signing.sign_folder(folder, str(keys / "private.pem"))
+        else None
+    )
     manifest, _ = integrity.load_manifest(os.path.join(folder, integrity.MANIFEST_NAME))
     merkle_files = {f.path: f.size for f in manifest.files}
     assert set(stated["files"]) - {integrity.MANIFEST_NAME} == set(merkle_files)
-    for rel in merkle_files:             # the same bytes: each file's SHA-256 is the signed digest
+    for rel in merkle_files:  # the same bytes: each file's SHA-256 is the signed digest
         with open(os.path.join(folder, rel), "rb") as handle:
             assert hashlib.sha256(handle.read()).hexdigest() == stated["files"][rel]
     # The folder digest is SHA-256 over the file digests in path order (model-signing's subject).
@@ -78,31 +86,35 @@ def test_each_refusal_names_what_failed(tmp_path, keys, capsys):
     folder = _model(tmp_path / "m")
     public = str(keys / "public.pem")
     with pytest.raises(signing.SignatureError, match="no signature"):
-        signing.verify_folder(folder, public)                              # unsigned
+        signing.verify_folder(folder, public)  # unsigned
     signing.sign_folder(folder, str(keys / "private.pem"))
     with pytest.raises(signing.SignatureError, match="does not verify with other.pub"):
-        signing.verify_folder(folder, str(keys / "other.pub"))             # another key's pair
+        signing.verify_folder(folder, str(keys / "other.pub"))  # another key's pair
     other = _model(tmp_path / "o")
     signing.sign_folder(other, str(keys / "private.pem"))
     shutil.copyfile(os.path.join(other, "model.sig"), os.path.join(folder, "model.sig"))
     with pytest.raises(signing.SignatureError, match="changed: .*model.safetensors"):
-        signing.verify_folder(folder, public)                              # a signature over other files
+        signing.verify_folder(folder, public)  # a signature over other files
     (tmp_path / "junk.sig").write_text("{not json")
     with pytest.raises(signing.SignatureError, match="not a model-signing signature"):
         signing.verify_folder(folder, public, str(tmp_path / "junk.sig"))
     with pytest.raises(InputError, match="signing key unreadable"):
-        signing.sign_folder(folder, str(tmp_path / "missing.pem"))         # a missing key
+        signing.sign_folder(folder, str(tmp_path / "missing.pem"))  # a missing key
     (tmp_path / "text.pem").write_text("hello")
     with pytest.raises(InputError, match="not a PEM file"):
         signing.sign_folder(folder, str(tmp_path / "text.pem"))
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ed25519
-    (tmp_path / "ed.pem").write_bytes(ed25519.Ed25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+
+    (tmp_path / "ed.pem").write_bytes(
+        ed25519.Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     with pytest.raises(InputError, match="must be ECDSA P-256"):
-        signing.sign_folder(folder, str(tmp_path / "ed.pem"))             # a key of the wrong type
+        signing.sign_folder(folder, str(tmp_path / "ed.pem"))  # a key of the wrong type
     with pytest.raises(InputError, match="public key is not a PEM public key"):
-        signing.verify_folder(other, str(keys / "private.pem"))           # a private key given as public
+        signing.verify_folder(other, str(keys / "private.pem"))  # a private key given as public
     capsys.readouterr()
     assert main(["model", "verify", folder, "--public-key", public]) == 2
     err = capsys.readouterr().err.strip()
@@ -110,8 +122,10 @@ def test_each_refusal_names_what_failed(tmp_path, keys, capsys):
 
 
 def test_keys_never_reach_output(tmp_path, capsys):
-    assert main(["model", "keygen", "--private-key", str(tmp_path / "k.pem"), "--public-key",
-                 str(tmp_path / "k.pub")]) == 0
+    assert (
+        main(["model", "keygen", "--private-key", str(tmp_path / "k.pem"), "--public-key", str(tmp_path / "k.pub")])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "BEGIN" not in out and oct(os.stat(tmp_path / "k.pem").st_mode & 0o777) == "0o600"
     envelope = signing.sign_statement({"_type": "x"}, str(tmp_path / "k.pem"))
@@ -123,20 +137,47 @@ def test_deploy_refuses_an_unsigned_or_wrongly_signed_repository_before_traffic(
     model = _model(tmp_path / "m")
     root = integrity.verify("model", model)
     state, out, repo = str(tmp_path / "state"), str(tmp_path / "out"), str(tmp_path / "repo")
-    verified = tmp_path / "watermark.json"                   # verify_watermark's record of what it verified
+    verified = tmp_path / "watermark.json"  # verify_watermark's record of what it verified
     verified.write_text(json.dumps({"kgw": {"delta": 4.0}}))
-    assert main(["deploy", "repository", "--model", model, "--blessed-root", root, "--out", repo,
-                 "--state", state, "--watermark", str(verified)]) == 0
-    canary = ["deploy", "canary", "--blessed-root", root, "--out", out, "--state", state,
-              "--public-key", str(keys / "public.pem")]
+    assert (
+        main(
+            [
+                "deploy",
+                "repository",
+                "--model",
+                model,
+                "--blessed-root",
+                root,
+                "--out",
+                repo,
+                "--state",
+                state,
+                "--watermark",
+                str(verified),
+            ]
+        )
+        == 0
+    )
+    canary = [
+        "deploy",
+        "canary",
+        "--blessed-root",
+        root,
+        "--out",
+        out,
+        "--state",
+        state,
+        "--public-key",
+        str(keys / "public.pem"),
+    ]
     capsys.readouterr()
-    assert main(canary + ["--repository", repo]) == 2                      # unsigned
+    assert main(canary + ["--repository", repo]) == 2  # unsigned
     assert "no signature (unsigned)" in capsys.readouterr().err
     signing.sign_folder(repo, str(keys / "other.pem"))
-    assert main(canary + ["--repository", repo]) == 2                      # signed by another key
+    assert main(canary + ["--repository", repo]) == 2  # signed by another key
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "does not verify with public.pem" in err
-    assert main(canary + ["--model", model, "--watermark", str(verified)]) == 2   # an unsigned model is not built
+    assert main(canary + ["--model", model, "--watermark", str(verified)]) == 2  # an unsigned model is not built
     assert "no signature" in capsys.readouterr().err
     assert not os.path.exists(os.path.join(out, "record.json")) and not os.path.exists(os.path.join(state, "stable"))
 
@@ -149,24 +190,37 @@ def _ca(tmp_path, name: str, leaf_key_path: str):
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-    now = datetime.datetime.now(datetime.timezone.utc)
+
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} root")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
-          .not_valid_after(now + datetime.timedelta(days=30))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
     leaf_key = signing.load_private_key(leaf_key_path)
-    leaf = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "release")]))
-            .issuer_name(ca_name).public_key(leaf_key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
-            .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "release")]))
+        .issuer_name(ca_name)
+        .public_key(leaf_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     paths = tmp_path / f"{name}-ca.pem", tmp_path / f"{name}-leaf.pem"
-    for path, cert in zip(paths, (ca, leaf)):
+    for path, cert in zip(paths, (ca, leaf), strict=False):
         path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return [str(p) for p in paths]
 
@@ -175,17 +229,44 @@ def test_certificate_mode_signs_offline_and_verifies_against_the_chain(tmp_path,
     folder = _model(tmp_path / "m")
     ca, leaf = _ca(tmp_path, "ours", str(keys / "private.pem"))
     other_ca, _ = _ca(tmp_path, "theirs", str(keys / "other.pem"))
-    assert main(["model", "sign", folder, "--private-key", str(keys / "private.pem"), "--certificate", leaf,
-                 "--certificate-chain", ca]) == 0
+    assert (
+        main(
+            [
+                "model",
+                "sign",
+                folder,
+                "--private-key",
+                str(keys / "private.pem"),
+                "--certificate",
+                leaf,
+                "--certificate-chain",
+                ca,
+            ]
+        )
+        == 0
+    )
     assert main(["model", "verify", folder, "--certificate-chain", ca]) == 0
     cli = os.path.join(os.path.dirname(sys.executable), "model_signing")
-    done = subprocess.run([cli, "verify", "certificate", folder, "--signature", os.path.join(folder, "model.sig"),
-                           "--certificate_chain", ca], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            cli,
+            "verify",
+            "certificate",
+            folder,
+            "--signature",
+            os.path.join(folder, "model.sig"),
+            "--certificate_chain",
+            ca,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-300:]
     capsys.readouterr()
-    assert main(["model", "verify", folder, "--certificate-chain", other_ca]) == 2      # another root of trust
+    assert main(["model", "verify", folder, "--certificate-chain", other_ca]) == 2  # another root of trust
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "does not verify with theirs-ca.pem" in err
     with pytest.raises(InputError, match="not a PEM file"):
         signing.sign_folder(folder, str(keys / "private.pem"), certificate=str(tmp_path / "m" / "config.json"))
-    assert main(["model", "verify", folder]) == 2                                       # neither mode given
+    assert main(["model", "verify", folder]) == 2  # neither mode given

@@ -1,4 +1,5 @@
 """The streaming validator: every check, the accounting invariant, outputs and gates."""
+
 import base64
 import gzip
 import json
@@ -17,16 +18,34 @@ def reasons(out):
 
 
 def test_each_check_quarantines_with_line_reason_field_and_raw(tmp_path):
-    lines = [sft(1), b'{"prompt": "a", "response": "b"', b'\xff\xfe{"prompt": 1}', b"",
-             b"[1, 2]", {"prompt": "hi", "answer": "no response"}, {"prompt": 5, "response": "x"},
-             {"prompt": "x", "response": "   "}, {"prompt": "p" * 9000, "response": "r"},
-             sft(1), {"text": "A plain text record."}, {"nothing": "matches"}]
+    lines = [
+        sft(1),
+        b'{"prompt": "a", "response": "b"',
+        b'\xff\xfe{"prompt": 1}',
+        b"",
+        b"[1, 2]",
+        {"prompt": "hi", "answer": "no response"},
+        {"prompt": 5, "response": "x"},
+        {"prompt": "x", "response": "   "},
+        {"prompt": "p" * 9000, "response": "r"},
+        sft(1),
+        {"text": "A plain text record."},
+        {"nothing": "matches"},
+    ]
     result, out = validate_lines(tmp_path, lines * 1, overrides={"gate.max_reject_rate": 1.0})
     got = reasons(out)
-    assert got == {(2, "json_error", None), (3, "decode_error", None), (4, "blank_line", None),
-                   (5, "not_object", None), (6, "missing_field", "response"),
-                   (7, "wrong_type", "prompt"), (8, "too_short", "response"),
-                   (9, "too_long", "prompt"), (10, "duplicate", None), (12, "missing_field", "prompt")}
+    assert got == {
+        (2, "json_error", None),
+        (3, "decode_error", None),
+        (4, "blank_line", None),
+        (5, "not_object", None),
+        (6, "missing_field", "response"),
+        (7, "wrong_type", "prompt"),
+        (8, "too_short", "response"),
+        (9, "too_long", "prompt"),
+        (10, "duplicate", None),
+        (12, "missing_field", "prompt"),
+    }
     quarantined = {q["line"]: q for q in read_jsonl(out / "quarantine.jsonl")}
     assert quarantined[2]["raw"] == '{"prompt": "a", "response": "b"'
     assert base64.b64decode(quarantined[3]["raw_b64"]) == b'\xff\xfe{"prompt": 1}'
@@ -46,8 +65,7 @@ def test_accounting_invariant_and_metrics_file(tmp_path):
 
 
 def test_duplicates_are_normalized(tmp_path):
-    lines = [sft(1, "Hello   World?", "Yes."), sft(2, "  hello world? ", "YES."),
-             sft(3, "ｈｅｌｌｏ world?", "yes.")]
+    lines = [sft(1, "Hello   World?", "Yes."), sft(2, "  hello world? ", "YES."), sft(3, "ｈｅｌｌｏ world?", "yes.")]
     _, out = validate_lines(tmp_path, lines, overrides={"gate.max_reject_rate": 1.0})
     assert {r for _, r, _ in reasons(out)} == {"duplicate"}
     assert len(read_jsonl(out / "clean.jsonl")) == 1
@@ -55,20 +73,29 @@ def test_duplicates_are_normalized(tmp_path):
 
 def test_near_duplicates_only_when_enabled(tmp_path):
     base = "the quick brown fox jumps over the lazy dog near the quiet river bank at dawn today"
-    lines = [sft(1, base, "ok"), sft(2, base.replace("today", "again"), "ok"),
-             sft(3, "a completely different question about planets and stars in the night sky", "ok")]
+    lines = [
+        sft(1, base, "ok"),
+        sft(2, base.replace("today", "again"), "ok"),
+        sft(3, "a completely different question about planets and stars in the night sky", "ok"),
+    ]
     _, out = validate_lines(tmp_path, lines, overrides={"gate.max_reject_rate": 1.0})
     assert reasons(out) == set()
-    _, out = validate_lines(tmp_path, lines, overrides={"gate.max_reject_rate": 1.0,
-                                                        "dedup.near.enabled": True,
-                                                        "dedup.near.threshold": 0.7})
+    _, out = validate_lines(
+        tmp_path,
+        lines,
+        overrides={"gate.max_reject_rate": 1.0, "dedup.near.enabled": True, "dedup.near.threshold": 0.7},
+    )
     assert reasons(out) == {(2, "near_duplicate", None)}
 
 
 def test_pii_is_redacted_in_all_string_fields(tmp_path):
-    lines = [{"prompt": "Mail me at a.b@example.com about the plan for the next week please",
-              "response": "Sure, and my card 4111 1111 1111 1111 is the one to charge for it.",
-              "meta": {"notes": ["call 415-555-0132 after lunch when you are free"]}}]
+    lines = [
+        {
+            "prompt": "Mail me at a.b@example.com about the plan for the next week please",
+            "response": "Sure, and my card 4111 1111 1111 1111 is the one to charge for it.",
+            "meta": {"notes": ["call 415-555-0132 after lunch when you are free"]},
+        }
+    ]
     result, out = validate_lines(tmp_path, lines)
     (rec,) = read_jsonl(out / "clean.jsonl")
     assert "[EMAIL]" in rec["prompt"] and "[CREDIT_CARD]" in rec["response"]
@@ -76,8 +103,7 @@ def test_pii_is_redacted_in_all_string_fields(tmp_path):
     assert result.metrics["pii_redacted"] == {"CREDIT_CARD": 1, "EMAIL": 1, "PHONE": 1}
 
 
-@pytest.mark.parametrize("policy,expect_reason", [("strict", "secret"), ("balanced", None),
-                                                  ("permissive", None)])
+@pytest.mark.parametrize("policy,expect_reason", [("strict", "secret"), ("balanced", None), ("permissive", None)])
 def test_secret_handling_per_policy(tmp_path, policy, expect_reason):
     lines = [sft(1, "Deploy with key AKIAIOSFODNN7EXAMPLE on the staging cluster tonight", "Done.")]
     _, out = validate_lines(tmp_path, lines, policy=policy, overrides={"gate.max_reject_rate": 1.0})
@@ -116,8 +142,9 @@ def test_gzip_input_and_merkle_root_matches_clean_bytes(tmp_path):
 def test_overlong_line_is_streamed_whole_into_quarantine(tmp_path):
     big = json.dumps(sft(1, "x" * 5000)).encode()
     lines = [sft(0), big, sft(2)]
-    result, out = validate_lines(tmp_path, lines, overrides={"schema.max_line_bytes": 1000,
-                                                             "gate.max_reject_rate": 1.0})
+    result, out = validate_lines(
+        tmp_path, lines, overrides={"schema.max_line_bytes": 1000, "gate.max_reject_rate": 1.0}
+    )
     (q,) = read_jsonl(out / "quarantine.jsonl")
     assert q["reason"] == "line_too_long" and q["line"] == 2
     assert base64.b64decode(q["raw_b64"]) == big and q["bytes"] == len(big)
@@ -131,14 +158,17 @@ def test_bom_and_crlf_are_accepted(tmp_path):
     assert result.metrics["rows_out"] == 2
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda p: None, "no such file"),
-    (lambda p: p.mkdir(), "the folder holds no data files"),
-    (lambda p: p.write_bytes(b""), "empty file"),
-    (lambda p: p.write_bytes(b"\x00\x01\x02binary"), "binary data"),
-    (lambda p: p.write_bytes(gzip.compress(b"")), "empty file"),
-    (lambda p: p.write_bytes(b"\x1f\x8b\x08\x00garbage"), "gzip"),
-])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda p: None, "no such file"),
+        (lambda p: p.mkdir(), "the folder holds no data files"),
+        (lambda p: p.write_bytes(b""), "empty file"),
+        (lambda p: p.write_bytes(b"\x00\x01\x02binary"), "binary data"),
+        (lambda p: p.write_bytes(gzip.compress(b"")), "empty file"),
+        (lambda p: p.write_bytes(b"\x1f\x8b\x08\x00garbage"), "gzip"),
+    ],
+)
 def test_unusable_input_is_one_clear_error(tmp_path, make, message):
     path = tmp_path / "input.jsonl"
     make(path)
@@ -197,11 +227,18 @@ def test_config_errors_name_file_line_and_field(tmp_path):
 
 def test_custom_schema_from_yaml(tmp_path):
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text("schema:\n  allow_extra_fields: false\n  formats:\n  - name: qa\n    fields:\n"
-                   "      question: {max_chars: 20}\n      answer: {}\n")
-    src = write_lines(tmp_path / "in.jsonl", [{"question": "q?", "answer": "a"},
-                                              {"question": "q" * 30, "answer": "a"},
-                                              {"question": "q2?", "answer": "a", "extra": 1}])
+    cfg.write_text(
+        "schema:\n  allow_extra_fields: false\n  formats:\n  - name: qa\n    fields:\n"
+        "      question: {max_chars: 20}\n      answer: {}\n"
+    )
+    src = write_lines(
+        tmp_path / "in.jsonl",
+        [
+            {"question": "q?", "answer": "a"},
+            {"question": "q" * 30, "answer": "a"},
+            {"question": "q2?", "answer": "a", "extra": 1},
+        ],
+    )
     out = tmp_path / "o"
     run_to_dir(src, str(out), str(cfg), show_progress=False, overrides={"gate.max_reject_rate": 1.0})
     assert reasons(out) == {(2, "too_long", "question"), (3, "unexpected_field", "extra")}
@@ -231,13 +268,27 @@ def test_the_component_checks_the_raw_root_its_cache_key_holds_and_writes_only_i
     out.mkdir()
     arts = {n: FileArtifact(str(out / n)) for n in ("clean", "quarantine", "stats", "metrics", "report", "note")}
     before = set(os.listdir(tmp_path))
-    assert run_component(raw, "", "balanced", None, *(arts[n] for n in ("clean", "quarantine", "stats", "metrics",
-                                                                         "report", "note")), "none", root)
-    assert set(os.listdir(tmp_path)) == before                 # outputs only, no shared folder
+    assert run_component(
+        raw,
+        "",
+        "balanced",
+        None,
+        *(arts[n] for n in ("clean", "quarantine", "stats", "metrics", "report", "note")),
+        "none",
+        root,
+    )
+    assert set(os.listdir(tmp_path)) == before  # outputs only, no shared folder
     note = records.read(str(out / "note"))
     assert note.outputs.clean.root == arts["clean"].metadata["merkle_root"]
     assert note.outputs.stats.root == integrity.sha256_file(str(out / "stats"))
-    write_lines(raw, [sft(i) for i in range(51)])              # the data changed after it was fingerprinted
+    write_lines(raw, [sft(i) for i in range(51)])  # the data changed after it was fingerprinted
     with pytest.raises(InputError, match="raw.jsonl: Merkle root .* does not match"):
-        run_component(raw, "", "balanced", None, *(arts[n] for n in ("clean", "quarantine", "stats", "metrics",
-                                                                      "report", "note")), "none", root)
+        run_component(
+            raw,
+            "",
+            "balanced",
+            None,
+            *(arts[n] for n in ("clean", "quarantine", "stats", "metrics", "report", "note")),
+            "none",
+            root,
+        )

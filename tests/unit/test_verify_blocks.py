@@ -2,6 +2,7 @@
 blocks of whole chunks; damage must still be localized to the exact chunk wherever it
 falls relative to blocks, pieces and files, with any number of threads and any chunk
 size."""
+
 import os
 import random
 
@@ -9,7 +10,7 @@ import pytest
 
 from kfp_llmops.components.common import integrity
 
-PER = 8          # chunks per read block in these tests (the real block is integrity.READ_BLOCK, 1 MiB)
+PER = 8  # chunks per read block in these tests (the real block is integrity.READ_BLOCK, 1 MiB)
 
 
 def _folder(tmp_path, chunk_size: int, chunks: float):
@@ -27,6 +28,7 @@ def small_blocks(monkeypatch):
     def use(chunk_size: int, per: float = PER) -> None:
         monkeypatch.setattr(integrity, "READ_BLOCK", int(per * chunk_size))
         monkeypatch.setattr(integrity, "_MIN_PIECE_CHUNKS", 3)
+
     return use
 
 
@@ -37,7 +39,7 @@ def test_bad_chunks_are_localized_across_block_and_piece_edges(tmp_path, small_b
     folder, manifest = _folder(tmp_path, chunk_size, 3 * PER + 2.5)
     assert integrity.verify_directory(str(folder), manifest, threads=threads).ok
     # 29 chunks in all: with 3 threads the shard is cut at chunks 10 and 20
-    bad = [0, PER - 1, PER, 9, 10, 2 * PER - 1, 2 * PER, 19, 20, 3 * PER + 2]      # the last is partial
+    bad = [0, PER - 1, PER, 9, 10, 2 * PER - 1, 2 * PER, 19, 20, 3 * PER + 2]  # the last is partial
     path = folder / "shard.bin"
     data = bytearray(path.read_bytes())
     for index in bad:

@@ -1,4 +1,5 @@
 """KGW watermark: green lists, the z-test's calibration, detection of watermarked text."""
+
 import math
 import random
 
@@ -111,7 +112,9 @@ def test_detect_cli_prints_json_per_text(tmp_path, capsys):
     marked = tokenizer.decode(_generate_v(wm, 120, rng, len(tokenizer)).tolist())
     plain = " ".join(f"word{i}" for i in range(80))
     texts = tmp_path / "texts.jsonl"
-    texts.write_text(_json.dumps({"id": "a", "response": marked}) + "\n" + _json.dumps({"id": "b", "text": plain}) + "\n")
+    texts.write_text(
+        _json.dumps({"id": "a", "response": marked}) + "\n" + _json.dumps({"id": "b", "text": plain}) + "\n"
+    )
     key = tmp_path / "key"
     key.write_text("99")
     capsys.readouterr()
@@ -126,7 +129,9 @@ def _generate_v(wm, steps, rng, vocab):
     ids = torch.tensor([[int(rng.integers(0, vocab))]])
     for _ in range(steps):
         logits = wm.bias(ids, torch.from_numpy(rng.normal(0, 1, (1, vocab)).astype(np.float32)))
-        nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=torch.Generator().manual_seed(int(rng.integers(0, 2**31))))
+        nxt = torch.multinomial(
+            torch.softmax(logits, -1), 1, generator=torch.Generator().manual_seed(int(rng.integers(0, 2**31)))
+        )
         ids = torch.cat([ids, nxt], dim=1)
     return ids[0]
 
@@ -137,16 +142,16 @@ def test_detect_many_equals_one_by_one(scheme):
     rng = np.random.default_rng(7)
     texts = [rng.integers(0, V, n) for n in (0, 1, 3, 10, 50, 200)] + [np.array([5, 6] * 30)]
     together = wm.detect_many(texts)
-    for text, d in zip(texts, together):
+    for text, d in zip(texts, together, strict=False):
         single = wm.detect(text)
         assert (single.tokens_scored, single.green) == (d.tokens_scored, d.green)
 
 
-@pytest.mark.parametrize("vocab", [1000, 5000])          # dense table; rows unpacked per step
+@pytest.mark.parametrize("vocab", [1000, 5000])  # dense table; rows unpacked per step
 def test_processor_adds_delta_exactly_on_the_green_list(vocab):
     wm = Watermark(11, vocab, "lefthash", delta=2.0)
     ids = torch.tensor([[3, 17], [4, 99], [5, 17]])
-    scores = torch.zeros(3, vocab + 8)                   # logits may be wider than the vocabulary
+    scores = torch.zeros(3, vocab + 8)  # logits may be wider than the vocabulary
     out = wm.bias(ids, scores.clone())
     for row, prev in enumerate([17, 99, 17]):
         expected = torch.from_numpy(wm.lefthash.mask(prev).astype(np.float32) * 2.0)
@@ -155,13 +160,14 @@ def test_processor_adds_delta_exactly_on_the_green_list(vocab):
 
 def test_green_list_table_stays_within_its_bound_and_results_do_not_change():
     from kfp_llmops.components.common.watermark.kgw import LeftHashGreenLists
+
     rng = np.random.default_rng(3)
     vocab = 5000
     free = Watermark(77, vocab, "lefthash")
     bounded = Watermark(77, vocab, "lefthash")
-    bounded.lefthash = LeftHashGreenLists(77, vocab, 0.25, max_bytes=40 * ((vocab + 7) // 8))     # 40 rows
+    bounded.lefthash = LeftHashGreenLists(77, vocab, 0.25, max_bytes=40 * ((vocab + 7) // 8))  # 40 rows
     texts = [rng.integers(0, vocab, 30) for _ in range(20)]
-    for text in texts:                          # each call fits; together they pass the bound many times
+    for text in texts:  # each call fits; together they pass the bound many times
         assert bounded.detect(text).z == free.detect(text).z
         assert len(bounded.lefthash._bits) <= 40
     ids = torch.from_numpy(rng.integers(0, vocab, (4, 3)))

@@ -1,5 +1,6 @@
 """The watermark key: from a file (a mounted Kubernetes Secret is a file), or an
 environment variable. Never from config or compiled pipeline YAML."""
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,7 @@ def parse_key(text: str, origin: str) -> int:
         key = int(value, 16) if value.lower().startswith("0x") else int(value)
     except ValueError:
         raise InputError(f"{origin}: watermark key must be a decimal or 0x-hex integer") from None
-    if not 0 < key < 2 ** 63:
+    if not 0 < key < 2**63:
         raise InputError(f"{origin}: watermark key must be in 1 .. 2^63-1")
     return key
 

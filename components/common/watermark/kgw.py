@@ -13,6 +13,7 @@ Schemes:
   detection agree exactly and detection is O(1) per token; it is not bit-compatible
   with lm-watermarking's selfhash.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,9 +24,9 @@ import numpy as np
 SCHEMES = ("lefthash", "selfhash")
 _MASK64 = (1 << 64) - 1
 _SELF_WIDTH = 4
-_DENSE_VOCAB = 4096          # up to here the processor keeps a dense V x V bias table
-_BUILD_ROWS = 256            # green lists unpacked at once while the packed table grows
-TABLE_BYTES = 256 << 20      # bound of the packed green-list table (V/8 bytes a row)
+_DENSE_VOCAB = 4096  # up to here the processor keeps a dense V x V bias table
+_BUILD_ROWS = 256  # green lists unpacked at once while the packed table grows
+TABLE_BYTES = 256 << 20  # bound of the packed green-list table (V/8 bytes a row)
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -46,29 +47,30 @@ class LeftHashGreenLists:
         self.key, self.vocab_size, self.gamma = key, vocab_size, gamma
         self.size = int(vocab_size * gamma)
         self.max_rows = max(1, max_bytes // ((vocab_size + 7) // 8))
-        self._row = np.full(vocab_size, -1, dtype=np.int64)      # previous token -> table row
+        self._row = np.full(vocab_size, -1, dtype=np.int64)  # previous token -> table row
         self._bits = np.zeros((0, (vocab_size + 7) // 8), dtype=np.uint8)
 
     def greenlist(self, prev: int):
         """The reference green list (token ids) for one previous token."""
         import torch
+
         gen = torch.Generator(device="cpu")
         gen.manual_seed((self.key * int(prev)) & _MASK64)
         return torch.randperm(self.vocab_size, generator=gen)[: self.size]
 
     def _ensure(self, prevs: np.ndarray) -> None:
-        needed = np.zeros(self.vocab_size, dtype=bool)      # presence, no sort over all tokens
+        needed = np.zeros(self.vocab_size, dtype=bool)  # presence, no sort over all tokens
         needed[prevs] = True
         missing = np.flatnonzero(needed & (self._row < 0))
         if not len(missing):
             return
-        if len(self._bits) + len(missing) > self.max_rows:       # over the bound: start afresh
+        if len(self._bits) + len(missing) > self.max_rows:  # over the bound: start afresh
             self._row[:] = -1
             self._bits = self._bits[:0]
             missing = np.flatnonzero(needed)
         packed = []
-        for lo in range(0, len(missing), _BUILD_ROWS):     # a bounded block of unpacked rows at a time
-            block = missing[lo:lo + _BUILD_ROWS]
+        for lo in range(0, len(missing), _BUILD_ROWS):  # a bounded block of unpacked rows at a time
+            block = missing[lo : lo + _BUILD_ROWS]
             rows = np.zeros((len(block), self.vocab_size), dtype=bool)
             for i, prev in enumerate(block.tolist()):
                 rows[i, self.greenlist(prev).numpy()] = True
@@ -92,7 +94,7 @@ class LeftHashGreenLists:
 class SelfHashGreen:
     def __init__(self, key: int, vocab_size: int, gamma: float):
         self.key, self.vocab_size, self.gamma = np.uint64(key), vocab_size, gamma
-        self.threshold = np.uint64(min(_MASK64, int(gamma * 2 ** 64)))
+        self.threshold = np.uint64(min(_MASK64, int(gamma * 2**64)))
 
     def seeds(self, contexts: np.ndarray, candidates: np.ndarray) -> np.ndarray:
         """Anchored min-hash: min over context of H(key*t) * H(key*candidate) (wrapping)."""
@@ -135,11 +137,17 @@ class Detection:
     green: int
     green_fraction: float
     watermarked: bool
-    green_mask: list[bool] = field(default_factory=list)   # per token after the context; None if skipped
+    green_mask: list[bool] = field(default_factory=list)  # per token after the context; None if skipped
 
     def to_json(self, with_mask: bool = False) -> dict:
-        out = {"z": self.z, "p_value": self.p_value, "tokens_scored": self.tokens_scored, "green": self.green,
-               "green_fraction": self.green_fraction, "watermarked": self.watermarked}
+        out = {
+            "z": self.z,
+            "p_value": self.p_value,
+            "tokens_scored": self.tokens_scored,
+            "green": self.green,
+            "green_fraction": self.green_fraction,
+            "watermarked": self.watermarked,
+        }
         if with_mask:
             out["green_mask"] = self.green_mask
         return out
@@ -151,8 +159,17 @@ def normal_sf(z: float) -> float:
 
 
 class Watermark:
-    def __init__(self, key: int, vocab_size: int, scheme: str = "lefthash", gamma: float = 0.25,
-                 delta: float = 2.0, z_threshold: float = 4.0, min_tokens: int = 16, ignore_repeated: bool = True):
+    def __init__(
+        self,
+        key: int,
+        vocab_size: int,
+        scheme: str = "lefthash",
+        gamma: float = 0.25,
+        delta: float = 2.0,
+        z_threshold: float = 4.0,
+        min_tokens: int = 16,
+        ignore_repeated: bool = True,
+    ):
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; choose from {SCHEMES}")
         self.key, self.vocab_size, self.scheme = key, vocab_size, scheme
@@ -173,7 +190,7 @@ class Watermark:
         if self.lefthash is not None:
             return self.lefthash.is_green(tokens[:-1], tokens[1:])
         windows = np.lib.stride_tricks.sliding_window_view(tokens[:-1], self.width)
-        return self.selfhash.is_green(windows, tokens[self.width:])
+        return self.selfhash.is_green(windows, tokens[self.width :])
 
     def detect(self, tokens) -> Detection:
         return self.detect_many([tokens], with_mask=True)[0]
@@ -195,11 +212,12 @@ class Watermark:
         keep = np.ones(len(flags), dtype=bool)
         if self.ignore_repeated and len(flags):
             # Count each (context, token) n-gram once per text: repeats carry no new evidence.
-            if self.lefthash is not None:           # width 1: the pairs are already at hand
+            if self.lefthash is not None:  # width 1: the pairs are already at hand
                 grams = _pair_keys(prev, tok)
             else:
-                grams = np.concatenate([_gram_keys(a, self.width) for a in arrays if len(a) > self.width]
-                                       or [np.zeros(0, np.uint64)])
+                grams = np.concatenate(
+                    [_gram_keys(a, self.width) for a in arrays if len(a) > self.width] or [np.zeros(0, np.uint64)]
+                )
             with np.errstate(over="ignore"):
                 keyed = _mix64(grams ^ (text_id.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))
             # Any member of a group may stand for it (repeats share their flag), so an
@@ -213,7 +231,7 @@ class Watermark:
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         out = []
         for i in range(len(arrays)):
-            mask = flags[offsets[i]:offsets[i + 1]].tolist() if with_mask else []
+            mask = flags[offsets[i] : offsets[i + 1]].tolist() if with_mask else []
             ti, gi = int(t[i]), int(g[i])
             if ti < self.min_tokens:
                 out.append(Detection(float("nan"), float("nan"), ti, gi, gi / ti if ti else float("nan"), False, mask))
@@ -227,9 +245,10 @@ class Watermark:
     def bias(self, input_ids, scores):
         """Add delta to the green logits of each row (the LogitsProcessor's work)."""
         import torch
+
         v = self.vocab_size
         if self.lefthash is not None and v <= _DENSE_VOCAB:
-            if self._dense is None:   # delta on every green list, one row per previous token (<= 64 MiB)
+            if self._dense is None:  # delta on every green list, one row per previous token (<= 64 MiB)
                 self.lefthash._ensure(np.arange(v))
                 bits = np.unpackbits(self.lefthash._bits[self.lefthash._row], axis=1, bitorder="little")[:, :v]
                 self._dense = torch.from_numpy(bits.astype(np.float32) * self.delta)
@@ -246,12 +265,14 @@ class Watermark:
         # selfhash: each top-k candidate is salted with itself, so test the candidates.
         k = min(40, v)
         top = torch.topk(scores[:, :v], k, dim=-1).indices.numpy()
-        ctx = input_ids[:, -self.width:].numpy()
+        ctx = input_ids[:, -self.width :].numpy()
         if ctx.shape[1] < self.width:
             return scores
         green = self.selfhash.is_green(np.repeat(ctx[:, None, :], k, axis=1), top)
         boost = torch.zeros_like(scores)
-        boost.scatter_(1, torch.from_numpy(top), torch.from_numpy(green.astype(np.float32)).to(scores.dtype) * self.delta)
+        boost.scatter_(
+            1, torch.from_numpy(top), torch.from_numpy(green.astype(np.float32)).to(scores.dtype) * self.delta
+        )
         return scores + boost
 
 

@@ -1,6 +1,7 @@
 """The KGW parameters, defined once: the watermark stage verifies with them and records
 them in its output's metadata; the deploy stage writes exactly those into the served
 model's settings, where the Triton model and the canary's smoke detector read them."""
+
 from __future__ import annotations
 
 import json
@@ -24,16 +25,25 @@ class KGW(BaseModel):
     def watermark(self, key: int, vocab_size: int):
         """The detector / logits-bias for this key and vocabulary."""
         from .kgw import Watermark
-        return Watermark(key, vocab_size, self.scheme, self.gamma, self.delta, self.z_threshold, self.min_tokens,
-                         self.ignore_repeated)
+
+        return Watermark(
+            key,
+            vocab_size,
+            self.scheme,
+            self.gamma,
+            self.delta,
+            self.z_threshold,
+            self.min_tokens,
+            self.ignore_repeated,
+        )
 
     @classmethod
-    def of(cls, config: BaseModel) -> "KGW":
+    def of(cls, config: BaseModel) -> KGW:
         """The KGW fields of a config that embeds them (the watermark stage's)."""
         return cls(**{name: getattr(config, name) for name in cls.model_fields})
 
     @classmethod
-    def from_record(cls, source: "dict | str", origin: str) -> "KGW":
+    def from_record(cls, source: dict | str, origin: str) -> KGW:
         """The parameters verify_watermark recorded: its output's metadata (a dict) or its
         metrics.json (a path), both under `kgw`."""
         if isinstance(source, str):
@@ -47,11 +57,12 @@ class KGW(BaseModel):
         return cls.parse(source["kgw"], origin)
 
     @classmethod
-    def parse(cls, data, origin: str) -> "KGW":
+    def parse(cls, data, origin: str) -> KGW:
         """From recorded metadata; InputError naming `origin` and the field otherwise."""
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
             err = exc.errors()[0]
-            raise InputError(f"{origin}: watermark parameter {'.'.join(map(str, err['loc'])) or '-'}: "
-                             f"{err['msg']}") from None
+            raise InputError(
+                f"{origin}: watermark parameter {'.'.join(map(str, err['loc'])) or '-'}: {err['msg']}"
+            ) from None

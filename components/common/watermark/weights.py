@@ -2,6 +2,7 @@
 layer's weights, reduced to a vector w of length M; the embedded bits are sign(X·w).
 Training adds lambda * BCE(X·w, bits) to the loss; extraction reads the signs back and
 reports bit accuracy with a one-sided binomial p-value (chance = 1/2 per bit)."""
+
 from __future__ import annotations
 
 import math
@@ -24,6 +25,7 @@ class WeightWatermarkConfig(BaseModel):
 
 def _generator(key: int, salt: int):
     import torch
+
     gen = torch.Generator(device="cpu")
     gen.manual_seed((key ^ salt) & ((1 << 63) - 1))
     return gen
@@ -37,6 +39,7 @@ def reduce(weight):
 def secret(key: int, bits: int, length: int):
     """(projection X, message bits) derived from the key."""
     import torch
+
     x = torch.randn(bits, length, generator=_generator(key, _PROJECTION_SALT))
     b = torch.randint(0, 2, (bits,), generator=_generator(key, _BITS_SALT)).float()
     return x, b
@@ -44,6 +47,7 @@ def secret(key: int, bits: int, length: int):
 
 def regularizer(weight, key: int, bits: int):
     import torch
+
     w = reduce(weight)
     x, b = secret(key, bits, w.numel())
     return torch.nn.functional.binary_cross_entropy_with_logits(x @ w, b)
@@ -51,7 +55,7 @@ def regularizer(weight, key: int, bits: int):
 
 def binomial_sf(k: int, n: int) -> float:
     """P(K >= k) for K ~ Binomial(n, 1/2), exact."""
-    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2 ** n
+    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
 
 
 @dataclass
@@ -64,6 +68,7 @@ class Extraction:
 
 def extract(weight, key: int, bits: int) -> Extraction:
     import torch
+
     with torch.no_grad():
         w = reduce(weight)
         x, b = secret(key, bits, w.numel())
@@ -78,8 +83,10 @@ def extract_from_model_dir(model_dir: str, key: int, cfg: WeightWatermarkConfig)
     from safetensors.torch import load_file
 
     from kfp_llmops.components.common.errors import InputError
+
     state = load_file(os.path.join(model_dir, "model.safetensors"))
     if cfg.target not in state:
-        raise InputError(f"weight_watermark.target: {cfg.target!r} is not a parameter of the model "
-                         f"(e.g. {sorted(state)[:3]})")
+        raise InputError(
+            f"weight_watermark.target: {cfg.target!r} is not a parameter of the model (e.g. {sorted(state)[:3]})"
+        )
     return extract(state[cfg.target], key, cfg.bits)
