@@ -96,7 +96,7 @@ class DedupConfig(_Section):
 
 
 class DriftConfig(_Section):
-    psi_threshold: float = Field(0.2, gt=0.0)
+    psi_threshold: float = Field(0.2, gt=0.0, json_schema_extra={"gate": "<="})
 
 
 class DvcConfig(_Section):
@@ -153,7 +153,7 @@ class RayConfig(_Section):
 
 
 class GateConfig(_Section):
-    max_reject_rate: float = Field(0.05, ge=0.0, le=1.0)
+    max_reject_rate: float = Field(0.05, ge=0.0, le=1.0, json_schema_extra={"gate": "<="})
 
 
 class DataValidationConfig(StageConfig):

@@ -54,15 +54,20 @@ class Drill(_Section):
 
 
 class Sla(_Section):
-    max_error_rate: float = Field(0.01, ge=0, le=1)
-    max_p99_ms: float = Field(5000.0, gt=0)
+    max_error_rate: float = Field(0.01, ge=0, le=1, json_schema_extra={"gate": "<="})
+    max_p99_ms: float = Field(5000.0, gt=0, json_schema_extra={"gate": "<="})
     error_rate_tolerance: float = Field(
-        0.01, ge=0, le=1, description="Canary may exceed stable's error rate by this much."
+        0.01,
+        ge=0,
+        le=1,
+        description="Canary may exceed stable's error rate by this much.",
+        json_schema_extra={"gate": "<="},
     )
     latency_tolerance: float = Field(
         0.5,
         ge=0,
         description="canary p99 <= stable p99 * (1 + tolerance); p95 under 100 requests per role, p50 under 20.",
+        json_schema_extra={"gate": "<="},
     )
     min_requests: int = Field(
         20,
@@ -74,8 +79,11 @@ class Sla(_Section):
         5000.0,
         gt=0,
         description="Time to first token (the server's histogram; p99, p95 under 100 observations, p50 under 20).",
+        json_schema_extra={"gate": "<="},
     )
-    max_itl_ms: float = Field(1000.0, gt=0, description="Inter-token latency, the same quantile rule.")
+    max_itl_ms: float = Field(
+        1000.0, gt=0, description="Inter-token latency, the same quantile rule.", json_schema_extra={"gate": "<="}
+    )
     token_latency_slack_ms: float = Field(
         10.0,
         ge=0,
@@ -224,7 +232,9 @@ class DeployConfig(StageConfig):
     max_interval_s: float = Field(
         60.0, gt=0, description="An interval with fewer than sla.min_requests canary requests extends up to this long."
     )
-    threshold: int = Field(2, ge=1, description="Failed checks before rollback (Flagger's threshold).")
+    threshold: int = Field(
+        2, ge=1, description="Failed checks before rollback (Flagger's threshold).", json_schema_extra={"gate": "<"}
+    )
     allow_breaking_change: bool = False
     on_stale_baseline: Literal["refuse", "allow"] = Field(
         "refuse",

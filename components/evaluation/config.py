@@ -105,8 +105,12 @@ class WinRateConfig(_Section):
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     confidence: float = Field(0.95, gt=0, lt=1)
     bootstrap: int = Field(2000, ge=100, description="Bootstrap resamples over prompts for the interval.")
-    min_win_rate: float | None = Field(0.45, ge=0, le=1, description="Gate: win rate (ties count half) >= this.")
-    min_lower_bound: float | None = Field(0.35, ge=0, le=1, description="Gate: the interval's lower end >= this.")
+    min_win_rate: float | None = Field(
+        0.45, ge=0, le=1, description="Gate: win rate (ties count half) >= this.", json_schema_extra={"gate": ">="}
+    )
+    min_lower_bound: float | None = Field(
+        0.35, ge=0, le=1, description="Gate: the interval's lower end >= this.", json_schema_extra={"gate": ">="}
+    )
 
 
 class ForgettingConfig(_Section):
@@ -126,6 +130,7 @@ class ForgettingConfig(_Section):
         0.10,
         ge=0,
         description="Gate: candidate perplexity / base perplexity - 1 <= this (0.10: +10 %); null: reported only.",
+        json_schema_extra={"gate": "<="},
     )
     base_model: str | None = Field(
         None,

@@ -83,22 +83,33 @@ class QualityCost(_Section):
 
 
 class WatermarkGate(_Section):
-    min_tpr: float = Field(0.95, ge=0, le=1)
-    max_fpr: float = Field(0.01, ge=0, le=1)
-    min_tpr_substitution_10: float = Field(0.80, ge=0, le=1)
-    min_bit_accuracy: float = Field(0.925, ge=0, le=1, description="Weight watermark, when enabled.")
-    max_bit_p_value: float = Field(1e-9, ge=0, le=1, description="Weight watermark, when enabled.")
+    min_tpr: float = Field(0.95, ge=0, le=1, json_schema_extra={"gate": ">="})
+    max_fpr: float = Field(0.01, ge=0, le=1, json_schema_extra={"gate": "<="})
+    min_tpr_substitution_10: float = Field(0.80, ge=0, le=1, json_schema_extra={"gate": ">="})
+    min_bit_accuracy: float = Field(
+        0.925, ge=0, le=1, description="Weight watermark, when enabled.", json_schema_extra={"gate": ">="}
+    )
+    max_bit_p_value: float = Field(
+        1e-9, ge=0, le=1, description="Weight watermark, when enabled.", json_schema_extra={"gate": "<="}
+    )
     max_exact_match_cost: float | None = Field(
         None,
         ge=0,
         le=1,
         description="Largest drop in exact-match answers the watermark may cause; unset: reported only.",
+        json_schema_extra={"gate": "<="},
     )
     max_perplexity_increase: float | None = Field(
-        None, ge=0, description="Largest relative rise of the answers' perplexity (0.10: +10 %); unset: reported only."
+        None,
+        ge=0,
+        description="Largest relative rise of the answers' perplexity (0.10: +10 %); unset: reported only.",
+        json_schema_extra={"gate": "<="},
     )
     max_bertscore_cost: float | None = Field(
-        None, ge=0, description="Largest drop of the answers' mean BERTScore F1 (e.g. 0.02); unset: reported only."
+        None,
+        ge=0,
+        description="Largest drop of the answers' mean BERTScore F1 (e.g. 0.02); unset: reported only.",
+        json_schema_extra={"gate": "<="},
     )
     min_judge_win_rate: float | None = Field(
         None,
@@ -108,6 +119,7 @@ class WatermarkGate(_Section):
         "answers against the unwatermarked ones "
         "(0.5: no loss; e.g. 0.45); unset: "
         "reported only.",
+        json_schema_extra={"gate": ">="},
     )
 
 

@@ -907,11 +907,13 @@ def compile_cmd(targets, out_dir, check, registry, tag, digests) -> None:
             raise click.exceptions.Exit(subprocess.run(argv, env=env).returncode)
     target = out_dir or COMPILED_DIR
     stale = compile_all(target, check=check, targets=tuple(targets) or TARGETS)
-    if not out_dir and not targets:  # in a source checkout, manifests/ is kept in step too
+    if not out_dir and not targets:  # in a source checkout, manifests/ and docs/reference.md are kept in step too
         from ..manifests import MANIFESTS_DIR, write_all
 
         if os.path.isdir(MANIFESTS_DIR):
-            stale += write_all(MANIFESTS_DIR, check=check)
+            from .. import reference
+
+            stale += write_all(MANIFESTS_DIR, check=check) + reference.write(check=check)
     if check and stale:
         raise LlmopsError(f"compiled pipelines are stale: {', '.join(stale)}; run `llmops compile`")
     click.echo(

@@ -1,6 +1,7 @@
 """Docs that must match the code."""
 
 import os
+import re
 
 from kfp_llmops.components.data_validation import pii
 from kfp_llmops.components.data_validation.validate import REASONS
@@ -72,3 +73,45 @@ def test_deploy_readme_matches_the_cli_and_config_defaults():
         f"max_ttft_ms: {s.max_ttft_ms:g}, max_itl_ms: {s.max_itl_ms:g},\ntoken_latency_slack_ms: "
         f"{s.token_latency_slack_ms:g}}}"
     ) in text
+
+
+def test_the_config_and_gate_reference_is_generated_from_the_models(tmp_path, monkeypatch):
+    """docs/reference.md is what the models say; a default changed without regenerating
+    makes `llmops compile --check` fail."""
+    from pydantic import Field
+
+    from kfp_llmops.components.data_validation.config import DataValidationConfig, GateConfig
+    from kfp_llmops.pipelines import reference
+
+    assert reference.write(check=True) == []
+    text = read("docs", "reference.md")
+    assert "| validate_dataset | `gate.max_reject_rate` | measured ≤ bound | `0.05` |" in text
+    assert (
+        "| evaluate_llm | `gate.change.perplexity.relative` | (candidate - baseline) / baseline ≤ bound | `0.1`" in text
+    )
+
+    class Stricter(GateConfig):
+        max_reject_rate: float = Field(0.01, ge=0.0, le=1.0, json_schema_extra={"gate": "<="})
+
+    class Changed(DataValidationConfig):
+        gate: Stricter = Field(default_factory=Stricter)
+
+    configs = reference.stage_configs()
+    monkeypatch.setattr(reference, "stage_configs", lambda: [("validate_dataset", Changed)] + configs[1:])
+    assert reference.write(check=True) == ["docs/reference.md"]
+    reference.write(str(tmp_path))
+    assert "`gate.max_reject_rate` | measured ≤ bound | `0.01` |" in (tmp_path / "reference.md").read_text()
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    import glob
+
+    pages = ["README.md"] + glob.glob("components/*/README.md", root_dir=ROOT) + glob.glob("docs/*.md", root_dir=ROOT)
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", read(page)):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not os.path.exists(os.path.join(ROOT, os.path.dirname(page), target)):
+                broken.append(f"{page}: {target}")
+    assert not broken, broken
