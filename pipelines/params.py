@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CONFIG_HELP = (
-    "Stage config as YAML or as one-line JSON, e.g. {}; empty for the documented defaults (components/{}/README.md)."
+    "Stage config as YAML or as one-line JSON, e.g. {}; empty for the defaults (every key: docs/reference.md, "
+    "section {})."
 )
 
 
@@ -46,8 +47,12 @@ ALL = {
             None,
             "URI of an earlier run's checkpoints artifact; training resumes from its newest checkpoint that verifies.",
         ),
-        _config("data_config", "data_validation", '{"gate": {"max_reject_rate": 0.2}}'),
-        Param("pii_policy", "balanced", "PII policy: strict, balanced or permissive (README, 'PII policies')."),
+        _config("data_config", "validate_dataset", '{"gate": {"max_reject_rate": 0.2}}'),
+        Param(
+            "pii_policy",
+            "balanced",
+            "PII policy: strict, balanced or permissive (docs/data-validation.md, 'PII policies').",
+        ),
         Param(
             "data_engine",
             "",
@@ -74,10 +79,10 @@ ALL = {
             "demo",
             "Size of the demo base model built from the data when no base_model_uri is given: demo or tiny.",
         ),
-        _config("train_config", "training", '{"steps": 200, "micro_batch": 8}'),
-        _config("eval_config", "evaluation", '{"gate": {"value": {"bertscore_f1": {"lower": 0.6}}}}'),
-        _config("watermark_config", "watermark", '{"delta": 3.0, "gamma": 0.25}'),
-        _config("deploy_config", "deploy", '{"steps": [10, 50, 100]}'),
+        _config("train_config", "train_zero3", '{"steps": 200, "micro_batch": 8}'),
+        _config("eval_config", "evaluate_llm", '{"gate": {"value": {"bertscore_f1": {"lower": 0.6}}}}'),
+        _config("watermark_config", "verify_watermark", '{"delta": 3.0, "gamma": 0.25}'),
+        _config("deploy_config", "triton_canary_deploy", '{"steps": [10, 50, 100]}'),
         Param(
             "baseline_release",
             "auto",

@@ -51,7 +51,7 @@ class PolicySpec:
     max_density: float
 
 
-# The README's policy table is generated from this dict; keep them one.
+# The docs' policy table (docs/data-validation.md) is generated from this dict; keep them one.
 POLICIES: dict[str, PolicySpec] = {
     "strict": PolicySpec(frozenset(ALL_TYPES), quarantine_secrets=True, max_density=0.10),
     "balanced": PolicySpec(frozenset(ALL_TYPES), quarantine_secrets=False, max_density=0.20),
@@ -536,7 +536,7 @@ def redact(text: str, findings: Iterable[Finding], types: frozenset[str]) -> str
 
 
 def policy_table() -> str:
-    """The README's policy table, rendered from POLICIES (a test keeps them equal)."""
+    """The docs' policy table, rendered from POLICIES (a test keeps them equal)."""
     names = ("strict", "balanced", "permissive")
     rows = ["| PII type | strict | balanced | permissive |", "|---|---|---|---|"]
     for kind in ALL_TYPES:

@@ -7,6 +7,7 @@ line is ever held whole."""
 from __future__ import annotations
 
 import bisect
+import functools
 import gzip
 import io
 import os
@@ -38,8 +39,9 @@ class Inputs:
     def name(self, file: str) -> str:
         return os.path.relpath(file, self.path) if self.folder else os.path.basename(file)
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
+        """Bytes in all (stat'ed once: a folder may hold thousands of parts)."""
         return sum(os.path.getsize(f) for f in self.files)
 
 

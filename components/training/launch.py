@@ -329,7 +329,10 @@ def read_result(spec: dict) -> dict:
 
 
 def shows_progress(chunk: bytes) -> bool:
-    """The progress bar and our own messages; DeepSpeed's chatter stays in ranks.log."""
+    """The progress bar and our own messages; DeepSpeed's chatter stays in ranks.log, and so
+    does a library's Python warning written onto the end of a bar refresh."""
+    if b"Warning: " in chunk:
+        return False
     return chunk.startswith((b"\r", b"train", b"[train]")) or b"train:" in chunk
 
 

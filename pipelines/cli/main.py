@@ -39,7 +39,7 @@ def data() -> None:
     "--config",
     "config_path",
     type=click.Path(dir_okay=False),
-    help="Stage config YAML (see components/data_validation/README.md).",
+    help="Stage config YAML (every key: docs/reference.md).",
 )
 @click.option("--policy", type=POLICIES, help="PII policy; overrides the config's pii.policy.")
 @click.option(
@@ -90,10 +90,13 @@ def data_validate(
 @click.option("--rows", default=4000, show_default=True, help="Fact rows; a quarter as many prose rows are added.")
 @click.option("--seed", default=7, show_default=True)
 def data_make_demo(out_dir, rows, seed) -> None:
-    """Write the bundled demo dataset (train.jsonl with deliberate faults, eval.jsonl)."""
+    """Write the bundled demo dataset (train.jsonl with deliberate faults, eval.jsonl) and the
+    stage configs the demo runs it with (train.yaml, watermark.yaml, deploy.yaml)."""
     from ..demo.demo_data import make_demo_dataset
+    from ..demo.local_run import write_demo_configs
 
     info = make_demo_dataset(out_dir, rows=rows, seed=seed)
+    info["configs"] = write_demo_configs(out_dir)
     click.echo(json.dumps(info, indent=2))
 
 

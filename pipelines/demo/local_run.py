@@ -49,6 +49,17 @@ DEMO_TRAIN = "steps: 1200\nmicro_batch: 16\ncheckpoint_interval: 300\n"
 DEMO_DEPLOY = "interval_s: 5\nsteps: [25, 50, 100]\nsmoke: {max_new_tokens: 64}\n"
 
 
+def write_demo_configs(out_dir: str) -> dict[str, str]:
+    """The stage configs `make demo` runs the demo dataset with, as files, so the stages can
+    be run one by one from the command line as the pipeline runs them."""
+    written = {}
+    for name, text in (("train", DEMO_TRAIN), ("watermark", DEMO_WATERMARK), ("deploy", DEMO_DEPLOY)):
+        written[name] = os.path.join(out_dir, f"{name}.yaml")
+        with open(written[name], "w", encoding="utf-8") as handle:
+            handle.write(text)
+    return written
+
+
 def _demo_key(out_dir: str) -> str:
     """A per-run-folder random key file (a Secret's role locally); never in pipeline YAML."""
     import secrets

@@ -52,6 +52,14 @@ def test_make_demo_and_validate_it(tmp_path):
             pass
     evals = [json.loads(line)["prompt"] for line in open(tmp_path / "d" / "eval.jsonl")]
     assert not any(any(e in t for t in train) for e in evals)  # held-out split
+    from kfp_llmops.components.deploy.config import DeployConfig
+    from kfp_llmops.components.training.config import TrainConfig
+    from kfp_llmops.components.watermark.config import WatermarkConfig
+
+    # the configs the demo runs with, for running the stages by hand as the README shows
+    assert TrainConfig.load(str(tmp_path / "d" / "train.yaml")).steps == 1200
+    assert WatermarkConfig.load(str(tmp_path / "d" / "watermark.yaml")).gate.max_exact_match_cost == 0.10
+    assert DeployConfig.load(str(tmp_path / "d" / "deploy.yaml")).steps == [25, 50, 100]
 
 
 def _on_small_volume(tmp_path, kib: int, *args) -> tuple[int, str, str]:

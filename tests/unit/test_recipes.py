@@ -74,7 +74,8 @@ def test_seq_len_that_cuts_more_than_one_percent_of_the_examples_is_warned_about
 
 def test_the_ranks_progress_is_passed_on_in_whole_lines_whatever_the_pipe_cuts():
     """An unbuffered rank writes a message and its newline apart and the pipe cuts
-    anywhere: our lines and the bar's refreshes are shown whole, DeepSpeed's chatter not."""
+    anywhere: our lines and the bar's refreshes are shown whole, DeepSpeed's chatter not, nor
+    a library's warning written onto the end of a bar refresh."""
     import io
 
     from kfp_llmops.components.training.launch import Progress
@@ -82,7 +83,8 @@ def test_the_ranks_progress_is_passed_on_in_whole_lines_whatever_the_pipe_cuts()
     out = io.BytesIO()
     stream = (
         b"[train] 2 ranks on 1 host(s): vm\n[2026-12-02 INFO] [deepspeed] chatter\n"
-        b"\rtrain:  50%|#####     | 3/6\rtrain: 100%|##########| 6/6\n[tr"
+        b"\rtrain:  50%|#####     | 3/6\rtrain:  67%|######    | 4/6]/venv/torch/c10d_logger.py:83: "
+        b"FutureWarning: deprecated\n  warnings.warn(\n\rtrain: 100%|##########| 6/6\n[tr"
         b"ain] done\nDeepSpeed bye"
     )
     for cut in (1, 2, 3, 7, 33, 34, 200):  # every chunking of the same bytes shows the same
@@ -94,5 +96,5 @@ def test_the_ranks_progress_is_passed_on_in_whole_lines_whatever_the_pipe_cuts()
         shown.close()
         assert out.getvalue() == (
             b"[train] 2 ranks on 1 host(s): vm\n\rtrain:  50%|#####     | 3/6\r"
-            b"train: 100%|##########| 6/6\n[train] done\n"
+            b"\rtrain: 100%|##########| 6/6\n[train] done\n"
         ), cut
