@@ -4,10 +4,11 @@ file, line and field (`cfg.yaml:7: pii.policy: Input should be ...`)."""
 from __future__ import annotations
 
 import os
-from typing import Any, TypeVar
+import sys
+from typing import Any, ClassVar, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from .errors import InputError
 
@@ -18,6 +19,29 @@ class StageConfig(BaseModel):
     """Unknown keys are errors: a typo in a threshold must not silently keep the default."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # Keys that moved (old dotted path: new one). The old key is still read, with a note;
+    # both at once is an error.
+    MOVED: ClassVar[dict[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        if not cls.MOVED or not isinstance(data, dict):
+            return data
+        data = _copy_dicts(data)
+        for old, new in cls.MOVED.items():
+            value = _pop_path(data, old.split("."))
+            if value is _ABSENT:
+                continue
+            _drop_empty(data, old.split(".")[:-1])  # a section left empty by the move goes too
+            if _pop_path(_copy_dicts(data), new.split(".")) is not _ABSENT:
+                raise ValueError(f"{old} and {new} are both set: {old} is the old name of {new}; keep {new}")
+            _set_path(data, new.split("."), value)
+            if (old, new) not in _NOTED:
+                _NOTED.add((old, new))
+                print(f"config: {old} is now {new} (the old key is still read)", file=sys.stderr)
+        return data
 
     @classmethod
     def load(cls: type[C], source: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None) -> C:
@@ -67,6 +91,30 @@ class StageConfig(BaseModel):
             # A check across fields (a model validator) names its fields in its own message.
             what = f"{'.'.join(loc)}: {err['msg']}" if loc else err["msg"].removeprefix("Value error, ")
             raise InputError(f"{where}: {what}{more}") from None
+
+
+_ABSENT = object()
+_NOTED: set[tuple[str, str]] = set()
+
+
+def _copy_dicts(data: Any) -> Any:
+    """The nested dicts copied (the caller's stay as they were), everything else shared."""
+    return {k: _copy_dicts(v) for k, v in data.items()} if isinstance(data, dict) else data
+
+
+def _pop_path(data: Any, path: list[str]) -> Any:
+    for key in path[:-1]:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data.pop(path[-1], _ABSENT) if isinstance(data, dict) else _ABSENT
+
+
+def _drop_empty(data: dict, path: list[str]) -> None:
+    for depth in range(len(path), 0, -1):
+        parent = data
+        for key in path[: depth - 1]:
+            parent = parent[key]
+        if parent.get(path[depth - 1]) == {}:
+            del parent[path[depth - 1]]
 
 
 def _set_path(data: dict, path: list[str], value: Any) -> None:

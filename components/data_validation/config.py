@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -95,10 +95,6 @@ class DedupConfig(_Section):
     near: NearDupConfig = Field(default_factory=NearDupConfig)
 
 
-class DriftConfig(_Section):
-    psi_threshold: float = Field(0.2, gt=0.0, json_schema_extra={"gate": "<="})
-
-
 class DvcConfig(_Section):
     enabled: bool = False
     repo_dir: str | None = Field(None, description="DVC repository; created (no SCM) if missing.")
@@ -154,13 +150,18 @@ class RayConfig(_Section):
 
 class GateConfig(_Section):
     max_reject_rate: float = Field(0.05, ge=0.0, le=1.0, json_schema_extra={"gate": "<="})
+    max_psi: float = Field(
+        0.2,
+        gt=0.0,
+        description="Drift: PSI of each distribution against the reference statistics (was drift.psi_threshold).",
+        json_schema_extra={"gate": "<="},
+    )
 
 
 class DataValidationConfig(StageConfig):
     schema_: SchemaConfig = Field(default_factory=SchemaConfig, alias="schema")
     pii: PiiConfig = Field(default_factory=PiiConfig)
     dedup: DedupConfig = Field(default_factory=DedupConfig)
-    drift: DriftConfig = Field(default_factory=DriftConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     dvc: DvcConfig = Field(default_factory=DvcConfig)
     chunk_size: int = Field(1 << 20, ge=1024, description="Merkle chunk size of the clean data.")
@@ -170,6 +171,7 @@ class DataValidationConfig(StageConfig):
     ray: RayConfig = Field(default_factory=RayConfig)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
+    MOVED: ClassVar[dict[str, str]] = {"drift.psi_threshold": "gate.max_psi"}
 
     @model_validator(mode="after")
     def _check_bounds(self) -> DataValidationConfig:

@@ -656,14 +656,12 @@ def _finish(
     if v.reference is not None and v.stats.rows:
         psi = drift(v.reference, v.stats)
         checks += [
-            gates.at_most(f"psi_{name}", value, config.drift.psi_threshold, f"drift of {name}", "drift")
+            gates.at_most(f"psi_{name}", value, config.gate.max_psi, f"drift of {name}", "drift")
             for name, value in psi.items()
         ]
     else:
         checks.append(
-            gates.Check(
-                "psi", None, f"<= {config.drift.psi_threshold:g}", "skipped", "no reference statistics", "drift"
-            )
+            gates.Check("psi", None, f"<= {config.gate.max_psi:g}", "skipped", "no reference statistics", "drift")
         )
     checks.append(gates.at_least("rows_out", rows_out, 1, "no row passed validation" if rows_out == 0 else ""))
     gate_reasons = gates.failures(checks)
@@ -684,7 +682,7 @@ def _finish(
         "input_compressed": compressed,
         **({"input_files": len(inputs.files)} if inputs.folder else {}),
         "drift_psi": psi,
-        "psi_threshold": config.drift.psi_threshold,
+        "psi_threshold": config.gate.max_psi,
         "max_reject_rate": config.gate.max_reject_rate,
         "passed": not gate_reasons,
         "gate_reasons": gate_reasons,

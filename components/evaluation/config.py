@@ -3,7 +3,7 @@ value and change thresholds (the only place the gate reads them from)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -105,12 +105,6 @@ class WinRateConfig(_Section):
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     confidence: float = Field(0.95, gt=0, lt=1)
     bootstrap: int = Field(2000, ge=100, description="Bootstrap resamples over prompts for the interval.")
-    min_win_rate: float | None = Field(
-        0.45, ge=0, le=1, description="Gate: win rate (ties count half) >= this.", json_schema_extra={"gate": ">="}
-    )
-    min_lower_bound: float | None = Field(
-        0.35, ge=0, le=1, description="Gate: the interval's lower end >= this.", json_schema_extra={"gate": ">="}
-    )
 
 
 class ForgettingConfig(_Section):
@@ -126,12 +120,6 @@ class ForgettingConfig(_Section):
         "trains on).",
     )
     passages: int = Field(32, ge=1, description="Passages measured (about 120 words each by default).")
-    max_increase: float | None = Field(
-        0.10,
-        ge=0,
-        description="Gate: candidate perplexity / base perplexity - 1 <= this (0.10: +10 %); null: reported only.",
-        json_schema_extra={"gate": "<="},
-    )
     base_model: str | None = Field(
         None,
         description="The base model's folder; default: the one the pipeline "
@@ -148,6 +136,27 @@ class ForgettingConfig(_Section):
 class GateConfig(_Section):
     value: dict[str, Bound] = Field(default_factory=_default_value)
     change: dict[str, Change] = Field(default_factory=_default_change)
+    min_win_rate: float | None = Field(
+        0.45,
+        ge=0,
+        le=1,
+        description="Win rate against production (ties count half); null: reported only (was win_rate.min_win_rate).",
+        json_schema_extra={"gate": ">="},
+    )
+    min_win_rate_lower_bound: float | None = Field(
+        0.35,
+        ge=0,
+        le=1,
+        description="The win rate interval's lower end (was win_rate.min_lower_bound).",
+        json_schema_extra={"gate": ">="},
+    )
+    max_forgetting: float | None = Field(
+        0.10,
+        ge=0,
+        description="Candidate perplexity / base perplexity - 1 on held-out prose (0.10: +10 %); null: reported "
+        "only (was forgetting.max_increase).",
+        json_schema_extra={"gate": "<="},
+    )
 
 
 class EvalConfig(StageConfig):
@@ -159,3 +168,9 @@ class EvalConfig(StageConfig):
     gate: GateConfig = Field(default_factory=GateConfig)
     win_rate: WinRateConfig = Field(default_factory=WinRateConfig)
     forgetting: ForgettingConfig = Field(default_factory=ForgettingConfig)
+
+    MOVED: ClassVar[dict[str, str]] = {
+        "win_rate.min_win_rate": "gate.min_win_rate",
+        "win_rate.min_lower_bound": "gate.min_win_rate_lower_bound",
+        "forgetting.max_increase": "gate.max_forgetting",
+    }

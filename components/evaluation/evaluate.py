@@ -159,9 +159,9 @@ def evaluate(
         timings["forgetting_s"] = time.perf_counter() - t0
     blessed, checks = evaluate_gate(metrics, cfg.gate, baseline)
     checks += winrate.checks(
-        win, cfg.win_rate, production.why_not if production is not None else "no model in production to compare with"
+        win, cfg.gate, production.why_not if production is not None else "no model in production to compare with"
     )
-    checks += forgetting.checks(forgot, cfg.forgetting, base)
+    checks += forgetting.checks(forgot, cfg.gate.max_forgetting, base)
     blessed = all(c.passed for c in checks)
     samples = []
     for i, (g, row) in enumerate(zip(generated, rows, strict=False)):

@@ -88,10 +88,10 @@ def measure(model, tokenizer, base: Base, cfg: ForgettingConfig, candidate_root:
     }
 
 
-def checks(found: dict | None, cfg: ForgettingConfig, base: Base) -> list[Check]:
-    if cfg.max_increase is None:
+def checks(found: dict | None, max_forgetting: float | None, base: Base) -> list[Check]:
+    if max_forgetting is None:
         return []
-    bound = f"<= {cfg.max_increase:g}"
+    bound = f"<= {max_forgetting:g}"
     if found is None:
         return [Check("forgetting", None, bound, "skipped", base.why_not, KIND)]
     value = found["forgetting"]
@@ -100,7 +100,7 @@ def checks(found: dict | None, cfg: ForgettingConfig, base: Base) -> list[Check]
             "forgetting",
             value,
             bound,
-            "pass" if value <= cfg.max_increase else "fail",
+            "pass" if value <= max_forgetting else "fail",
             f"held-out prose perplexity {found['general_perplexity']:.2f} against the base model's "
             f"{found['general_perplexity_base']:.2f}",
             KIND,

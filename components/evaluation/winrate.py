@@ -8,16 +8,16 @@ import math
 
 from kfp_llmops.components.common.gates import Check
 
-from .config import WinRateConfig
+from .config import GateConfig
 
 KIND = "win rate"
 
 
-def checks(summary: dict | None, cfg: WinRateConfig, why_not: str) -> list[Check]:
+def checks(summary: dict | None, gate: GateConfig, why_not: str) -> list[Check]:
     """The gate's win-rate checks; skipped, saying why, when there is no production model."""
     wanted = [
         (name, bound)
-        for name, bound in (("win_rate", cfg.min_win_rate), ("win_rate_lower", cfg.min_lower_bound))
+        for name, bound in (("win_rate", gate.min_win_rate), ("win_rate_lower", gate.min_win_rate_lower_bound))
         if bound is not None
     ]
     out = []

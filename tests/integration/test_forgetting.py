@@ -15,7 +15,7 @@ from helpers import tiny_model
 from kfp_llmops.components.common import generation, integrity
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.prose import SHORT_WORDS, held_out_passages
-from kfp_llmops.components.evaluation.config import ForgettingConfig
+from kfp_llmops.components.evaluation.config import ForgettingConfig, GateConfig
 from kfp_llmops.components.evaluation.forgetting import checks, find_base, measure
 
 
@@ -57,12 +57,12 @@ def test_a_model_that_reads_prose_worse_than_its_base_is_refused(base, tmp_path)
     found = find_base(cfg, folder, root)
     model, tok = generation.load_model(folder)
     same = measure(model, tok, found, cfg, root)
-    assert same["forgetting"] == 0.0 and checks(same, cfg, found)[0].verdict == "pass"
+    assert same["forgetting"] == 0.0 and checks(same, GateConfig().max_forgetting, found)[0].verdict == "pass"
     worse_dir, worse_root = _sharpened(folder, str(tmp_path / "worse"), 8.0)
     worse_model, _ = generation.load_model(worse_dir)
     worse = measure(worse_model, tok, found, cfg, worse_root)
     assert worse["general_perplexity"] > 1.1 * worse["general_perplexity_base"]
-    (check,) = checks(worse, cfg, found)
+    (check,) = checks(worse, GateConfig().max_forgetting, found)
     assert check.verdict == "fail" and check.metric == "forgetting" and "against the base model's" in check.reason
     with torch.no_grad():  # the same passages, the same numbers
         assert measure(worse_model, tok, found, cfg, worse_root) == worse
@@ -71,10 +71,13 @@ def test_a_model_that_reads_prose_worse_than_its_base_is_refused(base, tmp_path)
 def test_no_base_or_one_built_from_random_weights_is_skipped_saying_why(tmp_path, base):
     cfg = ForgettingConfig()
     nothing = find_base(cfg, None, None)
-    assert checks(None, cfg, nothing)[0].verdict == "skipped" and "no base model" in nothing.why_not
+    assert (
+        checks(None, GateConfig().max_forgetting, nothing)[0].verdict == "skipped"
+        and "no base model" in nothing.why_not
+    )
     _, _, demo, demo_root = tiny_model(tmp_path)
     scratch = find_base(cfg, demo, demo_root)
-    (check,) = checks(None, cfg, scratch)
+    (check,) = checks(None, GateConfig().max_forgetting, scratch)
     assert check.verdict == "skipped" and "random weights" in check.reason and scratch.root == demo_root
     with pytest.raises(InputError, match="does not verify|not the expected|root"):
         find_base(cfg, base[0], "0" * 64)  # a base that is not the one training recorded

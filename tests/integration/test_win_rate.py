@@ -11,7 +11,7 @@ from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.judging import JudgeConfig
 from kfp_llmops.components.common.similarity import BertScoreConfig
 from kfp_llmops.components.evaluation import run_to_dir, winrate
-from kfp_llmops.components.evaluation.config import WinRateConfig
+from kfp_llmops.components.evaluation.config import GateConfig, WinRateConfig
 from kfp_llmops.components.training.base_model import build_base_model
 
 pytestmark = pytest.mark.timeout(600)
@@ -42,7 +42,7 @@ def test_the_better_answers_win_ties_count_half_and_the_gate_reads_the_interval(
     assert won["win_rate"] == pytest.approx(4.5 / 6)
     assert won["win_rate_lower"] < won["win_rate"] < won["win_rate_upper"] <= 1.0
     assert judging.win_rate(judged, cfg.confidence, cfg.bootstrap) == won  # fixed seed: same interval
-    assert all(c.verdict == "pass" for c in winrate.checks(won, cfg, ""))
+    assert all(c.verdict == "pass" for c in winrate.checks(won, GateConfig(), ""))
     # The same pairs the other way round: production is better, and the gate refuses.
     lost = judging.win_rate(
         judging.judge(PROMPTS, PRODUCTION, CANDIDATE, REFERENCES, JudgeConfig(), BertScoreConfig()),
@@ -50,11 +50,11 @@ def test_the_better_answers_win_ties_count_half_and_the_gate_reads_the_interval(
         cfg.bootstrap,
     )
     assert (lost["wins"], lost["losses"]) == (1, 4) and lost["win_rate"] == pytest.approx(1.5 / 6)
-    assert {c.metric: c.verdict for c in winrate.checks(lost, cfg, "")} == {
+    assert {c.metric: c.verdict for c in winrate.checks(lost, GateConfig(), "")} == {
         "win_rate": "fail",
         "win_rate_lower": "fail",
     }
-    skipped = winrate.checks(None, cfg, "no model in production to compare with")
+    skipped = winrate.checks(None, GateConfig(), "no model in production to compare with")
     assert {c.verdict for c in skipped} == {"skipped"} and skipped[0].reason.startswith("no model")
 
 
