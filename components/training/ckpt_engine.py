@@ -62,13 +62,11 @@ class HashingWriter(io.RawIOBase):
                 self._hash_back(fd)
             finally:
                 synced.result()
-        self._pool.shutdown()
-        self._file.close()
-        self.close()
+        self.release()
         return self._hasher.finish(rel_path)
 
-    def abandon(self) -> None:
-        """After a failed save: let go of the file and the helper thread."""
+    def release(self) -> None:
+        """Let go of the file and the helper thread (after a save, or a failed one)."""
         self._pool.shutdown()
         self._file.close()
         self.close()
@@ -119,7 +117,7 @@ class HashingCheckpointEngine(TorchCheckpointEngine):
             from kfp_llmops.components.common.errors import environment_problem
 
             if writer is not None:
-                writer.abandon()
+                writer.release()
             problem = environment_problem(exc, path, "writing checkpoint")
             if problem is None:
                 raise
