@@ -31,13 +31,19 @@ class StageConfig(BaseModel):
             return data
         data = _copy_dicts(data)
         for old, new in cls.MOVED.items():
-            value = _pop_path(data, old.split("."))
-            if value is _ABSENT:
+            old_path, new_path = old.split("."), new.split(".")
+            holder = _parent(data, old_path)
+            if holder is None or old_path[-1] not in holder:
                 continue
-            _drop_empty(data, old.split(".")[:-1])  # a section left empty by the move goes too
-            if _pop_path(_copy_dicts(data), new.split(".")) is not _ABSENT:
+            target = _parent(data, new_path)
+            if target is not None and new_path[-1] in target:
                 raise ValueError(f"{old} and {new} are both set: {old} is the old name of {new}; keep {new}")
-            _set_path(data, new.split("."), value)
+            value = holder.pop(old_path[-1])
+            section = old_path[:-1]
+            while section and _parent(data, section)[section[-1]] == {}:  # a section the move left empty goes
+                del _parent(data, section)[section[-1]]
+                section = section[:-1]
+            _set_path(data, new_path, value)
             if (old, new) not in _NOTED:
                 _NOTED.add((old, new))
                 print(f"config: {old} is now {new} (the old key is still read)", file=sys.stderr)
@@ -93,7 +99,6 @@ class StageConfig(BaseModel):
             raise InputError(f"{where}: {what}{more}") from None
 
 
-_ABSENT = object()
 _NOTED: set[tuple[str, str]] = set()
 
 
@@ -102,19 +107,11 @@ def _copy_dicts(data: Any) -> Any:
     return {k: _copy_dicts(v) for k, v in data.items()} if isinstance(data, dict) else data
 
 
-def _pop_path(data: Any, path: list[str]) -> Any:
+def _parent(data: Any, path: list[str]) -> dict | None:
+    """The mapping holding `path`'s last key, when every section on the way is one."""
     for key in path[:-1]:
         data = data.get(key) if isinstance(data, dict) else None
-    return data.pop(path[-1], _ABSENT) if isinstance(data, dict) else _ABSENT
-
-
-def _drop_empty(data: dict, path: list[str]) -> None:
-    for depth in range(len(path), 0, -1):
-        parent = data
-        for key in path[: depth - 1]:
-            parent = parent[key]
-        if parent.get(path[depth - 1]) == {}:
-            del parent[path[depth - 1]]
+    return data if isinstance(data, dict) else None
 
 
 def _set_path(data: dict, path: list[str], value: Any) -> None:
