@@ -12,7 +12,7 @@ import typing
 from enum import Enum
 
 import annotated_types
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -54,24 +54,17 @@ def _type(annotation) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
-def _plain(value):
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", by_alias=True)
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value.value if isinstance(value, Enum) else value
+def _default_json(info: FieldInfo):
+    """The field's default as its JSON values; PydanticUndefined when it has none."""
+    if info.default_factory is None and info.default is PydanticUndefined:
+        return PydanticUndefined
+    value = info.default_factory() if info.default_factory is not None else info.default
+    return TypeAdapter(info.annotation).dump_python(value, mode="json", by_alias=True)
 
 
 def _default(info: FieldInfo) -> str:
-    if info.default_factory is not None:
-        value = info.default_factory()
-    elif info.default is PydanticUndefined:
-        return "(required)"
-    else:
-        value = info.default
-    return f"`{json.dumps(_plain(value), ensure_ascii=False)}`"
+    value = _default_json(info)
+    return "(required)" if value is PydanticUndefined else f"`{json.dumps(value, ensure_ascii=False)}`"
 
 
 def _bounds(info: FieldInfo) -> str:
@@ -113,7 +106,7 @@ def gates(model: type[BaseModel]) -> list[tuple[str, str, str, str]]:
         if "gate" in extra:
             out.append((key, f"measured {_PASSES[extra['gate']]} bound", _default(info), _cell(info.description)))
         elif key in ("gate.value", "gate.change"):
-            for metric, bound in _plain(info.default_factory()).items():
+            for metric, bound in _default_json(info).items():
                 for side, value in bound.items():
                     if value is None or side == "direction":
                         continue
