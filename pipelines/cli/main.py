@@ -92,8 +92,7 @@ def data_validate(
 def data_make_demo(out_dir, rows, seed) -> None:
     """Write the bundled demo dataset (train.jsonl with deliberate faults, eval.jsonl) and the
     stage configs the demo runs it with (train.yaml, watermark.yaml, deploy.yaml)."""
-    from ..demo.demo_data import make_demo_dataset
-    from ..demo.local_run import write_demo_configs
+    from ..demo.demo_data import make_demo_dataset, write_demo_configs
 
     info = make_demo_dataset(out_dir, rows=rows, seed=seed)
     info["configs"] = write_demo_configs(out_dir)

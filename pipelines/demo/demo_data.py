@@ -1,6 +1,6 @@
 """The bundled demo dataset: templated, coherent Q&A a tiny model can learn, with
 deliberate PII, duplicates and malformed lines, open-ended requests answered with prose,
-plus a held-out eval set.
+plus a held-out eval set; and the stage configs the demo runs it with.
 
 The eval set asks facts the training data teaches, in phrasings the training data never
 uses (no eval prompt appears in train.jsonl): a 2 M-parameter model cannot know a capital
@@ -324,3 +324,47 @@ def _prose_lines(count: int, seed: int) -> list[bytes]:
     pairs = [(p, s) for p in _OPEN for s in pool]  # each pair once: no duplicate rows
     random.Random(seed + 2).shuffle(pairs)
     return [json.dumps({"prompt": p, "response": s}).encode() for p, s in pairs[:count]]
+
+
+# The demo's delta is the one its quality-cost gate accepts with room. Detection is measured
+# on open-ended prompts (free text, as in KGW's own evaluation; the demo data teaches prose
+# for them), the cost on the held-out facts, answered as evaluation blessed them. On the
+# demo model (one key), every delta from 2 on detects all texts; delta 2 costs
+# 7 % of the exact answers, perplexity +2 %, BERTScore F1 -0.012 and a judge's win rate of
+# 0.47; 2.5 costs 10 %, +3.5 %, -0.020 and 0.45, each at the gate's edge; 3 costs 14.5 %
+# and 4 costs 26.5 %, both refused. The report draws the curve.
+DEMO_DETECTION = (
+    "delta: 2.0\n"
+    f"generation: {{max_new_tokens: 112, min_new_tokens: 112, texts: 200, "
+    f"prompts: {json.dumps(OPEN_HELD_OUT)}}}\n"
+    "quality: {deltas: [2.0, 2.5, 3.0, 4.0]}\n"
+)
+# The cost gate is the demo model's: a barely trained test model (`tiny`) is verified
+# with DEMO_DETECTION alone, its costs reported.
+DEMO_WATERMARK = DEMO_DETECTION + (
+    "gate: {max_exact_match_cost: 0.10, max_perplexity_increase: 0.10, "
+    "max_bertscore_cost: 0.02, min_judge_win_rate: 0.45}\n"
+)
+
+
+# Long enough for the demo model to learn the facts, framing aside: the held-out eval set
+# asks them in phrasings training never used, and the blessing gate checks the answers.
+DEMO_TRAIN = "steps: 1200\nmicro_batch: 16\ncheckpoint_interval: 300\n"
+
+
+# Short intervals keep the demo quick; the watermark is served with the parameters the
+# watermark stage verified (DEMO_WATERMARK's). The serving state persists in the run
+# folder, so a second `make demo` rolls out a canary against the version the first one
+# promoted.
+DEMO_DEPLOY = "interval_s: 5\nsteps: [25, 50, 100]\nsmoke: {max_new_tokens: 64}\n"
+
+
+def write_demo_configs(out_dir: str) -> dict[str, str]:
+    """The stage configs `make demo` runs the demo dataset with, as files, so the stages can
+    be run one by one from the command line as the pipeline runs them."""
+    written = {}
+    for name, text in (("train", DEMO_TRAIN), ("watermark", DEMO_WATERMARK), ("deploy", DEMO_DEPLOY)):
+        written[name] = os.path.join(out_dir, f"{name}.yaml")
+        with open(written[name], "w", encoding="utf-8") as handle:
+            handle.write(text)
+    return written
