@@ -67,8 +67,8 @@ demo-containers: images
 	$(BIN)/llmops lineage verify $$($(BIN)/python -c 'import json; print(json.load(open("runs/demo-containers/summary.json"))["release_record"])')
 
 test: $(STAMP) images
-	$(BIN)/ruff check components pipelines tests
-	$(BIN)/ruff format --check components pipelines tests
+	$(BIN)/ruff check components pipelines tests images
+	$(BIN)/ruff format --check components pipelines tests images
 	$(BIN)/llmops compile --check
 	$(PY) -m pytest -q --durations=25 tests
 
@@ -82,8 +82,8 @@ check: $(STAMP)
 	$(BIN)/llmops compile --check
 
 lint: $(STAMP)
-	$(BIN)/ruff check components pipelines tests
-	$(BIN)/ruff format --check components pipelines tests
+	$(BIN)/ruff check components pipelines tests images
+	$(BIN)/ruff format --check components pipelines tests images
 
 clean:
 	rm -rf $(VENV) runs build .pytest_cache .hypothesis

@@ -1,6 +1,7 @@
 """Print the requirements of the package and the extras named as arguments, from
 pyproject.toml alone: the images install dependencies in a layer of their own, before
 the source, so a change of source rebuilds seconds of layers, not the dependencies."""
+
 import sys
 import tomllib
 

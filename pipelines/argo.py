@@ -55,37 +55,15 @@ SECURITY = {
     "readOnlyRootFilesystem": False,
     "capabilities": {"drop": ["ALL"]},
 }
-# stage -> image, the parameters it reads, pod size parameters (or None: fixed); task
-# names come from the stage table
-_IMAGES = {
-    "validate_dataset": (
-        images.DATA,
-        ["dataset_uri", "data_config", "pii_policy", "data_engine", "baseline_release"],
-        None,
-    ),
-    "build_base_model": (images.TRAIN, ["base_model_uri", "base_model_root", "base_model_size"], None),
-    "train_zero3": (
-        images.TRAIN,
-        ["train_config", "gpu_count", "model_uri", "model_root", "checkpoint_uri"],
-        ("train_cpu", "train_memory"),
-    ),
-    "evaluate_llm": (
-        images.EVAL,
-        ["eval_dataset_uri", "eval_config", "model_uri", "model_root", "baseline_release"],
-        ("eval_cpu", "eval_memory"),
-    ),
-    "verify_watermark": (
-        images.EVAL,
-        ["eval_dataset_uri", "watermark_config", "model_uri", "model_root"],
-        ("eval_cpu", "eval_memory"),
-    ),
-    "triton_canary_deploy": (
-        images.DEPLOY,
-        ["deploy_config", "model_uri", "model_root"],
-        ("deploy_cpu", "deploy_memory"),
-    ),
+# stage -> its pod size parameters (None: fixed); its task name, image and the parameters
+# it reads come from the stage table
+_SIZES = {
+    "train_zero3": ("train_cpu", "train_memory"),
+    "evaluate_llm": ("eval_cpu", "eval_memory"),
+    "verify_watermark": ("eval_cpu", "eval_memory"),
+    "triton_canary_deploy": ("deploy_cpu", "deploy_memory"),
 }
-STAGES = {s.name: (s.task, *_IMAGES[s.name]) for s in records.STAGES}
+STAGES = {s.name: (s.task, images.image(s.image), list(s.params), _SIZES.get(s.name)) for s in records.STAGES}
 # pipeline -> its stages in order, each with the stage whose `result` must be "true" first
 FLOWS = {
     "release": [
@@ -193,12 +171,12 @@ def workflow_template(pipeline: str, name: str, namespace: str = DEFAULT_NAMESPA
         tasks.append(entry)
         previous = entry["name"]
     record = {
-        "name": "release-record",
-        "activeDeadlineSeconds": str(TIMEOUT["release-record"]),
+        "name": records.RELEASE_TASK,
+        "activeDeadlineSeconds": str(TIMEOUT[records.RELEASE_TASK]),
         "container": _container(
             "release_record",
-            images.BASE,
-            ["pipeline_spec_sha256"],
+            images.image(records.RELEASE_STAGE.image),
+            list(records.RELEASE_STAGE.params),
             names,
             ["--param", "status={{workflow.status}}", "--param", "run={{workflow.name}}"],
         ),

@@ -24,19 +24,9 @@ _PASSES = {"<=": "≤", ">=": "≥", "<": "<"}
 
 def stage_configs() -> list[tuple[str, type[BaseModel]]]:
     """Each stage that reads a config, with its model (the stage's one home for its keys)."""
-    from kfp_llmops.components.data_validation.config import DataValidationConfig
-    from kfp_llmops.components.deploy.config import DeployConfig
-    from kfp_llmops.components.evaluation.config import EvalConfig
-    from kfp_llmops.components.training.config import TrainConfig
-    from kfp_llmops.components.watermark.config import WatermarkConfig
+    from .stages import ALL, config_model
 
-    return [
-        ("validate_dataset", DataValidationConfig),
-        ("train_zero3", TrainConfig),
-        ("evaluate_llm", EvalConfig),
-        ("verify_watermark", WatermarkConfig),
-        ("triton_canary_deploy", DeployConfig),
-    ]
+    return [(s.name, config_model(s)) for s in ALL if s.config]
 
 
 def _type(annotation) -> str:

@@ -182,25 +182,222 @@ class TritonCanaryDeploy(StageRecord):
     outputs: DeployOutputs
 
 
+# Where a stage's `run_component` argument comes from when a runner without KFP (the Argo
+# runner, `llmops stage run`) calls it; KFP wires the same names from the pipeline DAG.
+@dataclass(frozen=True)
+class Param:
+    """A run parameter (`--param key=value`)."""
+
+    key: str
+    default: str = ""
+
+
+@dataclass(frozen=True)
+class Output:
+    """An artifact this stage writes, `<work>/<stage>/<name>`."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """An artifact an earlier stage of the run wrote, `<work>/<stage>/<name>`."""
+
+    stage: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """An artifact fetched from the URI the parameter `key` names, into `<work>/<name>`."""
+
+    key: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A value the runner decides from what the run has (a trained or imported model, the
+    pinned baseline, the run's status); `name` is the rule."""
+
+    name: str
+
+
+Source = Param | Output | Upstream | Fetched | Resolved
+
+
 @dataclass(frozen=True)
 class Stage:
+    """One stage, and everything the runner, the CLI, the images and compile look up about
+    it. Names only: `common` imports no stage, the layers above resolve them."""
+
     name: str  # component and record name
     task: str  # KFP / Argo task name
-    record: type[StageRecord]
+    record: type[StageRecord] | None  # its lineage note's model (None: writes none)
+    package: str  # kfp_llmops.components.<package>
+    image: str  # components/images.py: image(<image>)
+    config: str = ""  # its config model in <package>.config ("": none)
+    entry: str = "run_component"  # the KFP entry in <package>, keyword-only
+    inputs: tuple[tuple[str, Source], ...] = ()  # entry argument -> where it comes from
+    params: tuple[str, ...] = ()  # pipeline parameters its Argo task passes on
 
+
+_RELEASE = Param("release_dir")
+_BASELINE = Resolved("pinned_baseline")
 
 # The run's stages in flow order: the one table the release record, lineage, the Argo
-# runner and the local summary read.
+# runner, the reference docs and the local summary read.
 STAGES = (
-    Stage("validate_dataset", "validate-dataset", ValidateDataset),
-    Stage("build_base_model", "build-base-model", BuildBaseModel),
-    Stage("train_zero3", "train-zero3", TrainZero3),
-    Stage("evaluate_llm", "evaluate-llm", EvaluateLlm),
-    Stage("verify_watermark", "verify-watermark", VerifyWatermark),
-    Stage("triton_canary_deploy", "triton-canary-deploy", TritonCanaryDeploy),
+    Stage(
+        "validate_dataset",
+        "validate-dataset",
+        ValidateDataset,
+        "data_validation",
+        "data",
+        "DataValidationConfig",
+        inputs=(
+            ("raw", Fetched("dataset_uri", "dataset")),
+            ("config", Param("data_config")),
+            ("policy", Param("pii_policy", "balanced")),
+            ("clean", Output("clean")),
+            ("quarantine", Output("quarantine")),
+            ("stats", Output("stats")),
+            ("metrics", Output("metrics")),
+            ("report", Output("report")),
+            ("note", Output("note")),
+            ("baseline_release", _BASELINE),
+            ("engine", Param("data_engine")),
+        ),
+        params=("dataset_uri", "data_config", "pii_policy", "data_engine", "baseline_release"),
+    ),
+    Stage(
+        "build_base_model",
+        "build-base-model",
+        BuildBaseModel,
+        "training",
+        "train",
+        entry="build_base_component",
+        inputs=(
+            ("dataset", Upstream("validate_dataset", "clean")),
+            ("base_model", Output("base_model")),
+            ("size", Param("base_model_size", "demo")),
+            ("release_dir", _RELEASE),
+            ("base_model_uri", Param("base_model_uri")),
+            ("base_model_root", Param("base_model_root")),
+        ),
+        params=("base_model_uri", "base_model_root", "base_model_size"),
+    ),
+    Stage(
+        "train_zero3",
+        "train-zero3",
+        TrainZero3,
+        "training",
+        "train",
+        "TrainConfig",
+        inputs=(
+            ("dataset", Upstream("validate_dataset", "clean")),
+            ("base_model", Resolved("training_base")),
+            ("config", Param("train_config")),
+            ("resume_from", Resolved("imported_checkpoints")),
+            ("checkpoint_dir", Param("checkpoint_dir")),
+            ("model", Output("model")),
+            ("checkpoints", Output("checkpoints")),
+            ("metrics", Output("metrics")),
+            ("report", Output("report")),
+            ("train_log", Output("train_log")),
+            ("release_dir", _RELEASE),
+            ("gpus", Param("gpu_count", "0")),
+            ("signing_key_file", Param("signing_key_file")),
+        ),
+        params=("train_config", "gpu_count", "model_uri", "model_root", "checkpoint_uri"),
+    ),
+    Stage(
+        "evaluate_llm",
+        "evaluate-llm",
+        EvaluateLlm,
+        "evaluation",
+        "eval",
+        "EvalConfig",
+        inputs=(
+            ("model", Resolved("model")),
+            ("eval_dataset", Fetched("eval_dataset_uri", "eval_dataset")),
+            ("config", Param("eval_config")),
+            ("responses", Output("responses")),
+            ("metrics", Output("metrics")),
+            ("blessing", Output("blessing")),
+            ("report", Output("report")),
+            ("note", Output("note")),
+            ("baseline_release", _BASELINE),
+            ("base_model", Resolved("forgetting_base")),
+        ),
+        params=("eval_dataset_uri", "eval_config", "model_uri", "model_root", "baseline_release"),
+    ),
+    Stage(
+        "verify_watermark",
+        "verify-watermark",
+        VerifyWatermark,
+        "watermark",
+        "eval",
+        "WatermarkConfig",
+        inputs=(
+            ("model", Resolved("model")),
+            ("eval_dataset", Fetched("eval_dataset_uri", "eval_dataset")),
+            ("config", Param("watermark_config")),
+            ("key_file", Param("watermark_key_file")),
+            ("watermarked", Output("watermarked")),
+            ("metrics", Output("metrics")),
+            ("report", Output("report")),
+            ("release_dir", _RELEASE),
+            ("blessing", Upstream("evaluate_llm", "blessing")),
+        ),
+        params=("eval_dataset_uri", "watermark_config", "model_uri", "model_root"),
+    ),
+    Stage(
+        "triton_canary_deploy",
+        "triton-canary-deploy",
+        TritonCanaryDeploy,
+        "deploy",
+        "deploy",
+        "DeployConfig",
+        inputs=(
+            ("model", Resolved("model")),
+            ("blessing", Upstream("evaluate_llm", "blessing")),
+            ("config", Param("deploy_config")),
+            ("key_file", Param("watermark_key_file")),
+            ("state_dir", Param("serving_state_dir")),
+            ("repository", Output("repository")),
+            ("record", Output("record")),
+            ("metrics", Output("metrics")),
+            ("report", Output("report")),
+            ("release_dir", _RELEASE),
+            ("default_target", Param("default_target", "local")),
+            ("watermarked", Upstream("verify_watermark", "watermarked")),
+            ("signing_key_file", Param("signing_key_file")),
+            ("public_key_file", Param("signing_public_key_file")),
+        ),
+        params=("deploy_config", "model_uri", "model_root"),
+    ),
+)
+RELEASE_TASK = "release-record"  # the exit handler's task
+# The exit handler: the run's record, whatever happened, and its provenance.
+RELEASE_STAGE = Stage(
+    "release_record",
+    RELEASE_TASK,
+    None,
+    "release",
+    "base",
+    inputs=(
+        ("status", Resolved("run_status")),
+        ("release_dir", _RELEASE),
+        ("record", Output("record")),
+        ("report", Output("report")),
+        ("provenance", Output("provenance")),
+        ("signing_key_file", Param("signing_key_file")),
+        ("pipeline_spec_sha256", Param("pipeline_spec_sha256")),
+    ),
+    params=("pipeline_spec_sha256",),
 )
 BY_NAME = {s.name: s for s in STAGES}
-RELEASE_TASK = "release-record"  # the exit handler's task
 
 
 def parse(data: dict, origin: str) -> StageRecord:

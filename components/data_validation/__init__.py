@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from kfp_llmops.components.common.errors import GateFailed
+from kfp_llmops.components.common.contract import Artifact, Metrics, StageResult
 
 from .config import DataValidationConfig
 from .validate import CLEAN_NAME, OutputPaths, ValidationResult, validate
 
-__all__ = ["DataValidationConfig", "ValidationResult", "execute", "run_component", "run_to_dir"]
+__all__ = ["DataValidationConfig", "ValidationResult", "execute", "run_component", "run_to_dir", "stage_result"]
 
 
 def execute(
@@ -66,20 +66,21 @@ def run_to_dir(
 
 
 def run_component(
-    raw_path: str,
+    *,
+    raw: Artifact,
     config: str,
     policy: str,
-    reference_stats: str | None,
-    clean,
-    quarantine,
-    stats,
-    metrics,
-    report,
-    note=None,
+    clean: Artifact,
+    quarantine: Artifact,
+    stats: Artifact,
+    metrics: Metrics,
+    report: Artifact,
+    reference_stats: Artifact | None = None,
+    note: Artifact | None = None,
     baseline_release: str = "auto",
     raw_root: str = "",
     engine: str = "",
-) -> bool:
+) -> StageResult:
     """KFP entry: writes into the artifacts' paths and stamps the lineage metadata. Drift
     is measured against `reference_stats` when given, else against the promoted release
     `baseline_release` pins (common.baseline), which must verify. `raw_root` (the pipeline's
@@ -90,15 +91,15 @@ def run_component(
 
     cfg = DataValidationConfig.load(config, {"pii.policy": policy or None, "engine": engine or None})
     if raw_root:
-        integrity.verify("dataset", raw_path, raw_root)
+        integrity.verify("dataset", raw.path, raw_root)
     for artifact in (clean, quarantine, stats, metrics, report) + ((note,) if note is not None else ()):
         os.makedirs(os.path.dirname(artifact.path), exist_ok=True)
-    why = None
+    reference, why = reference_stats.path if reference_stats is not None else None, None
     if reference_stats is None:
         promoted = baseline.load("", baseline_release)
-        reference_stats, why = (promoted.stats_path if promoted else None), baseline.note(promoted)
+        reference, why = (promoted.stats_path if promoted else None), baseline.note(promoted)
     outputs = OutputPaths(clean.path, quarantine.path, None, stats.path)
-    result = execute(raw_path, outputs, cfg, report.path, reference_stats, show_progress=True, reference_note=why)
+    result = execute(raw.path, outputs, cfg, report.path, reference, show_progress=True, reference_note=why)
     m = result.metrics
     metrics.metadata["drift_reference"] = m["drift_reference"] or "none"
     clean.metadata.update(
@@ -141,11 +142,19 @@ def run_component(
                 ),
             ),
         )
-    if not result.passed:
-        print(f"validate_dataset gate failed: {'; '.join(result.gate_reasons)}")
-    return result.passed
+    summary = stage_result(result)
+    if not summary.passed:
+        print(f"validate_dataset gate failed: {summary.reason}")
+    return summary
 
 
-def raise_on_gate(result: ValidationResult) -> None:
-    if not result.passed:
-        raise GateFailed("; ".join(result.gate_reasons))
+def stage_result(result: ValidationResult) -> StageResult:
+    m = result.metrics
+    return StageResult(
+        "validate_dataset",
+        result.passed,
+        result.passed,
+        "; ".join(result.gate_reasons),
+        m.get("checks", []),
+        {k: m[k] for k in ("rows_in", "rows_out", "rows_quarantined", "reject_rate", "rows_with_pii") if k in m},
+    )

@@ -45,17 +45,17 @@ def validate_dataset(
     from kfp_llmops.components.data_validation import run_component
 
     return run_component(
-        raw.path,
-        config,
-        policy,
-        reference_stats.path if reference_stats else None,
-        clean,
-        quarantine,
-        stats,
-        metrics,
-        report,
-        note,
-        baseline_release,
-        raw_root,
-        engine,
-    )
+        raw=raw,
+        config=config,
+        policy=policy,
+        reference_stats=reference_stats,
+        clean=clean,
+        quarantine=quarantine,
+        stats=stats,
+        metrics=metrics,
+        report=report,
+        note=note,
+        baseline_release=baseline_release,
+        raw_root=raw_root,
+        engine=engine,
+    ).value

@@ -12,11 +12,12 @@ import json
 import os
 
 from kfp_llmops.components.common import atomic
+from kfp_llmops.components.common.contract import Artifact, Metrics, StageResult, raise_unless_passed
 from kfp_llmops.components.common.errors import GateFailed, InputError
 
 from .config import DeployConfig
 
-__all__ = ["DeployConfig", "deploy", "build_repository", "run_component", "raise_unless_promoted"]
+__all__ = ["DeployConfig", "deploy", "build_repository", "run_component", "stage_result"]
 
 
 def next_version(cfg: DeployConfig, state_dir: str) -> int:
@@ -234,27 +235,30 @@ def summary_metrics(record: dict, requests: list[dict]) -> dict:
     }
 
 
-def raise_unless_promoted(record: dict, cfg: DeployConfig) -> None:
-    if record["decision"] != "promoted" and cfg.fail_on_rollback:
-        raise GateFailed(f"canary rolled back: {record['reason']}")
+def stage_result(record: dict) -> StageResult:
+    promoted = record["decision"] == "promoted"
+    reason = "" if promoted else f"canary rolled back: {record['reason']}"
+    checks = [c for interval in record.get("intervals", []) for c in interval.get("checks", [])]
+    return StageResult("triton_canary_deploy", promoted, record["decision"], reason, checks, record.get("metrics", {}))
 
 
 def run_component(
-    model,
-    blessing,
+    *,
+    model: Artifact,
+    blessing: Artifact,
     config: str,
     key_file: str,
     state_dir: str,
-    repository_out,
-    record_out,
-    metrics,
-    report,
+    repository: Artifact,
+    record: Artifact,
+    metrics: Metrics,
+    report: Artifact,
     release_dir: str = "",
     default_target: str = "local",
-    watermarked=None,
+    watermarked: Artifact | None = None,
     signing_key_file: str = "",
     public_key_file: str = "",
-) -> str:
+) -> StageResult:
     """KFP entry: only a blessed model whose root matches the blessing is deployed, with
     the watermark parameters `watermarked` (verify_watermark's output) records. With a
     public key, the model must carry a signature by its pair, and the repository built
@@ -289,7 +293,7 @@ def run_component(
         built = build_repository(
             model.path,
             blessed_root,
-            repository_out.path,
+            repository.path,
             cfg,
             state,
             kgw,
@@ -297,7 +301,7 @@ def run_component(
             decoding,
             costed_decoding(watermarked.metadata if watermarked is not None else None),
         )
-        repository_out.metadata.update(
+        repository.metadata.update(
             {
                 "merkle_root": built["repository_root"],
                 "model_root": built["model_root"],
@@ -306,8 +310,8 @@ def run_component(
                 "signed_sha256": built["signed_sha256"],
             }
         )
-        record = deploy(
-            repository_out.path,
+        outcome = deploy(
+            repository.path,
             blessed_root,
             work,
             cfg,
@@ -316,47 +320,49 @@ def run_component(
             public_key=public,
             compared_with=blessing.metadata.get("compared_with"),
         )
-    atomic.copy_file(os.path.join(work, "record.json"), record_out.path)
+    atomic.copy_file(os.path.join(work, "record.json"), record.path)
     atomic.copy_file(os.path.join(work, "report.html"), report.path)
-    record_out.metadata.update(
+    record.metadata.update(
         {
-            "decision": record["decision"],
-            "repository_root": record["repository_root"],
-            "model_root": record["model_root"],
-            "version": record["version"],
+            "decision": outcome["decision"],
+            "repository_root": outcome["repository_root"],
+            "model_root": outcome["model_root"],
+            "version": outcome["version"],
         }
     )
-    for k, v in record["metrics"].items():
+    for k, v in outcome["metrics"].items():
         metrics.log_metric(k, v)
-    metrics.metadata.update({"decision": record["decision"], "reason": record["reason"][:500]})
+    metrics.metadata.update({"decision": outcome["decision"], "reason": outcome["reason"][:500]})
     from kfp_llmops.components.common import baseline, records
 
-    kept = baseline.keep_model(release_dir, model.path, blessed_root) if record["decision"] == "promoted" else None
+    kept = baseline.keep_model(release_dir, model.path, blessed_root) if outcome["decision"] == "promoted" else None
     records.note(
         release_dir,
         records.TritonCanaryDeploy(
             params={"deploy_config": config},
-            result=record["decision"],
-            reason=record["reason"],
+            result=outcome["decision"],
+            reason=outcome["reason"],
             inputs=records.DeployInputs(
-                model_root=record["model_root"],
+                model_root=outcome["model_root"],
                 blessed_root=blessed_root,
-                production_root=record["production_root"],
-                compared_with=(record["compared_with"] or {}).get("release"),
+                production_root=outcome["production_root"],
+                compared_with=(outcome["compared_with"] or {}).get("release"),
             ),
             outputs=records.DeployOutputs(
                 repository=records.RepositoryOut(
-                    root=record["repository_root"],
-                    path=repository_out.path,
-                    version=record["version"],
+                    root=outcome["repository_root"],
+                    path=repository.path,
+                    version=outcome["version"],
                     weights=built["weights"],
                     signed_sha256=built["signed_sha256"],
                 ),
                 serving_state=records.Artifact(path=os.path.abspath(state) if cfg.target == "local" else None),
-                served_uri=record.get("served_uri"),
+                served_uri=outcome.get("served_uri"),
                 production=records.Artifact(root=blessed_root if kept else None, path=kept),
             ),
         ),
     )
-    raise_unless_promoted(record, cfg)
-    return record["decision"]
+    summary = stage_result(outcome)
+    if cfg.fail_on_rollback:
+        raise_unless_passed(summary)
+    return summary

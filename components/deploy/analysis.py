@@ -7,7 +7,7 @@ The sequential tests are Wald's likelihood ratios on single canary requests: one
 healthy canary each ratio is a nonnegative martingale, so by Ville's inequality the
 chance it ever reaches 2/alpha -- over the whole rollout, however often it is looked
 at -- is at most alpha/2: a bounded false-rollback rate, with a bad canary caught within
-a few dozen of its requests instead of after `threshold` full intervals.
+a few dozen of its requests instead of after `gate.threshold` full intervals.
 """
 
 from __future__ import annotations
@@ -87,11 +87,11 @@ def token_checks(canary: RoleStats, stable: RoleStats | None, cfg: DeployConfig)
     """Time to first token and inter-token latency from the servers' histograms: the
     canary's against the SLA bounds, and against stable's in the same interval (within
     the latency tolerance, or `token_latency_slack_ms`, whichever allows more)."""
-    sla = cfg.sla
+    gate = cfg.gate
     if canary.tokens is None:
         return [gates.holds("token_latency", False, "no token-latency histograms from the canary")]
     checks = []
-    for key, bound in (("ttft", sla.max_ttft_ms), ("itl", sla.max_itl_ms)):
+    for key, bound in (("ttft", gate.max_ttft_ms), ("itl", gate.max_itl_ms)):
         mine = canary.tokens[key]
         if not mine["observations"]:
             checks.append(gates.Check(f"{key}_ms", None, "", "skipped", "no observations"))
@@ -106,7 +106,7 @@ def token_checks(canary: RoleStats, stable: RoleStats | None, cfg: DeployConfig)
                 gates.at_most(
                     f"{key}_{q}_vs_stable",
                     mine[f"{q}_ms"],
-                    max(ref * (1 + sla.latency_tolerance), ref + sla.token_latency_slack_ms),
+                    max(ref * (1 + gate.latency_tolerance), ref + gate.token_latency_slack_ms),
                 )
             )
     return checks
@@ -115,7 +115,7 @@ def token_checks(canary: RoleStats, stable: RoleStats | None, cfg: DeployConfig)
 def interval_checks(
     canary: RoleStats, stable: RoleStats | None, cfg: DeployConfig, metrics_ok: bool = True, relative: bool = True
 ) -> list[gates.Check]:
-    sla = cfg.sla
+    gate = cfg.gate
     # No traffic is never a pass; a little (the interval already waited up to max_interval_s
     # for min_requests) is judged on what came, not failed for being little.
     n = canary.requests
@@ -126,10 +126,10 @@ def interval_checks(
             "no canary traffic within the interval"
             if n == 0
             else ""
-            if n >= sla.min_requests
-            else f"only {n} of {sla.min_requests} canary requests by the bound",
+            if n >= gate.min_requests
+            else f"only {n} of {gate.min_requests} canary requests by the bound",
             value=n,
-            bound=f">= 1 (waits for {sla.min_requests})",
+            bound=f">= 1 (waits for {gate.min_requests})",
         )
     ]
     if not metrics_ok:
@@ -137,22 +137,22 @@ def interval_checks(
     if canary.requests == 0:
         return checks
     er, p99 = canary.error_rate, canary.p99_ms
-    checks.append(gates.at_most("error_rate", er, sla.max_error_rate))
-    checks.append(gates.at_most("p99_ms", p99, sla.max_p99_ms, "" if p99 == p99 else "no successful canary request"))
+    checks.append(gates.at_most("error_rate", er, gate.max_error_rate))
+    checks.append(gates.at_most("p99_ms", p99, gate.max_p99_ms, "" if p99 == p99 else "no successful canary request"))
     if relative:
-        if stable is None or stable.requests < sla.min_requests:
+        if stable is None or stable.requests < gate.min_requests:
             # Latency depends on load: a baseline from another interval (another split) would
             # compare unlike with unlike, so at 100 % only the absolute bounds apply.
             checks.append(gates.Check("vs_stable", None, "", "skipped", "stable not measured in this interval"))
         else:
-            checks.append(gates.at_most("error_rate_vs_stable", er, stable.error_rate + sla.error_rate_tolerance))
+            checks.append(gates.at_most("error_rate_vs_stable", er, stable.error_rate + gate.error_rate_tolerance))
             fewest = min(canary.requests, stable.requests)
             q = comparable_quantile(fewest)
             checks.append(
                 gates.at_most(
                     f"{q}_vs_stable",
                     getattr(canary, f"{q}_ms"),
-                    getattr(stable, f"{q}_ms") * (1 + sla.latency_tolerance),
+                    getattr(stable, f"{q}_ms") * (1 + gate.latency_tolerance),
                     "" if q == "p99" else f"{q}: {fewest} requests (a p99 needs 100)",
                 )
             )
@@ -161,7 +161,7 @@ def interval_checks(
                 (stable.server or {}).get("mean_ms", math.nan),
             )
             if mine == mine and theirs == theirs:  # Triton's own duration counters, queueing included
-                checks.append(gates.at_most("server_latency_vs_stable", mine, theirs * (1 + sla.latency_tolerance)))
+                checks.append(gates.at_most("server_latency_vs_stable", mine, theirs * (1 + gate.latency_tolerance)))
     return checks
 
 
@@ -202,15 +202,15 @@ class Sprt:
 
 def latency_bound(stable_latencies: list[float], cfg: DeployConfig) -> float:
     """A canary request slower than this counts as bad for the sequential test."""
-    if len(stable_latencies) >= cfg.sla.min_requests:
-        return min(cfg.sla.max_p99_ms, _quantile(stable_latencies, 0.95) * (1 + cfg.sla.latency_tolerance))
-    return cfg.sla.max_p99_ms
+    if len(stable_latencies) >= cfg.gate.min_requests:
+        return min(cfg.gate.max_p99_ms, _quantile(stable_latencies, 0.95) * (1 + cfg.gate.latency_tolerance))
+    return cfg.gate.max_p99_ms
 
 
 @dataclass
 class Decider:
     """The rollout state machine: hold a step on a failed interval, roll back at
-    `threshold` failed checks or when the sequential test fires, promote after 100 %."""
+    `gate.threshold` failed checks or when the sequential test fires, promote after 100 %."""
 
     cfg: DeployConfig
     sequential: bool = True
@@ -263,4 +263,4 @@ class Decider:
             self.step += 1
             return "advance"
         self.failed += 1
-        return "rollback" if self.failed >= self.cfg.threshold else "hold"
+        return "rollback" if self.failed >= self.cfg.gate.threshold else "hold"

@@ -112,7 +112,7 @@ def rollout(
             cfg.interval_s,
             on_sample=observe,
             desc=f"interval {n} ({percent} % canary)",
-            enough=lambda seen=seen: seen[0] >= cfg.sla.min_requests,
+            enough=lambda seen=seen: seen[0] >= cfg.gate.min_requests,
             max_duration=cfg.max_interval_s if target.attributes else None,
         )
         after = {r: target.scrape(r) for r in ("stable", "canary")}
@@ -166,7 +166,7 @@ def rollout(
             why = (
                 f"sequential test on {fired.describe()}"
                 if fired
-                else f"{decider.failed} failed checks (threshold {cfg.threshold}): {', '.join(failed)}"
+                else f"{decider.failed} failed checks (threshold {cfg.gate.threshold}): {', '.join(failed)}"
             )
             return finish("rolled_back", f"{why} at {percent} %")
         if action == "promote" and target.stable_alive() is False:

@@ -47,18 +47,18 @@ def triton_canary_deploy(
     from kfp_llmops.components.deploy import run_component
 
     return run_component(
-        model,
-        blessing,
-        config,
-        key_file,
-        state_dir,
-        repository,
-        record,
-        metrics,
-        report,
-        release_dir,
-        default_target,
-        watermarked,
-        signing_key_file,
-        public_key_file,
-    )
+        model=model,
+        blessing=blessing,
+        config=config,
+        key_file=key_file,
+        state_dir=state_dir,
+        repository=repository,
+        record=record,
+        metrics=metrics,
+        report=report,
+        release_dir=release_dir,
+        default_target=default_target,
+        watermarked=watermarked,
+        signing_key_file=signing_key_file,
+        public_key_file=public_key_file,
+    ).value

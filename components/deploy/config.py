@@ -3,7 +3,7 @@ analysis, load, drills and the target. Defaults suit the bundled demo model on C
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -53,9 +53,19 @@ class Drill(_Section):
     seed: int = 0
 
 
-class Sla(_Section):
-    max_error_rate: float = Field(0.01, ge=0, le=1, json_schema_extra={"gate": "<="})
-    max_p99_ms: float = Field(5000.0, gt=0, json_schema_extra={"gate": "<="})
+class Gate(_Section):
+    """Every bound a canary interval is judged by, and how many failed intervals roll back."""
+
+    max_error_rate: float = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description="The canary's failed share of an interval's requests.",
+        json_schema_extra={"gate": "<="},
+    )
+    max_p99_ms: float = Field(
+        5000.0, gt=0, description="The canary's client-side p99 request latency.", json_schema_extra={"gate": "<="}
+    )
     error_rate_tolerance: float = Field(
         0.01,
         ge=0,
@@ -90,6 +100,9 @@ class Sla(_Section):
         description="A canary's TTFT or ITL within this much of "
         "stable's is never a regression (timer and scheduling noise).",
     )
+    threshold: int = Field(
+        2, ge=1, description="Failed checks before rollback (Flagger's threshold).", json_schema_extra={"gate": "<"}
+    )
 
 
 class Sequential(_Section):
@@ -112,7 +125,7 @@ class Traffic(_Section):
         16,
         ge=1,
         description="Most parallel clients when sizing the load so that the "
-        "smallest step's canary share reaches sla.min_requests in interval_s.",
+        "smallest step's canary share reaches gate.min_requests in interval_s.",
     )
     max_new_tokens: int = Field(8, ge=1, description="Short generations keep load requests cheap.")
     prompts: list[str] = Field(
@@ -225,15 +238,17 @@ class Cluster(_Section):
 
 
 class DeployConfig(StageConfig):
+    MOVED: ClassVar[dict[str, str]] = {
+        **{f"sla.{key}": f"gate.{key}" for key in Gate.model_fields if key != "threshold"},
+        "threshold": "gate.threshold",
+    }
+
     target: Literal["local", "kserve", "gateway"] = "local"
     version: int = Field(0, ge=0, description="Model version; 0 means stable's + 1.")
     steps: list[int] = Field(default_factory=lambda: [5, 25, 50, 100])
     interval_s: float = Field(10.0, gt=0)
     max_interval_s: float = Field(
-        60.0, gt=0, description="An interval with fewer than sla.min_requests canary requests extends up to this long."
-    )
-    threshold: int = Field(
-        2, ge=1, description="Failed checks before rollback (Flagger's threshold).", json_schema_extra={"gate": "<"}
+        60.0, gt=0, description="An interval with fewer than gate.min_requests canary requests extends up to this long."
     )
     allow_breaking_change: bool = False
     on_stale_baseline: Literal["refuse", "allow"] = Field(
@@ -248,7 +263,7 @@ class DeployConfig(StageConfig):
     serving: Serving = Field(default_factory=Serving)
     watermark: Watermark = Field(default_factory=Watermark)
     drill: Drill = Field(default_factory=Drill)
-    sla: Sla = Field(default_factory=Sla)
+    gate: Gate = Field(default_factory=Gate)
     sequential: Sequential = Field(default_factory=Sequential)
     traffic: Traffic = Field(default_factory=Traffic)
     smoke: Smoke = Field(default_factory=Smoke)

@@ -46,12 +46,12 @@ class Sample:
 
 
 def sized_concurrency(cfg, latency_ms: float) -> int:
-    """Clients enough for the smallest step's canary share to reach `sla.min_requests` in
+    """Clients enough for the smallest step's canary share to reach `gate.min_requests` in
     `interval_s` at the measured latency (25 % headroom), within the configured range."""
     import math
 
     t = cfg.traffic
-    needed_rps = cfg.sla.min_requests / (cfg.interval_s * min(cfg.steps) / 100.0)
+    needed_rps = cfg.gate.min_requests / (cfg.interval_s * min(cfg.steps) / 100.0)
     want = math.ceil(needed_rps * max(latency_ms, 1.0) / 1000.0 * 1.25)
     return max(t.concurrency, min(t.max_concurrency, want))
 

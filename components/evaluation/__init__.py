@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 
 from kfp_llmops.components.common import atomic
-from kfp_llmops.components.common.errors import GateFailed
+from kfp_llmops.components.common.contract import Artifact, Metrics, StageResult
 
 from .config import EvalConfig
 
-__all__ = ["EvalConfig", "run_to_dir", "run_component", "raise_unless_blessed", "find_production"]
+__all__ = ["EvalConfig", "run_to_dir", "run_component", "stage_result", "find_production"]
 
 
 def find_production(cfg: EvalConfig, promoted, work: str):
@@ -107,32 +107,33 @@ def run_to_dir(
     return result
 
 
-def raise_unless_blessed(result: dict) -> None:
-    if not result["blessed"]:
-        failed = [
-            f"{c['metric']} ({c['kind']}: {c['reason'] or c['bound']})"
-            for c in result["checks"]
-            if c["verdict"] == "fail"
-        ]
-        raise GateFailed("not blessed: " + "; ".join(failed))
+def stage_result(result: dict) -> StageResult:
+    """The blessing as the one stage result; `reason` names each failed check and its kind."""
+    failed = [
+        f"{c['metric']} ({c['kind']}: {c['reason'] or c['bound']})" for c in result["checks"] if c["verdict"] == "fail"
+    ]
+    numeric = {k: float(v) for k, v in result["metrics"].items() if isinstance(v, (int, float)) and v == v}
+    reason = "not blessed: " + "; ".join(failed) if not result["blessed"] else ""
+    return StageResult("evaluate_llm", result["blessed"], result["blessed"], reason, result["checks"], numeric)
 
 
 def run_component(
-    model,
-    eval_dataset,
-    baseline_metrics,
+    *,
+    model: Artifact,
+    eval_dataset: Artifact,
     config: str,
-    responses,
-    metrics,
-    blessing,
-    report,
-    note=None,
+    responses: Artifact,
+    metrics: Metrics,
+    blessing: Artifact,
+    report: Artifact,
+    baseline_metrics: Artifact | None = None,
+    note: Artifact | None = None,
     baseline_release: str = "auto",
     model_root: str = "",
     eval_root: str = "",
-    base_model=None,
+    base_model: Artifact | None = None,
     base_model_root: str = "",
-) -> bool:
+) -> StageResult:
     """KFP entry: verifies the model against its root (`model_root`, else its metadata's)
     and the eval set against `eval_root`, evaluates against the production baseline
     (given, else the pinned promoted release's, verified), writes the artifacts and the
@@ -180,7 +181,8 @@ def run_component(
     )
     if result["compared_with"] is not None:
         blessing.metadata["compared_with"] = result["compared_with"]
-    numeric = {k: float(v) for k, v in result["metrics"].items() if isinstance(v, (int, float)) and v == v}
+    summary = stage_result(result)
+    numeric = summary.metrics
     for key, value in numeric.items():
         metrics.log_metric(key, value)
     metrics.metadata["model_root"] = result["model_root"]
@@ -203,9 +205,6 @@ def run_component(
                 },
             ),
         )
-    if not result["blessed"]:
-        print(
-            "evaluate_llm: model NOT blessed: "
-            + "; ".join(c["metric"] for c in result["checks"] if c["verdict"] == "fail")
-        )
-    return result["blessed"]
+    if not summary.passed:
+        print(f"evaluate_llm: model NOT blessed: {summary.reason.removeprefix('not blessed: ')}")
+    return summary

@@ -49,18 +49,18 @@ def evaluate_llm(
     from kfp_llmops.components.evaluation import run_component
 
     return run_component(
-        model,
-        eval_dataset,
-        baseline_metrics,
-        config,
-        responses,
-        metrics,
-        blessing,
-        report,
-        note,
-        baseline_release,
-        model_root,
-        eval_root,
-        base_model,
-        base_model_root,
-    )
+        model=model,
+        eval_dataset=eval_dataset,
+        baseline_metrics=baseline_metrics,
+        config=config,
+        responses=responses,
+        metrics=metrics,
+        blessing=blessing,
+        report=report,
+        note=note,
+        baseline_release=baseline_release,
+        model_root=model_root,
+        eval_root=eval_root,
+        base_model=base_model,
+        base_model_root=base_model_root,
+    ).value

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import Any
+
+from kfp_llmops.components.common.contract import Artifact, StageResult
 
 
 def run_component(
-    status,
+    *,
+    status: Any,
     release_dir: str,
-    record,
-    report,
-    provenance=None,
+    record: Artifact,
+    report: Artifact,
+    provenance: Artifact | None = None,
     signing_key_file: str = "",
     pipeline_spec_sha256: str = "",
-) -> str:
+) -> StageResult:
     """KFP exit-handler entry: the record of this run, whatever happened in it, and its
     provenance statement (signed with the key given) when it produced a model."""
     from kfp_llmops.components.common import signing
@@ -63,4 +67,4 @@ def run_component(
         provenance.metadata.update(
             {"signed": attested["signed"], "subjects": attested["subjects"], "predicateType": slsa.PREDICATE_TYPE}
         )
-    return result["status"]
+    return StageResult("release_record", True, result["status"])

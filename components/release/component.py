@@ -31,7 +31,15 @@ def write_release_record(
     """
     from kfp_llmops.components.release import run_component
 
-    return run_component(status, release_dir, record, report, provenance, signing_key_file, pipeline_spec_sha256)
+    return run_component(
+        status=status,
+        release_dir=release_dir,
+        record=record,
+        report=report,
+        provenance=provenance,
+        signing_key_file=signing_key_file,
+        pipeline_spec_sha256=pipeline_spec_sha256,
+    ).value
 
 
 # Small uncached tasks around the stages KFP may cache (validate_dataset, evaluate_llm).

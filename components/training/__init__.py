@@ -10,6 +10,7 @@ import os
 import shutil
 
 from kfp_llmops.components.common import atomic, integrity
+from kfp_llmops.components.common.contract import Artifact, Metrics, StageResult
 
 from .config import TrainConfig
 
@@ -83,20 +84,21 @@ def ranks_for(gpus: str) -> dict:
 
 
 def run_component(
-    dataset,
-    base_model,
+    *,
+    dataset: Artifact,
+    base_model: Artifact,
     config: str,
-    resume_from,
+    resume_from: Artifact | None,
     checkpoint_dir: str,
-    model,
-    checkpoints_out,
-    metrics,
-    report,
-    train_log,
+    model: Artifact,
+    checkpoints: Artifact,
+    metrics: Metrics,
+    report: Artifact,
+    train_log: Artifact,
     release_dir: str = "",
     gpus: str = "0",
     signing_key_file: str = "",
-) -> str:
+) -> StageResult:
     """KFP entry: verifies the inputs' roots from their metadata, trains, stamps lineage;
     signs the exported model with model-signing when a signing key is given."""
     from kfp_llmops.components.common import signing
@@ -107,7 +109,7 @@ def run_component(
     multinode = TrainConfig.load(config).multinode.nodes > 1
     cfg = TrainConfig.load(config, {} if multinode else ranks_for(gpus))
     work = os.path.join(os.path.dirname(model.path), "work")
-    ckpt_dir = checkpoint_dir or checkpoints_out.path
+    ckpt_dir = checkpoint_dir or checkpoints.path
     if resume_from is not None:
         _seed_from(resume_from.path, ckpt_dir)
     result = train(
@@ -126,9 +128,9 @@ def run_component(
     atomic.write_text(report.path, html)
     atomic.copy_file(result["train_log"], train_log.path)
     if checkpoint_dir:
-        os.makedirs(checkpoints_out.path, exist_ok=True)
+        os.makedirs(checkpoints.path, exist_ok=True)
         atomic.write_json(
-            os.path.join(checkpoints_out.path, "location.json"), {"checkpoint_dir": checkpoint_dir}, indent=None
+            os.path.join(checkpoints.path, "location.json"), {"checkpoint_dir": checkpoint_dir}, indent=None
         )
     lineage = {"dataset_root": result["dataset_root"], "base_model_root": result["base_model_root"]}
     model.metadata.update(
@@ -146,7 +148,7 @@ def run_component(
     signed = signing.sign_folder(model.path, key) if key else None
     if signed:
         model.metadata["signature"] = {"file": signing.SIGNATURE_NAME, "sha256": signed}
-    checkpoints_out.metadata.update(
+    checkpoints.metadata.update(
         {"merkle_root": result["checkpoint_root"], "tag": newest_tag(result), "location": ckpt_dir, **lineage}
     )
     for key in (
@@ -178,17 +180,24 @@ def run_component(
                     signed_sha256=signed,
                 ),
                 checkpoints=records.CheckpointsOut(
-                    root=result["checkpoint_root"], path=ckpt_dir, tag=checkpoints_out.metadata["tag"]
+                    root=result["checkpoint_root"], path=ckpt_dir, tag=checkpoints.metadata["tag"]
                 ),
             ),
         ),
     )
-    return result["model_root"]
+    logged = {k: result[k] for k in ("final_loss", "tokens_per_s") if result.get(k) is not None}
+    return StageResult("train_zero3", True, result["model_root"], metrics=logged)
 
 
 def build_base_component(
-    dataset, base_model, size: str, release_dir: str = "", base_model_uri: str = "", base_model_root: str = ""
-) -> str:
+    *,
+    dataset: Artifact,
+    base_model: Artifact,
+    size: str,
+    release_dir: str = "",
+    base_model_uri: str = "",
+    base_model_root: str = "",
+) -> StageResult:
     """The user's sealed model when `base_model_uri` names one (its pinned root checked on
     the copy this task outputs), else the demo model built from the verified clean data."""
     from kfp_llmops.components.common import records
@@ -217,4 +226,4 @@ def build_base_component(
             outputs={"base_model": records.Artifact(root=root, path=base_model.path)},
         ),
     )
-    return root
+    return StageResult("build_base_model", True, root)

@@ -29,7 +29,14 @@ def build_base_model(
     """
     from kfp_llmops.components.training import build_base_component
 
-    return build_base_component(dataset, base_model, size, release_dir, base_model_uri, base_model_root)
+    return build_base_component(
+        dataset=dataset,
+        base_model=base_model,
+        size=size,
+        release_dir=release_dir,
+        base_model_uri=base_model_uri,
+        base_model_root=base_model_root,
+    ).value
 
 
 @dsl.component(base_image=images.TRAIN, install_kfp_package=False)
@@ -69,17 +76,17 @@ def train_zero3(
     from kfp_llmops.components.training import run_component
 
     return run_component(
-        dataset,
-        base_model,
-        config,
-        resume_from,
-        checkpoint_dir,
-        model,
-        checkpoints,
-        metrics,
-        report,
-        train_log,
-        release_dir,
-        gpus,
-        signing_key_file,
-    )
+        dataset=dataset,
+        base_model=base_model,
+        config=config,
+        resume_from=resume_from,
+        checkpoint_dir=checkpoint_dir,
+        model=model,
+        checkpoints=checkpoints,
+        metrics=metrics,
+        report=report,
+        train_log=train_log,
+        release_dir=release_dir,
+        gpus=gpus,
+        signing_key_file=signing_key_file,
+    ).value

@@ -12,7 +12,8 @@ import json
 import os
 
 from kfp_llmops.components.common import atomic
-from kfp_llmops.components.common.errors import GateFailed, InputError
+from kfp_llmops.components.common.contract import Artifact, Metrics, StageResult
+from kfp_llmops.components.common.errors import InputError
 
 from .config import WatermarkConfig
 
@@ -46,18 +47,27 @@ def run_to_dir(
     return result
 
 
-def raise_unless_verified(result: dict) -> None:
-    if not result["verified"]:
-        from kfp_llmops.components.common import gates
+def stage_result(result: dict) -> StageResult:
+    from kfp_llmops.components.common import gates
 
-        raise GateFailed(
-            "watermark not verified: " + "; ".join(gates.failures([gates.Check(**c) for c in result["checks"]]))
-        )
+    failed = gates.failures([gates.Check(**c) for c in result["checks"]])
+    reason = "" if result["verified"] else "watermark not verified: " + "; ".join(failed)
+    numeric = {k: v for k, v in result["metrics"].items() if v == v}
+    return StageResult("verify_watermark", result["verified"], result["verified"], reason, result["checks"], numeric)
 
 
 def run_component(
-    model, eval_dataset, config: str, key_file: str, watermarked, metrics, report, release_dir: str = "", blessing=None
-) -> bool:
+    *,
+    model: Artifact,
+    eval_dataset: Artifact,
+    config: str,
+    key_file: str,
+    watermarked: Artifact,
+    metrics: Metrics,
+    report: Artifact,
+    release_dir: str = "",
+    blessing: Artifact | None = None,
+) -> StageResult:
     """KFP entry: the key comes from `key_file` (a mounted Secret) or the environment; the
     cost is measured under the decoding `blessing` (evaluate_llm's) records."""
     from kfp_llmops.components.common.decoding import Decoding
@@ -85,9 +95,9 @@ def run_component(
     watermarked.metadata.update(
         {"model_root": result["model_root"], "kgw": result["kgw"], "decoding": result["decoding"]}
     )
-    for key, value in result["metrics"].items():
-        if value == value:
-            metrics.log_metric(key, value)
+    summary = stage_result(result)
+    for key, value in summary.metrics.items():
+        metrics.log_metric(key, value)
     metrics.metadata.update({"verified": result["verified"], "model_root": result["model_root"]})
     for point in result["tradeoff"]:  # the curve, as numbers the Kubeflow UI lists
         metrics.log_metric(f"tpr_at_delta_{point['delta']:g}", point["tpr"])
@@ -104,14 +114,14 @@ def run_component(
             params={"watermark_config": config},
             result="verified" if result["verified"] else "not verified",
             inputs={"model_root": result["model_root"]},
-            metrics={k: v for k, v in result["metrics"].items() if v == v},
+            metrics=summary.metrics,
             outputs={
                 "watermarked": records.Artifact(root=result["model_root"], path=watermarked.path),
                 "kgw": result["kgw"],
             },
         ),
     )
-    return result["verified"]
+    return summary
 
 
 def read_texts(path: str) -> list[tuple[str, str]]:

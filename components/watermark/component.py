@@ -35,4 +35,14 @@ def verify_watermark(
     """
     from kfp_llmops.components.watermark import run_component
 
-    return run_component(model, eval_dataset, config, key_file, watermarked, metrics, report, release_dir, blessing)
+    return run_component(
+        model=model,
+        eval_dataset=eval_dataset,
+        config=config,
+        key_file=key_file,
+        watermarked=watermarked,
+        metrics=metrics,
+        report=report,
+        release_dir=release_dir,
+        blessing=blessing,
+    ).value

@@ -68,7 +68,8 @@ def data_validate(
     Exit 0: gate passed. Exit 1: gate failed (quarantine rate or drift; outputs written).
     Exit 2: unusable input or config.
     """
-    from kfp_llmops.components.data_validation import raise_on_gate, run_to_dir
+    from kfp_llmops.components.common.contract import raise_unless_passed
+    from kfp_llmops.components.data_validation import run_to_dir, stage_result
 
     overrides = {"dedup.near.enabled": near_dup, "engine": engine, "ray.workers": workers}
     if dvc_remote:
@@ -82,7 +83,7 @@ def data_validate(
         f"reject_rate={m['reject_rate']:.2%} merkle_root={m['merkle_root']}"
     )
     click.echo(f"outputs in {out_dir}")
-    raise_on_gate(result)
+    raise_unless_passed(stage_result(result))
 
 
 @data.command("make-demo")
@@ -387,7 +388,8 @@ def eval_cmd(
 
     Exit 0: blessed. Exit 1: not blessed (every failed check listed). Exit 2: bad input.
     """
-    from kfp_llmops.components.evaluation import raise_unless_blessed, run_to_dir
+    from kfp_llmops.components.common.contract import raise_unless_passed
+    from kfp_llmops.components.evaluation import run_to_dir, stage_result
 
     if production_model and not production_root:
         raise LlmopsError("--production-root: required with --production-model (the root `llmops model seal` printed)")
@@ -419,7 +421,7 @@ def eval_cmd(
     for c in result["checks"]:
         click.echo(f"  {c['verdict'].upper():<7} {c['kind']:<6} {c['metric']:<22} {c['bound']} {c['reason']}")
     click.echo(f"outputs in {out_dir}")
-    raise_unless_blessed(result)
+    raise_unless_passed(stage_result(result))
 
 
 @cli.command("bertscore-baseline")
@@ -499,7 +501,8 @@ def watermark_detect(texts, key_file, tokenizer_dir, params_path) -> None:
 )
 def watermark_verify(model_dir, eval_path, out_dir, config_path, key_file, model_root, blessing) -> None:
     """Generate with the watermark on; TPR, FPR, robustness; exit 0 verified, 1 not, 2 bad input."""
-    from kfp_llmops.components.watermark import raise_unless_verified, run_to_dir
+    from kfp_llmops.components.common.contract import raise_unless_passed
+    from kfp_llmops.components.watermark import run_to_dir, stage_result
 
     decoding = _blessed(blessing, None)[1] if blessing else None
     result = run_to_dir(model_dir, eval_path, out_dir, config_path, key_file, model_root, decoding)
@@ -512,7 +515,7 @@ def watermark_verify(model_dir, eval_path, out_dir, config_path, key_file, model
 
     click.echo(quality_line(m))
     click.echo(f"outputs in {out_dir}")
-    raise_unless_verified(result)
+    raise_unless_passed(stage_result(result))
 
 
 @cli.group()
@@ -688,7 +691,7 @@ def deploy_canary(
         build_repository,
         costed_decoding,
         deploy,
-        raise_unless_promoted,
+        stage_result,
         watermark_params,
     )
 
@@ -739,7 +742,10 @@ def deploy_canary(
         )
     click.echo(f"decision={record['decision']} version={record['version']} reason: {record['reason']}")
     click.echo(f"record {os.path.join(out_dir, 'record.json')}, report {os.path.join(out_dir, 'report.html')}")
-    raise_unless_promoted(record, cfg)
+    if cfg.fail_on_rollback:
+        from kfp_llmops.components.common.contract import raise_unless_passed
+
+        raise_unless_passed(stage_result(record))
 
 
 @deploy.command("serve")

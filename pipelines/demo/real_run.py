@@ -52,7 +52,7 @@ def real_eval(base: str, root: str) -> str:
 # A 135 M-parameter model on two shared cores answers in seconds, not milliseconds: the
 # SLA and the load are sized for that (a few clients, short load requests).
 REAL_DEPLOY = (
-    "interval_s: 10\nsteps: [50, 100]\nsla: {max_p99_ms: 30000, min_requests: 6}\n"
+    "interval_s: 10\nsteps: [50, 100]\ngate: {max_p99_ms: 30000, min_requests: 6}\n"
     "traffic: {concurrency: 1, max_concurrency: 4, max_new_tokens: 8, timeout_s: 120}\n"
     "smoke: {max_new_tokens: 64}\nlocal: {startup_timeout_s: 300}\n"
 )

@@ -13,6 +13,8 @@ from kfp_llmops.components.common import atomic, baseline, records
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.fetch import fetch
 
+from .. import stages
+
 
 class FileArtifact:
     """The slice of a KFP artifact the stages use: path, metadata, log_metric."""
@@ -55,139 +57,77 @@ def pinned_baseline(work: str, release_dir: str, setting: str) -> str:
         return handle.read().strip()
 
 
-def _run(stage: str, work: str, p: dict, out) -> object:
-    from kfp_llmops.components import data_validation, deploy, evaluation, release, training, watermark
+class _Run:
+    """One stage's call: its entry's arguments, each from where the stage table says."""
 
-    rd = p.get("release_dir", "")
+    def __init__(self, work: str, params: dict, out):
+        self.work, self.p, self.out = work, params, out
 
-    def model() -> FileArtifact:
+    def _ran(self, stage: str, name: str) -> bool:
+        return os.path.exists(os.path.join(self.work, stage, name))
+
+    def _imported_model(self) -> FileArtifact:
+        return _imported(self.p, self.work, "model_uri", "model", "model_root")
+
+    # Resolved(name) rules
+    def model(self) -> FileArtifact:
         """The model trained in this run, else the imported one (evaluate-deploy)."""
-        if os.path.exists(os.path.join(work, "train_zero3", "model")) or not p.get("model_uri"):
-            return _inputs(work, "train_zero3", "model")
-        return _imported(p, work, "model_uri", "model", "model_root")
+        if self._ran("train_zero3", "model") or not self.p.get("model_uri"):
+            return _inputs(self.work, "train_zero3", "model")
+        return self._imported_model()
 
-    if stage == "validate_dataset":  # what the KFP DAG's pin-baseline and file-validate-note tasks do
-        note, stats = out("note"), out("stats")
-        passed = data_validation.run_component(
-            fetch(p["dataset_uri"], work, "dataset"),
-            p.get("data_config", ""),
-            p.get("pii_policy", "balanced"),
-            None,
-            out("clean"),
-            out("quarantine"),
-            stats,
-            out("metrics"),
-            out("report"),
-            note,
-            pinned_baseline(work, rd, p.get("baseline_release", "auto")),
-            engine=p.get("data_engine", ""),
-        )
-        if rd:
-            records.file_note(rd, note.path, stats.path)
-        return passed
-    if stage == "build_base_model":
-        return training.build_base_component(
-            _inputs(work, "validate_dataset", "clean"),
-            out("base_model"),
-            p.get("base_model_size", "demo"),
-            rd,
-            p.get("base_model_uri", ""),
-            p.get("base_model_root", ""),
-        )
-    if stage == "train_zero3":
-        # continue-training: the imported model and checkpoints; release: the demo base model
-        base = (
-            _imported(p, work, "model_uri", "model", "model_root")
-            if p.get("model_uri")
-            else _inputs(work, "build_base_model", "base_model")
-        )
-        resume = _imported(p, work, "checkpoint_uri", "checkpoints") if p.get("checkpoint_uri") else None
-        return training.run_component(
-            _inputs(work, "validate_dataset", "clean"),
-            base,
-            p.get("train_config", ""),
-            resume,
-            p.get("checkpoint_dir", ""),
-            out("model"),
-            out("checkpoints"),
-            out("metrics"),
-            out("report"),
-            out("train_log"),
-            rd,
-            p.get("gpu_count", "0"),
-            p.get("signing_key_file", ""),
-        )
-    if stage == "evaluate_llm":
-        note = out("note")
-        trained = os.path.exists(os.path.join(work, "train_zero3", "model"))
-        base = None  # what training started from: the forgetting check's base
-        if trained and os.path.exists(os.path.join(work, "build_base_model", "base_model")):
-            base = _inputs(work, "build_base_model", "base_model")
-        elif trained and p.get("model_uri"):
-            base = _imported(p, work, "model_uri", "model", "model_root")
-        blessed = evaluation.run_component(
-            model(),
-            FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
-            None,
-            p.get("eval_config", ""),
-            out("responses"),
-            out("metrics"),
-            out("blessing"),
-            out("report"),
-            note,
-            pinned_baseline(work, rd, p.get("baseline_release", "auto")),
-            base_model=base,
-        )
-        if rd:
-            records.file_note(rd, note.path)
-        return blessed
-    if stage == "verify_watermark":
-        return watermark.run_component(
-            model(),
-            FileArtifact(fetch(p["eval_dataset_uri"], work, "eval_dataset")),
-            p.get("watermark_config", ""),
-            p.get("watermark_key_file", ""),
-            out("watermarked"),
-            out("metrics"),
-            out("report"),
-            rd,
-            _inputs(work, "evaluate_llm", "blessing"),
-        )
-    if stage == "triton_canary_deploy":
-        return deploy.run_component(
-            model(),
-            _inputs(work, "evaluate_llm", "blessing"),
-            p.get("deploy_config", ""),
-            p.get("watermark_key_file", ""),
-            p.get("serving_state_dir", ""),
-            out("repository"),
-            out("record"),
-            out("metrics"),
-            out("report"),
-            rd,
-            p.get("default_target", "local"),
-            _inputs(work, "verify_watermark", "watermarked"),
-            p.get("signing_key_file", ""),
-            p.get("signing_public_key_file", ""),
-        )
-    if stage == "release_record":
-        return release.run_component(
-            {
-                "state": p.get("status", "UNKNOWN"),
-                "pipeline_job_resource_name": p.get("run"),
-                "error": p.get("error") or None,
-            },
-            rd,
-            out("record"),
-            out("report"),
-            out("provenance"),
-            p.get("signing_key_file", ""),
-            p.get("pipeline_spec_sha256", ""),
-        )
-    raise InputError(f"unknown stage {stage!r}")
+    def training_base(self) -> FileArtifact:
+        """continue-training: the imported model; release: the base model built in the run."""
+        if self.p.get("model_uri"):
+            return self._imported_model()
+        return _inputs(self.work, "build_base_model", "base_model")
+
+    def imported_checkpoints(self) -> FileArtifact | None:
+        return _imported(self.p, self.work, "checkpoint_uri", "checkpoints") if self.p.get("checkpoint_uri") else None
+
+    def forgetting_base(self) -> FileArtifact | None:
+        """What training started from (the forgetting check's base); None without training."""
+        if not self._ran("train_zero3", "model"):
+            return None
+        if self._ran("build_base_model", "base_model"):
+            return _inputs(self.work, "build_base_model", "base_model")
+        return self._imported_model() if self.p.get("model_uri") else None
+
+    def pinned_baseline(self) -> str:
+        return pinned_baseline(self.work, self.p.get("release_dir", ""), self.p.get("baseline_release", "auto"))
+
+    def run_status(self) -> dict:
+        p = self.p
+        return {
+            "state": p.get("status", "UNKNOWN"),
+            "pipeline_job_resource_name": p.get("run"),
+            "error": p.get("error") or None,
+        }
+
+    def value(self, source: records.Source):
+        if isinstance(source, records.Param):
+            return self.p.get(source.key, source.default)
+        if isinstance(source, records.Output):
+            return self.out(source.name)
+        if isinstance(source, records.Upstream):
+            return _inputs(self.work, source.stage, source.name)
+        if isinstance(source, records.Fetched):
+            return FileArtifact(fetch(self.p[source.key], self.work, source.name))
+        return getattr(self, source.name)()
 
 
-STAGES = [s.name for s in records.STAGES] + ["release_record"]
+def _run(stage: records.Stage, work: str, p: dict, out) -> object:
+    run = _Run(work, p, out)
+    result = stages.entry(stage)(**{name: run.value(source) for name, source in stage.inputs})
+    rd = p.get("release_dir", "")
+    note = dict(stage.inputs).get("note")
+    if rd and note is not None:  # what the KFP DAG's file-*-note tasks do
+        stats = os.path.join(work, stage.name, "stats")
+        records.file_note(rd, os.path.join(work, stage.name, note.name), stats if os.path.exists(stats) else None)
+    return result.value
+
+
+STAGES = list(stages.BY_NAME)
 
 
 def run_stage(stage: str, work: str, params: dict) -> str:
@@ -204,7 +144,7 @@ def run_stage(stage: str, work: str, params: dict) -> str:
         return art
 
     try:
-        value = _run(stage, work, params, out)
+        value = _run(stages.BY_NAME[stage], work, params, out)
     finally:
         for art in made:
             if os.path.exists(art.path):

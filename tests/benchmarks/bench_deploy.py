@@ -118,7 +118,7 @@ def _sla_from(traces: dict) -> str:
     much slower than stable but inside it is what checks relative to stable are for."""
     lat = sorted(lat for ok, lat in traces["healthy"]["stable"] if ok)
     p99 = lat[int(0.99 * (len(lat) - 1))]
-    return f"sla: {{max_p99_ms: {round(p99 * 3, 1)}}}\n"
+    return f"gate: {{max_p99_ms: {round(p99 * 3, 1)}}}\n"
 
 
 def main(seconds: float = 8.0, rollouts: int = 200) -> dict:
@@ -128,9 +128,9 @@ def main(seconds: float = 8.0, rollouts: int = 200) -> dict:
     out = {
         "rollouts_per_kind": rollouts,
         "interval_s": cfg.interval_s,
-        "threshold": cfg.threshold,
+        "threshold": cfg.gate.threshold,
         "steps": cfg.steps,
-        "max_p99_ms": cfg.sla.max_p99_ms,
+        "max_p99_ms": cfg.gate.max_p99_ms,
         "nginx": overhead,
         "kinds": {},
     }

@@ -208,7 +208,20 @@ def test_the_train_task_runs_two_nodes_of_the_train_image_through_a_trainjob(tmp
         )
     ]
     os.makedirs(out)
-    root = run_component(dataset, base, config, None, str(claim / "run-1"), model, *outputs, gpus="8")
+    checkpoints, metrics, report, train_log = outputs
+    root = run_component(
+        dataset=dataset,
+        base_model=base,
+        config=config,
+        resume_from=None,
+        checkpoint_dir=str(claim / "run-1"),
+        model=model,
+        checkpoints=checkpoints,
+        metrics=metrics,
+        report=report,
+        train_log=train_log,
+        gpus="8",
+    ).value
     assert root == model.metadata["merkle_root"]
     assert integrity.verify_sealed(model.path, root) == root  # the task's output, verified
     assert model.metadata["base_model_root"] == base.metadata["merkle_root"]

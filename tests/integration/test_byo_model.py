@@ -214,7 +214,7 @@ def test_tokens_stream_to_files_equal_to_the_in_memory_encoding(tmp_path, data, 
 
 
 SERVE = (
-    "interval_s: 3\nsteps: [100]\nsla: {min_requests: 5}\nsmoke: {max_new_tokens: 48, requests: 3}\n"
+    "interval_s: 3\nsteps: [100]\ngate: {min_requests: 5}\nsmoke: {max_new_tokens: 48, requests: 3}\n"
     "local: {startup_timeout_s: 150}\n"
 )
 

@@ -22,7 +22,7 @@ from kfp_llmops.pipelines.cli.main import main
 pytestmark = pytest.mark.timeout(300)
 
 FAST = (
-    "interval_s: 3\nsteps: [50, 100]\nsla: {min_requests: 10}\n"
+    "interval_s: 3\nsteps: [50, 100]\ngate: {min_requests: 10}\n"
     "smoke: {max_new_tokens: 48, requests: 3}\nlocal: {startup_timeout_s: 150}\n"
     "metrics: {source: prometheus}\n"
 )  # a real Prometheus scrapes both servers; PromQL reads it
@@ -31,7 +31,7 @@ FAST = (
 # Where what is tested is the state folder, not the analysis: one step, and latency
 # tolerant enough that another process starting beside the rollout is not a regression.
 STATE_ONLY = (
-    "interval_s: 3\nsteps: [100]\nsla: {min_requests: 10, latency_tolerance: 5.0, "
+    "interval_s: 3\nsteps: [100]\ngate: {min_requests: 10, latency_tolerance: 5.0, "
     "token_latency_slack_ms: 500}\nsequential: {enabled: false}\n"
     "smoke: {max_new_tokens: 48, requests: 3}\nlocal: {startup_timeout_s: 150}\n"
     "metrics: {source: prometheus}\n"
@@ -236,7 +236,7 @@ def test_too_little_traffic_extends_the_interval_instead_of_failing_it(released,
     what 2 s can bring): each interval waits up to max_interval_s, then judges what came.
     Latency is not what this test judges: two servers of the same model on two cores
     differ by up to 2x in a short interval, so the tolerance is wide here."""
-    cfg = DeployConfig.load("interval_s: 2\nmax_interval_s: 5\nsla: {min_requests: 400, latency_tolerance: 3.0}\n")
+    cfg = DeployConfig.load("interval_s: 2\nmax_interval_s: 5\ngate: {min_requests: 400, latency_tolerance: 3.0}\n")
     record, _ = _canary(released, tmp_path, cfg)
     assert record["decision"] == "promoted", record["reason"]
     first = record["intervals"][0]

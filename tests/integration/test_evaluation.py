@@ -8,10 +8,11 @@ import shutil
 
 import pytest
 
+from kfp_llmops.components.common.contract import raise_unless_passed
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.integrity import sha256_file
 from kfp_llmops.components.common.similarity import BertScoreConfig, bertscore
-from kfp_llmops.components.evaluation import raise_unless_blessed, run_to_dir
+from kfp_llmops.components.evaluation import run_to_dir, stage_result
 from kfp_llmops.components.evaluation.config import ToxicityConfig
 from kfp_llmops.components.evaluation.toxicity import ModelDetector, lexical_scores
 from kfp_llmops.components.training.base_model import build_base_model
@@ -163,7 +164,7 @@ def test_baseline_enables_change_checks(model_and_data, tmp_path):
     (check,) = [c for c in result["checks"] if c["kind"] == "change"]
     assert check["verdict"] == "fail" and check["baseline"] == 1.0001 and not result["blessed"]
     with pytest.raises(Exception, match="not blessed: perplexity"):
-        raise_unless_blessed(result)
+        raise_unless_passed(stage_result(result))
 
 
 def test_long_prompts_are_truncated_and_counted(model_and_data, tmp_path):
@@ -329,9 +330,10 @@ def test_the_component_checks_the_roots_its_cache_key_holds_before_anything_else
     root = integrity.seal("dataset", str(eval_set))
     model = FileArtifact(str(tmp_path / "model"))
     model.metadata["merkle_root"] = "ab" * 32
-    outs = [FileArtifact(str(tmp_path / "out" / n)) for n in ("responses", "metrics", "blessing", "report", "note")]
+    outs = {n: FileArtifact(str(tmp_path / "out" / n)) for n in ("responses", "metrics", "blessing", "report", "note")}
+    given = dict(eval_dataset=FileArtifact(str(eval_set)), baseline_metrics=None, config="", baseline_release="none")
     with pytest.raises(InputError, match="model_root: .* is not the model's stated root"):
-        run_component(model, FileArtifact(str(eval_set)), None, "", *outs, "none", "cd" * 32, root)
+        run_component(model=model, **given, **outs, model_root="cd" * 32, eval_root=root)
     eval_set.write_text(json.dumps({"prompt": "Hi?", "response": "Hello!"}) + "\n")
     with pytest.raises(InputError, match="eval.jsonl: Merkle root .* does not match the pinned root"):
-        run_component(model, FileArtifact(str(eval_set)), None, "", *outs, "none", "", root)
+        run_component(model=model, **given, **outs, eval_root=root)

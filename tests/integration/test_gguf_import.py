@@ -117,7 +117,7 @@ def test_an_imported_model_trains_on_conversations_and_serves_a_request(imported
     key = tmp_path / "key"
     key.write_text("987654321")
     cfg = DeployConfig.load(
-        "interval_s: 3\nsteps: [100]\nsla: {min_requests: 5}\n"
+        "interval_s: 3\nsteps: [100]\ngate: {min_requests: 5}\n"
         "smoke: {max_new_tokens: 48, requests: 3}\nlocal: {startup_timeout_s: 150}\n"
     )
     state = str(tmp_path / "state")

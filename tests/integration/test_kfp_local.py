@@ -20,7 +20,7 @@ TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
 # canary the noise still rolls back fails no pipeline.
 CANARY = (
     "interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
-    "sla: {min_requests: 10, latency_tolerance: 3.0}\nfail_on_rollback: false\n"
+    "gate: {min_requests: 10, latency_tolerance: 3.0}\nfail_on_rollback: false\n"
 )
 
 

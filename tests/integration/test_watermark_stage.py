@@ -5,8 +5,9 @@ import json
 import pytest
 
 from helpers import tiny_model
+from kfp_llmops.components.common.contract import raise_unless_passed
 from kfp_llmops.components.common.errors import InputError
-from kfp_llmops.components.watermark import raise_unless_verified, run_to_dir
+from kfp_llmops.components.watermark import run_to_dir, stage_result
 
 pytestmark = pytest.mark.timeout(600)
 FAST = "delta: {delta}\ngeneration: {{max_new_tokens: 80, min_new_tokens: 80, batch_size: 20}}\n"
@@ -64,7 +65,7 @@ def test_without_bias_nothing_is_detected_and_the_gate_fails(setup, tmp_path):
     result = run_to_dir(setup["model"], setup["eval"], str(tmp_path / "out"), str(cfg), setup["key"])
     assert result["metrics"]["tpr"] <= 0.05 and not result["verified"]
     with pytest.raises(Exception, match="watermark not verified: tpr"):
-        raise_unless_verified(result)
+        raise_unless_passed(stage_result(result))
 
 
 def test_missing_key_is_a_one_line_error(setup, tmp_path, monkeypatch):

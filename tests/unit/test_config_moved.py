@@ -26,3 +26,15 @@ def test_an_old_and_a_new_key_for_the_same_bound_are_refused_in_one_line(tmp_pat
         DataValidationConfig.load(str(path))
     with pytest.raises(InputError, match=r"drift: Extra inputs"):  # the rest of an old section is still checked
         DataValidationConfig.load("drift: {psi_threshold: 0.5, psi: 1}\n")
+
+
+def test_deploys_sla_section_and_threshold_are_read_into_its_gate():
+    from kfp_llmops.components.deploy.config import DeployConfig
+
+    old = DeployConfig.load("threshold: 3\nsla: {max_p99_ms: 900, min_requests: 7}\nsequential: {alpha: 0.02}\n")
+    new = DeployConfig.load("gate: {threshold: 3, max_p99_ms: 900, min_requests: 7}\nsequential: {alpha: 0.02}\n")
+    assert old == new and new.gate.threshold == 3 and new.gate.max_p99_ms == 900
+    with pytest.raises(InputError, match=r"sla\.min_requests and gate\.min_requests are both set"):
+        DeployConfig.load("sla: {min_requests: 7}\ngate: {min_requests: 8}\n")
+    with pytest.raises(InputError, match=r"<inline config>:1: gate.threshold"):
+        DeployConfig.load("gate: {threshold: 0}\n")

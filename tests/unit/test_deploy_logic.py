@@ -114,8 +114,8 @@ def test_decider_sequential_test_on_latency_relative_to_stable():
 def test_config_rejects_bad_steps_and_names_the_field():
     with pytest.raises(InputError, match="steps"):
         DeployConfig.load("steps: [50, 25, 100]\n")
-    with pytest.raises(InputError, match="<inline config>:2: sla.max_error_rate"):
-        DeployConfig.load("interval_s: 3\nsla: {max_error_rate: 2}\n")
+    with pytest.raises(InputError, match="<inline config>:2: gate.max_error_rate"):
+        DeployConfig.load("interval_s: 3\ngate: {max_error_rate: 2}\n")
 
 
 def test_interface_compare_flags_only_breaking_changes():

@@ -268,27 +268,12 @@ def test_the_component_checks_the_raw_root_its_cache_key_holds_and_writes_only_i
     out.mkdir()
     arts = {n: FileArtifact(str(out / n)) for n in ("clean", "quarantine", "stats", "metrics", "report", "note")}
     before = set(os.listdir(tmp_path))
-    assert run_component(
-        raw,
-        "",
-        "balanced",
-        None,
-        *(arts[n] for n in ("clean", "quarantine", "stats", "metrics", "report", "note")),
-        "none",
-        root,
-    )
+    given = dict(config="", policy="balanced", reference_stats=None, baseline_release="none", raw_root=root)
+    assert run_component(raw=FileArtifact(raw), **given, **arts).passed
     assert set(os.listdir(tmp_path)) == before  # outputs only, no shared folder
     note = records.read(str(out / "note"))
     assert note.outputs.clean.root == arts["clean"].metadata["merkle_root"]
     assert note.outputs.stats.root == integrity.sha256_file(str(out / "stats"))
     write_lines(raw, [sft(i) for i in range(51)])  # the data changed after it was fingerprinted
     with pytest.raises(InputError, match="raw.jsonl: Merkle root .* does not match"):
-        run_component(
-            raw,
-            "",
-            "balanced",
-            None,
-            *(arts[n] for n in ("clean", "quarantine", "stats", "metrics", "report", "note")),
-            "none",
-            root,
-        )
+        run_component(raw=FileArtifact(raw), **given, **arts)
