@@ -104,6 +104,30 @@ def copy_file(source: str, dest: str, durable: bool = True) -> None:
         shutil.copyfileobj(src, out)
 
 
+def copy2(source: str, dest: str) -> str:
+    """shutil.copy2, with a full disk (or the like) said as one line naming `dest`. As a
+    copytree `copy_function` it also stops the copy at the first such file, where
+    shutil.copytree would collect every OSError into one shutil.Error without an errno."""
+    import shutil
+
+    try:
+        return shutil.copy2(source, dest)
+    except OSError as exc:
+        import errno
+
+        from .errors import environment_problem
+
+        problem = environment_problem(exc, dest, "copying to")
+        if problem is None:
+            raise
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            try:  # a copy cut short is not the file, and holds the space
+                os.unlink(dest)
+            except OSError:
+                pass
+        raise problem from None
+
+
 def copy_tree(source: str, dest: str) -> str:
     """`source` copied to `dest` whole or not at all (through `dest.partial`), with hard
     links where both are on one volume, so a second copy of the weights costs nothing."""
@@ -116,7 +140,11 @@ def copy_tree(source: str, dest: str) -> str:
         shutil.copytree(source, partial, copy_function=os.link)
     except OSError:
         shutil.rmtree(partial, ignore_errors=True)
-        shutil.copytree(source, partial)
+        try:
+            shutil.copytree(source, partial, copy_function=copy2)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)  # the space it holds, and not the copy
+            raise
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(partial, dest)
     return dest

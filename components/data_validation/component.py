@@ -42,20 +42,22 @@ def validate_dataset(
         raw_root: The raw data's Merkle root, checked before anything else; empty skips the check.
         engine: local or ray; overrides the config's engine (the outputs are the same); empty keeps it.
     """
+    from kfp_llmops.components.common.contract import said_in_one_line
     from kfp_llmops.components.data_validation import run_component
 
-    return run_component(
-        raw=raw,
-        config=config,
-        policy=policy,
-        reference_stats=reference_stats,
-        clean=clean,
-        quarantine=quarantine,
-        stats=stats,
-        metrics=metrics,
-        report=report,
-        note=note,
-        baseline_release=baseline_release,
-        raw_root=raw_root,
-        engine=engine,
-    ).value
+    with said_in_one_line():
+        return run_component(
+            raw=raw,
+            config=config,
+            policy=policy,
+            reference_stats=reference_stats,
+            clean=clean,
+            quarantine=quarantine,
+            stats=stats,
+            metrics=metrics,
+            report=report,
+            note=note,
+            baseline_release=baseline_release,
+            raw_root=raw_root,
+            engine=engine,
+        ).value

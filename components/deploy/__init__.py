@@ -125,10 +125,11 @@ def deploy(
 
 
 def stale_baseline(compared_with: dict | None, production: tuple[bool, str | None]) -> str | None:
-    """Why the blessing's comparison no longer holds (production is not the model it was
-    judged against), or None when it holds or cannot be known."""
+    """Why the blessing's comparison does not hold (production is not the model it was
+    judged against, or which model serves cannot be told), or None when it holds or the
+    blessing did not record what it was judged against."""
     known, serving = production
-    if compared_with is None or not known or compared_with.get("model_root") == serving:
+    if compared_with is None or (known and compared_with.get("model_root") == serving):
         return None
     judged = compared_with.get("model_root")
     release = compared_with.get("release") or "?"
@@ -137,10 +138,16 @@ def stale_baseline(compared_with: dict | None, production: tuple[bool, str | Non
     def model(root):
         return f"model {root[:16]}…" if root else "no model (a first release)"
 
+    against = f"the blessing judged this model against production {model(judged)} (release {named})"
+    if not known:
+        return (
+            f"{against}, but which model serves now cannot be told: the live serving resource has no model-root "
+            "annotation (an older release wrote it); set on_stale_baseline: allow for this release, whose "
+            "resources are annotated"
+        )
     return (
-        f"the blessing judged this model against production {model(judged)} (release {named}), but production "
-        f"is now {model(serving)}: another release was promoted since; evaluate against it again, or set "
-        "on_stale_baseline: allow"
+        f"{against}, but production is now {model(serving)}: another release was promoted since; evaluate "
+        "against it again, or set on_stale_baseline: allow"
     )
 
 

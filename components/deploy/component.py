@@ -44,21 +44,23 @@ def triton_canary_deploy(
         signing_key_file: PEM private key that signs the repository (a mounted Secret).
         public_key_file: PEM public key: the model and repository must be signed by its pair.
     """
+    from kfp_llmops.components.common.contract import said_in_one_line
     from kfp_llmops.components.deploy import run_component
 
-    return run_component(
-        model=model,
-        blessing=blessing,
-        config=config,
-        key_file=key_file,
-        state_dir=state_dir,
-        repository=repository,
-        record=record,
-        metrics=metrics,
-        report=report,
-        release_dir=release_dir,
-        default_target=default_target,
-        watermarked=watermarked,
-        signing_key_file=signing_key_file,
-        public_key_file=public_key_file,
-    ).value
+    with said_in_one_line():
+        return run_component(
+            model=model,
+            blessing=blessing,
+            config=config,
+            key_file=key_file,
+            state_dir=state_dir,
+            repository=repository,
+            record=record,
+            metrics=metrics,
+            report=report,
+            release_dir=release_dir,
+            default_target=default_target,
+            watermarked=watermarked,
+            signing_key_file=signing_key_file,
+            public_key_file=public_key_file,
+        ).value

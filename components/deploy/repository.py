@@ -107,8 +107,12 @@ def build(
     version_dir = os.path.join(out_dir, name, str(version))
     if os.path.exists(out_dir) and os.listdir(out_dir):
         raise InputError(f"{out_dir}: repository folder is not empty")
-    shutil.copytree(model_dir, os.path.join(version_dir, "weights"))
-    shutil.copyfile(os.path.join(os.path.dirname(__file__), "triton_model.py"), os.path.join(version_dir, "model.py"))
+    try:
+        shutil.copytree(model_dir, os.path.join(version_dir, "weights"), copy_function=atomic.copy2)
+        atomic.copy2(os.path.join(os.path.dirname(__file__), "triton_model.py"), os.path.join(version_dir, "model.py"))
+    except BaseException:
+        shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)  # half a repository is not one
+        raise
     atomic.write_text(
         os.path.join(version_dir, "serving.json"),
         json.dumps(serving_settings(cfg, model_root, version, kgw, decoding), indent=2, sort_keys=True),

@@ -18,6 +18,7 @@ import shutil
 import signal
 import time
 
+from kfp_llmops.components.common import atomic
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.records import REPOS_DIR, read_serving_state, served_dir, write_serving_state
 
@@ -75,7 +76,7 @@ def repair(state_dir: str) -> None:
 
 
 def _copy_file(src: str, dst: str) -> str:
-    out = shutil.copy2(src, dst)
+    out = atomic.copy2(src, dst)
     kill_point("promotion_copy")
     return out
 

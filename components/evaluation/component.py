@@ -46,21 +46,23 @@ def evaluate_llm(
         base_model: The model training started from: the forgetting check's reference.
         base_model_root: The base model's Merkle root; empty: its metadata.
     """
+    from kfp_llmops.components.common.contract import said_in_one_line
     from kfp_llmops.components.evaluation import run_component
 
-    return run_component(
-        model=model,
-        eval_dataset=eval_dataset,
-        baseline_metrics=baseline_metrics,
-        config=config,
-        responses=responses,
-        metrics=metrics,
-        blessing=blessing,
-        report=report,
-        note=note,
-        baseline_release=baseline_release,
-        model_root=model_root,
-        eval_root=eval_root,
-        base_model=base_model,
-        base_model_root=base_model_root,
-    ).value
+    with said_in_one_line():
+        return run_component(
+            model=model,
+            eval_dataset=eval_dataset,
+            baseline_metrics=baseline_metrics,
+            config=config,
+            responses=responses,
+            metrics=metrics,
+            blessing=blessing,
+            report=report,
+            note=note,
+            baseline_release=baseline_release,
+            model_root=model_root,
+            eval_root=eval_root,
+            base_model=base_model,
+            base_model_root=base_model_root,
+        ).value

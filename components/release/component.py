@@ -29,17 +29,19 @@ def write_release_record(
         signing_key_file: PEM private key that signs the provenance (a mounted Secret).
         pipeline_spec_sha256: SHA-256 of the compiled pipeline spec, recorded in the provenance.
     """
+    from kfp_llmops.components.common.contract import said_in_one_line
     from kfp_llmops.components.release import run_component
 
-    return run_component(
-        status=status,
-        release_dir=release_dir,
-        record=record,
-        report=report,
-        provenance=provenance,
-        signing_key_file=signing_key_file,
-        pipeline_spec_sha256=pipeline_spec_sha256,
-    ).value
+    with said_in_one_line():
+        return run_component(
+            status=status,
+            release_dir=release_dir,
+            record=record,
+            report=report,
+            provenance=provenance,
+            signing_key_file=signing_key_file,
+            pipeline_spec_sha256=pipeline_spec_sha256,
+        ).value
 
 
 # Small uncached tasks around the stages KFP may cache (validate_dataset, evaluate_llm).
@@ -57,8 +59,10 @@ def fingerprint_dataset(dataset: Input[Dataset]) -> str:
         dataset: A dataset file, or a folder of them (every file hashed under its name).
     """
     from kfp_llmops.components.common import integrity
+    from kfp_llmops.components.common.contract import said_in_one_line
 
-    return integrity.seal("dataset", dataset.path)
+    with said_in_one_line():
+        return integrity.seal("dataset", dataset.path)
 
 
 @dsl.component(base_image=images.BASE, install_kfp_package=False)
@@ -71,8 +75,10 @@ def pin_baseline(release_dir: str = "", baseline_release: str = "auto") -> str:
         baseline_release: auto (the last promoted release), none, or the path of a promoted.json.
     """
     from kfp_llmops.components.common import baseline
+    from kfp_llmops.components.common.contract import said_in_one_line
 
-    return baseline.pin(release_dir, baseline_release)
+    with said_in_one_line():
+        return baseline.pin(release_dir, baseline_release)
 
 
 @dsl.component(base_image=images.BASE, install_kfp_package=False)
@@ -86,7 +92,9 @@ def file_note(note: Input[Artifact], release_dir: str = "", stats: Input[Artifac
         stats: The data statistics the note names (validate_dataset's), filed beside it.
     """
     from kfp_llmops.components.common import records
+    from kfp_llmops.components.common.contract import said_in_one_line
 
     if not release_dir:
         return ""
-    return records.file_note(release_dir, note.path, stats.path if stats is not None else None).stage
+    with said_in_one_line():
+        return records.file_note(release_dir, note.path, stats.path if stats is not None else None).stage

@@ -27,16 +27,18 @@ def build_base_model(
         base_model_uri: The user's sealed Hugging Face folder (a URI or a path); empty builds the demo model.
         base_model_root: Its Merkle root as `llmops model seal` printed it; required with base_model_uri.
     """
+    from kfp_llmops.components.common.contract import said_in_one_line
     from kfp_llmops.components.training import build_base_component
 
-    return build_base_component(
-        dataset=dataset,
-        base_model=base_model,
-        size=size,
-        release_dir=release_dir,
-        base_model_uri=base_model_uri,
-        base_model_root=base_model_root,
-    ).value
+    with said_in_one_line():
+        return build_base_component(
+            dataset=dataset,
+            base_model=base_model,
+            size=size,
+            release_dir=release_dir,
+            base_model_uri=base_model_uri,
+            base_model_root=base_model_root,
+        ).value
 
 
 @dsl.component(base_image=images.TRAIN, install_kfp_package=False)
@@ -73,20 +75,22 @@ def train_zero3(
         release_dir: Folder of the release record and lineage notes.
         signing_key_file: PEM private key that signs the exported model (model-signing; a mounted Secret).
     """
+    from kfp_llmops.components.common.contract import said_in_one_line
     from kfp_llmops.components.training import run_component
 
-    return run_component(
-        dataset=dataset,
-        base_model=base_model,
-        config=config,
-        resume_from=resume_from,
-        checkpoint_dir=checkpoint_dir,
-        model=model,
-        checkpoints=checkpoints,
-        metrics=metrics,
-        report=report,
-        train_log=train_log,
-        release_dir=release_dir,
-        gpus=gpus,
-        signing_key_file=signing_key_file,
-    ).value
+    with said_in_one_line():
+        return run_component(
+            dataset=dataset,
+            base_model=base_model,
+            config=config,
+            resume_from=resume_from,
+            checkpoint_dir=checkpoint_dir,
+            model=model,
+            checkpoints=checkpoints,
+            metrics=metrics,
+            report=report,
+            train_log=train_log,
+            release_dir=release_dir,
+            gpus=gpus,
+            signing_key_file=signing_key_file,
+        ).value

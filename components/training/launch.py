@@ -11,6 +11,7 @@ import platform
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from importlib import metadata
 
 from blake3 import blake3
@@ -23,6 +24,23 @@ from .config import TrainConfig
 from .data import tokenize_to_files
 
 TOKENS_FORMAT = 2  # bump when the encoding of examples changes (2: lengths.npy)
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """One run's inputs, the roots they are pinned to, and where its outputs go: given to
+    `train` once and handed whole to whichever launcher runs the ranks."""
+
+    clean_path: str
+    base_model: str
+    out_dir: str = ""  # the spec, tokens and logs (one node); a multi-node run uses the claim
+    dataset_root: str | None = None
+    base_model_root: str | None = None
+    dataset_chunk_size: int | None = None
+    checkpoint_dir: str | None = None  # default: <out_dir>/checkpoints
+    model_dir: str | None = None  # default: <out_dir>/model
+    stop_after: int | None = None  # stop after this step (a crash rehearsal)
+    watermark_key_file: str | None = None
 
 
 def environment() -> dict:
@@ -95,53 +113,20 @@ def _check_fits(base_model: str, cfg: TrainConfig) -> None:
         )
 
 
-def train(
-    clean_path: str,
-    base_model: str,
-    out_dir: str,
-    cfg: TrainConfig,
-    dataset_root: str | None = None,
-    base_model_root: str | None = None,
-    stop_after: int | None = None,
-    dataset_chunk_size: int | None = None,
-    checkpoint_dir: str | None = None,
-    model_dir: str | None = None,
-    watermark_key_file: str | None = None,
-) -> dict:
+def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, **options) -> dict:
     """Run (or resume) training; returns rank 0's result (loss, throughput, saves, roots).
-    With `multinode.nodes` > 1 a Kubeflow Trainer TrainJob runs the ranks (`trainjob_run`)."""
+    `options`: the other `RunInputs` fields. With `multinode.nodes` > 1 a Kubeflow Trainer
+    TrainJob runs the ranks (`trainjob_run`)."""
+    run = RunInputs(clean_path, base_model, out_dir, **options)
     cfg = resolve_recipe(cfg, base_model)
     if cfg.multinode.nodes > 1:
         from .trainjob_run import train_multinode
 
-        return train_multinode(
-            clean_path,
-            base_model,
-            cfg,
-            checkpoint_dir,
-            model_dir,
-            dataset_root,
-            base_model_root,
-            stop_after,
-            dataset_chunk_size,
-            watermark_key_file,
-        )
+        return train_multinode(run, cfg)
     import torch
 
     check_precision(cfg, torch.cuda.is_available())
-    spec_path, spec, env = prepare(
-        clean_path,
-        base_model,
-        out_dir,
-        cfg,
-        dataset_root,
-        base_model_root,
-        stop_after,
-        dataset_chunk_size,
-        checkpoint_dir,
-        model_dir,
-        watermark_key_file,
-    )
+    spec_path, spec, env = prepare(run, cfg)
     # One node: rendezvous on loopback. `--standalone` alone advertises the hostname, which a
     # pod or a container without a network (kfp.local's DockerRunner here) cannot resolve.
     cmd = [
@@ -162,28 +147,17 @@ def train(
     return run_ranks(cmd, spec, env, out_dir)
 
 
-def prepare(
-    clean_path: str,
-    base_model: str,
-    out_dir: str,
-    cfg: TrainConfig,
-    dataset_root: str | None = None,
-    base_model_root: str | None = None,
-    stop_after: int | None = None,
-    dataset_chunk_size: int | None = None,
-    checkpoint_dir: str | None = None,
-    model_dir: str | None = None,
-    watermark_key_file: str | None = None,
-) -> tuple[str, dict, dict]:
+def prepare(run: RunInputs, cfg: TrainConfig) -> tuple[str, dict, dict]:
     """Verify the inputs, tokenize, and write the run spec every rank reads: (its path, it,
     the ranks' environment). Any launcher then starts `worker.py SPEC` once per rank.
     The recipe is resolved here too (idempotent), so every launcher's ranks get one."""
     from transformers import AutoTokenizer
 
+    base_model, out_dir = run.base_model, run.out_dir
     cfg = resolve_recipe(cfg, base_model)
     os.makedirs(out_dir, exist_ok=True)
-    data_root = integrity.verify("dataset", clean_path, dataset_root, dataset_chunk_size)
-    model_root = integrity.verify("model", base_model, base_model_root)
+    data_root = integrity.verify("dataset", run.clean_path, run.dataset_root, run.dataset_chunk_size)
+    model_root = integrity.verify("model", base_model, run.base_model_root)
     _check_fits(base_model, cfg)
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
@@ -194,18 +168,18 @@ def prepare(
     # Tokens depend on the data, the model (its tokenizer and chat template) and two settings.
     key = blake3(json.dumps([data_root, model_root, cfg.seq_len, cfg.mask_prompt, TOKENS_FORMAT]).encode())
     tokens = tokenize_to_files(
-        clean_path, tokenizer, cfg.seq_len, cfg.mask_prompt, os.path.join(out_dir, "tokens", key.hexdigest()[:16])
+        run.clean_path, tokenizer, cfg.seq_len, cfg.mask_prompt, os.path.join(out_dir, "tokens", key.hexdigest()[:16])
     )
     warn_truncation(tokens)
     spec = {
         "config": cfg.model_dump(),
         "tokens": tokens,
         "base_model": os.path.abspath(base_model),
-        "checkpoint_dir": os.path.abspath(checkpoint_dir or os.path.join(out_dir, "checkpoints")),
-        "model_dir": os.path.abspath(model_dir or os.path.join(out_dir, "model")),
+        "checkpoint_dir": os.path.abspath(run.checkpoint_dir or os.path.join(out_dir, "checkpoints")),
+        "model_dir": os.path.abspath(run.model_dir or os.path.join(out_dir, "model")),
         "train_log": os.path.join(out_dir, "train_log.jsonl"),
         "result": os.path.join(out_dir, "result.json"),
-        "stop_after": stop_after,
+        "stop_after": run.stop_after,
         "meta": {
             "config_hash": config_hash(cfg),
             "dataset_root": data_root,
@@ -225,7 +199,7 @@ def prepare(
     if cfg.weight_watermark.enabled:  # the key reaches the ranks by environment, never by file
         from kfp_llmops.components.common.watermark.keys import ENV_VAR, load_key
 
-        env[ENV_VAR] = str(load_key(watermark_key_file))
+        env[ENV_VAR] = str(load_key(run.watermark_key_file))
     return spec_path, spec, env
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 
 from blake3 import blake3
 
@@ -23,7 +24,16 @@ from kfp_llmops.components.common.k8s import clients
 from kfp_llmops.components.common.k8s_job import FollowedJob
 
 from .config import TrainConfig
-from .launch import check_precision, last_error, newest_tag, prepare, rank_env, read_result, shows_progress
+from .launch import (
+    RunInputs,
+    check_precision,
+    last_error,
+    newest_tag,
+    prepare,
+    rank_env,
+    read_result,
+    shows_progress,
+)
 from .trainjob import render_trainjob
 
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -44,25 +54,13 @@ def _under(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder and path != folder
 
 
-def train_multinode(
-    clean_path: str,
-    base_model: str,
-    cfg: TrainConfig,
-    checkpoint_dir: str | None,
-    model_dir: str | None,
-    dataset_root: str | None = None,
-    base_model_root: str | None = None,
-    stop_after: int | None = None,
-    dataset_chunk_size: int | None = None,
-    watermark_key_file: str | None = None,
-    apis=None,
-    log=print,
-) -> dict:
+def train_multinode(run: RunInputs, cfg: TrainConfig, apis=None, log=print) -> dict:
     """The run on `cfg.multinode.nodes` nodes; returns rank 0's result like `launch.train`.
 
     Everything the ranks read or write lies beside `checkpoint_dir` on the claim
     (`<checkpoint_dir>.run/`: the base model, tokens, run spec, log, exported model)."""
     mn = cfg.multinode
+    checkpoint_dir = run.checkpoint_dir
     if not checkpoint_dir or not _under(checkpoint_dir, mn.mount_path):
         raise InputError(
             f"multinode.mount_path: checkpoint_dir {checkpoint_dir or '(none)'} is not under "
@@ -72,22 +70,18 @@ def train_multinode(
     checkpoint_dir = os.path.abspath(checkpoint_dir)
     shared = checkpoint_dir.rstrip("/") + ".run"
     base_copy = os.path.join(shared, "base_model")
-    root = integrity.verify("model", base_model, base_model_root)
+    root = integrity.verify("model", run.base_model, run.base_model_root)
     if not os.path.isdir(base_copy):
-        atomic.copy_tree(base_model, base_copy)
-    spec_path, spec, _ = prepare(
-        clean_path,
-        base_copy,
-        shared,
-        cfg,
-        dataset_root,
-        root,
-        stop_after,
-        dataset_chunk_size,
-        checkpoint_dir,
-        os.path.join(shared, "model"),
-        watermark_key_file,
+        atomic.copy_tree(run.base_model, base_copy)
+    on_claim = replace(
+        run,
+        base_model=base_copy,
+        out_dir=shared,
+        base_model_root=root,
+        checkpoint_dir=checkpoint_dir,
+        model_dir=os.path.join(shared, "model"),
     )
+    spec_path, spec, _ = prepare(on_claim, cfg)
     secret_env = {}
     if cfg.weight_watermark.enabled:  # from the Secret, never written into the job
         from kfp_llmops.components.common.watermark.keys import ENV_VAR
@@ -110,10 +104,10 @@ def train_multinode(
     tag = newest_tag(result)
     if tag:
         integrity.verify("checkpoint", os.path.join(checkpoint_dir, tag), result["checkpoint_root"])
-    if model_dir:  # the task's own output, verified after the copy
-        atomic.copy_tree(result["model_dir"], model_dir)
-        integrity.verify("model", model_dir, result["model_root"])
-        result["model_dir"] = model_dir
+    if run.model_dir:  # the task's own output, verified after the copy
+        atomic.copy_tree(result["model_dir"], run.model_dir)
+        integrity.verify("model", run.model_dir, result["model_root"])
+        result["model_dir"] = run.model_dir
     if mn.delete_on_success:
         job.delete()
     result["trainjob"] = job.where

@@ -164,6 +164,26 @@ class Trainer:
         self.log.writelines(keep)
         self.log.flush()
 
+    def _log_step(self, loss: float) -> None:
+        """One line of rank 0's step log; a full disk is said naming the log."""
+        row = {
+            "step": self.step,
+            "loss": loss,
+            "lr": self.scheduler.get_last_lr()[0],
+            "epoch": self.sampler.epoch,
+            "step_time_s": round(self.step_times[-1], 4),
+        }
+        try:
+            self.log.write(json.dumps(row) + "\n")
+            self.log.flush()
+        except OSError as exc:
+            from kfp_llmops.components.common.errors import environment_problem
+
+            problem = environment_problem(exc, self.spec["train_log"], "writing the step log")
+            if problem is None:
+                raise
+            raise problem from None
+
     def train_step(self) -> float:
         """One optimizer step over the global batch; the loss averaged over the ranks.
         Every rank plans the whole step from the same sampler state, then takes its rows."""
@@ -294,19 +314,7 @@ class Trainer:
         while self.step < self.stop:
             loss = self.train_step()
             if self.rank == 0:
-                self.log.write(
-                    json.dumps(
-                        {
-                            "step": self.step,
-                            "loss": loss,
-                            "lr": self.scheduler.get_last_lr()[0],
-                            "epoch": self.sampler.epoch,
-                            "step_time_s": round(self.step_times[-1], 4),
-                        }
-                    )
-                    + "\n"
-                )
-                self.log.flush()
+                self._log_step(loss)
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.3f}")
             if self.step % cfg.checkpoint_interval == 0 or self.step == self.stop:

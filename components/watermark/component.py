@@ -33,16 +33,18 @@ def verify_watermark(
         key_file: File with the watermark key (a mounted Secret); else $LLMOPS_WATERMARK_KEY.
         release_dir: Folder of the release record and lineage notes.
     """
+    from kfp_llmops.components.common.contract import said_in_one_line
     from kfp_llmops.components.watermark import run_component
 
-    return run_component(
-        model=model,
-        eval_dataset=eval_dataset,
-        config=config,
-        key_file=key_file,
-        watermarked=watermarked,
-        metrics=metrics,
-        report=report,
-        release_dir=release_dir,
-        blessing=blessing,
-    ).value
+    with said_in_one_line():
+        return run_component(
+            model=model,
+            eval_dataset=eval_dataset,
+            config=config,
+            key_file=key_file,
+            watermarked=watermarked,
+            metrics=metrics,
+            report=report,
+            release_dir=release_dir,
+            blessing=blessing,
+        ).value

@@ -22,6 +22,7 @@ from kfp_llmops.components.common import integrity
 from kfp_llmops.components.common.errors import LlmopsError
 from kfp_llmops.components.common.k8s_job import epoch
 from kfp_llmops.components.training.config import TrainConfig
+from kfp_llmops.components.training.launch import RunInputs
 from kfp_llmops.components.training.trainjob import render_runtime
 from kfp_llmops.components.training.trainjob_run import train_multinode
 from kfp_llmops.pipelines import containers
@@ -247,11 +248,10 @@ def test_a_job_whose_ranks_fail_fails_the_task_with_the_reason(tmp_path, cluster
     )
     with pytest.raises(LlmopsError) as err:
         train_multinode(
-            made["clean"],
-            made["base"],
+            RunInputs(
+                made["clean"], made["base"], checkpoint_dir=str(claim / "run-2"), model_dir=str(tmp_path / "model")
+            ),
             cfg,
-            str(claim / "run-2"),
-            str(tmp_path / "model"),
             apis=(cluster, cluster),
             log=print,
         )

@@ -19,7 +19,7 @@ import pytest
 from helpers import losses, training_inputs
 from kfp_llmops.components.common import integrity
 from kfp_llmops.components.training.config import TrainConfig
-from kfp_llmops.components.training.launch import prepare, run_ranks, train
+from kfp_llmops.components.training.launch import RunInputs, prepare, run_ranks, train
 from kfp_llmops.components.training.trainjob import mpi_command
 
 pytestmark = [
@@ -119,7 +119,7 @@ def _mpirun(nodes, spec_path: str, env: dict, port: int) -> list[str]:
 
 def test_two_nodes_under_mpirun_train_like_torchrun_and_resume_after_one_node_dies(inputs, nodes):
     out = str(inputs["root"] / "mpi")
-    spec_path, spec, env = prepare(inputs["clean"], inputs["base"], out, TrainConfig(**RUN))
+    spec_path, spec, env = prepare(RunInputs(inputs["clean"], inputs["base"], out), TrainConfig(**RUN))
     proc = subprocess.Popen(
         _mpirun(nodes, spec_path, env, 29611), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )

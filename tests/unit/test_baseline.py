@@ -186,7 +186,8 @@ def test_a_blessing_records_what_it_was_compared_with_and_deploy_says_when_that_
     assert baseline.compared_with(None) == {"release": "none", "model_root": None}
     judged = {"release": "/vol/releases/run-1/record.json#sha256=" + "0" * 64, "model_root": "aa" * 32}
     assert stale_baseline(judged, (True, "aa" * 32)) is None
-    assert stale_baseline(judged, (False, None)) is None  # unknown: not claimed stale
+    unknown = stale_baseline(judged, (False, None))  # cannot be told: not promoted over it either
+    assert "which model serves now cannot be told" in unknown and "(release run-1)" in unknown
     assert stale_baseline(None, (True, "bb" * 32)) is None  # the blessing did not say
     why = stale_baseline(judged, (True, "bb" * 32))
     assert why.startswith(

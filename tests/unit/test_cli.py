@@ -120,12 +120,17 @@ def test_the_report_writers_name_the_path_on_a_full_disk(tmp_path):
         pytest.fail("unshare (util-linux) is missing: make installs it")
     vol = tmp_path / "vol"
     vol.mkdir()
-    big = tmp_path / "big.jsonl"
+    tree = tmp_path / "model"
+    tree.mkdir()
+    big = tree / "big.jsonl"
     big.write_bytes(b"x" * 300_000)
     code = (
+        f"import shutil\n"
         f"from kfp_llmops.components.common import atomic, errors\n"
         f"for call in (lambda: atomic.copy_file({str(big)!r}, {str(vol / 'copy.jsonl')!r}),\n"
-        f"             lambda: atomic.write_json({str(vol / 'record.json')!r}, {{'x': 'y' * 300_000}})):\n"
+        f"             lambda: atomic.write_json({str(vol / 'record.json')!r}, {{'x': 'y' * 300_000}}),\n"
+        f"             lambda: atomic.copy2({str(big)!r}, {str(vol / 'model.py')!r}),\n"
+        f"             lambda: atomic.copy_tree({str(tree)!r}, {str(vol / 'tree')!r})):\n"
         f"    try:\n"
         f"        call()\n"
         f"    except errors.EnvironmentProblem as exc:\n"
@@ -147,6 +152,8 @@ def test_the_report_writers_name_the_path_on_a_full_disk(tmp_path):
     assert [line.split(":")[0] for line in said.strip().splitlines()] == [
         f"writing {vol / 'copy.jsonl'}",
         f"writing {vol / 'record.json'}",
+        f"copying to {vol / 'model.py'}",  # Triton's model file; the weights' copies likewise
+        f"copying to {vol / 'tree.partial' / 'big.jsonl'}",  # a tree copied across volumes
     ], proc.stdout + proc.stderr
     assert all("no space left on device" in line for line in said.strip().splitlines())
     assert left.split() == []

@@ -75,3 +75,28 @@ def test_a_failed_gate_of_any_stage_is_raised_one_way_with_its_reason():
         with pytest.raises(GateFailed, match=words):
             contract.raise_unless_passed(result)
     contract.raise_unless_passed(deploy.stage_result({"decision": "promoted", "reason": "", "intervals": []}))
+
+
+@pytest.mark.parametrize(
+    "raised, code, line",
+    [
+        ('InputError("raw.jsonl:3: prompt: missing")', 2, "error: raw.jsonl:3: prompt: missing"),
+        ('GateFailed("not blessed: bertscore_f1")', 1, "error: not blessed: bertscore_f1"),
+        ('OSError(errno.ENOSPC, "No space left on device", "/nonexistent/vol/out.json")', 2, "error: writing /"),
+        ('ValueError("a bug")', 1, "Traceback"),  # a bug keeps its traceback
+    ],
+)
+def test_a_kfp_tasks_user_facing_error_ends_it_in_one_line_with_the_clis_exit_code(raised, code, line):
+    import subprocess
+    import sys
+
+    program = (
+        "import errno\n"
+        "from kfp_llmops.components.common.contract import said_in_one_line\n"
+        "from kfp_llmops.components.common.errors import GateFailed, InputError\n"
+        f"with said_in_one_line():\n    raise {raised}\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == code and done.stderr.startswith(line), done.stderr
+    if code == 2 or raised.startswith("GateFailed"):
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr

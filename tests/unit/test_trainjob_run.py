@@ -11,6 +11,7 @@ import pytest
 
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 from kfp_llmops.components.training.config import MultiNodeSettings, TrainConfig
+from kfp_llmops.components.training.launch import RunInputs
 from kfp_llmops.components.training.trainjob import first_host, render_trainjob
 from kfp_llmops.components.training.trainjob_run import TrainJob, train_multinode
 from trainer_standin import Run, TrainerStandIn
@@ -154,7 +155,7 @@ def test_multinode_settings_are_checked_before_anything_runs(tmp_path):
         match=r"multinode.mount_path: checkpoint_dir .*/elsewhere is not under "
         r".*/claim, where every node mounts the claim 'llmops-checkpoints'",
     ):
-        train_multinode("data.jsonl", "model", cfg, str(tmp_path / "elsewhere"), None)
+        train_multinode(RunInputs("data.jsonl", "model", checkpoint_dir=str(tmp_path / "elsewhere")), cfg)
 
 
 def test_ranks_come_from_open_mpi_and_rank_0_must_be_where_master_addr_points():
