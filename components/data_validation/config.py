@@ -179,16 +179,4 @@ class DataValidationConfig(StageConfig):
             for name, spec in fmt.fields.items():
                 if spec.min_chars > spec.max_chars:
                     raise ValueError(f"schema format {fmt.name!r} field {name!r}: min_chars exceeds max_chars")
-        if self.engine == "ray" and (refusal := self.ray_refusal()):
-            raise ValueError(refusal)
         return self
-
-    def ray_refusal(self) -> str | None:
-        """What engine: ray cannot do with this config yet, as one line (checked when the
-        config is read, before any Ray starts, and again by the sharded run)."""
-        if self.dedup.near.enabled:
-            return (
-                "dedup.near: near-duplicate detection is not built for engine: ray yet; "
-                "use engine: local or turn dedup.near off"
-            )
-        return None

@@ -15,6 +15,8 @@ import zlib
 
 from blake3 import blake3
 
+_MASK63 = 0x7FFF_FFFF_FFFF_FFFF  # numpy-friendly keys
+
 
 def normalize(text: str) -> str:
     """NFKC, case-folded, whitespace collapsed: 'Hello  World' == 'hello world'."""
@@ -124,6 +126,14 @@ class NearDuplicateIndex:
                 return self._lines[idx]
         return None
 
+    def check(self, text: str, line: int) -> int | None:
+        """The line `text` is a near duplicate of, or None, having indexed it."""
+        sig = self.signature(text)
+        first = self.query(sig)
+        if first is None:
+            self.add(sig, line)
+        return first
+
     def add(self, sig, line: int) -> None:
         idx = len(self._signatures)
         self._signatures.append(sig)
@@ -134,6 +144,11 @@ class NearDuplicateIndex:
     def _band_keys(self, sig):
         r = self.rows
         return [bytes([b]) + sig[b * r : (b + 1) * r].tobytes() for b in range(self.bands)]
+
+    def band_hashes(self, sig) -> list[int]:
+        """64-bit hashes of the band keys: rows that share none can never be near duplicates
+        of each other (the sharded engine groups rows by them)."""
+        return [int.from_bytes(blake3(key).digest(8), "little") & _MASK63 for key in self._band_keys(sig)]
 
 
 def _lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:

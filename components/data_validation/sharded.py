@@ -6,13 +6,20 @@ a plain loop can run them:
 
 1. `shard_keys`: each shard parses its lines and emits the exact-dedup key of every
    row that passes the schema, with the row's position (shard << 40 | line in shard),
-   hash-partitioned by key; it also counts its lines.
+   hash-partitioned by key; it also counts its lines. With near-dup on, it also keeps
+   each such row's MinHash signature and emits the hashes of its LSH band keys,
+   partitioned likewise.
 2. `first_occurrences`: each partition finds, per key, the row at the smallest position:
    every other row with that key is a duplicate of it. This is the single process's
    rule (the first occurrence in the file wins), so the tie-break is the input position.
+   With near-dup on, `band_collisions` finds, per partition, the rows that share a band
+   with another row: only they can be near duplicates or what one is similar to. The
+   driver runs the single process's index over just those rows (their signatures
+   fetched from pass 1) in input order, so the same rows are kept and each duplicate
+   cites the same line.
 3. `validate_shard`: each shard runs the single-process validator on its own lines,
-   numbered from its first global line, with an exact-dedup index that answers from
-   pass 2; its clean and quarantine bytes come back whole and are written in shard order.
+   numbered from its first global line, with dedup indexes that answer from pass 2;
+   its clean and quarantine bytes come back whole and are written in shard order.
 
 The clean file is hashed as it is written, so its Merkle root is the single process's.
 Counters and PSI statistics are sums. Each shard hashes the bytes it read in passes 1
@@ -133,8 +140,23 @@ def _light(config: DataValidationConfig) -> DataValidationConfig:
     return light
 
 
+def _near_index(config: DataValidationConfig):
+    from .dedup import NearDuplicateIndex
+
+    near = config.dedup.near
+    return NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words)
+
+
+def _partitioned(keys: list[int], positions: list[int], partitions: int) -> list[tuple]:
+    k = np.array(keys, dtype=np.uint64)
+    p = np.array(positions, dtype=np.int64)
+    part = (k % np.uint64(partitions)).astype(np.int64)
+    return [(k[part == i], p[part == i]) for i in range(partitions)]
+
+
 def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> tuple:
-    """Pass 1: (lines, digest of the bytes read, then one (keys, positions) pair per partition)."""
+    """Pass 1: (lines, digest of the bytes read, one (keys, positions) pair per partition,
+    one (band hashes, positions) pair per partition, then (positions, signatures))."""
     from .validate import Validator, _overlong, _Rejected, rest_of_line
 
     parser = Validator(_light(config))
@@ -142,8 +164,13 @@ def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> t
     max_line = config.schema_.max_line_bytes
     keys: list[int] = []
     positions: list[int] = []
+    near = _near_index(config) if config.dedup.near.enabled else None
+    bands: list[int] = []
+    band_positions: list[int] = []
+    signed: list[int] = []
+    signatures: list = []
     local, base = 0, shard.index << SHIFT
-    dedup = config.dedup.exact
+    dedup = config.dedup.exact or near is not None
     try:
         while True:
             line = src.readline(max_line + 1)
@@ -160,14 +187,27 @@ def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> t
                 obj, fmt = parser.parse(line[:-1] if line.endswith(b"\n") else line, shard.start == 0 and local == 1)
             except _Rejected:
                 continue
-            keys.append(fingerprint(parser.dedup_text(obj, fmt)) & _KEY_MASK)
-            positions.append(base | local)
+            text = parser.dedup_text(obj, fmt)
+            if config.dedup.exact:
+                keys.append(fingerprint(text) & _KEY_MASK)
+                positions.append(base | local)
+            if near is not None:
+                sig = near.signature(text)
+                hashes = near.band_hashes(sig)
+                bands += hashes
+                band_positions += [base | local] * len(hashes)
+                signed.append(base | local)
+                signatures.append(sig)
     finally:
         src.close()
-    k = np.array(keys, dtype=np.uint64)
-    p = np.array(positions, dtype=np.int64)
-    part = (k % np.uint64(partitions)).astype(np.int64)
-    return (local, src.digest.hexdigest(), *((k[part == i], p[part == i]) for i in range(partitions)))
+    sigs = np.stack(signatures) if signatures else np.zeros((0, 0), dtype=np.uint32)
+    return (
+        local,
+        src.digest.hexdigest(),
+        *_partitioned(keys, positions, partitions),
+        *_partitioned(bands, band_positions, partitions),
+        (np.array(signed, dtype=np.int64), sigs),
+    )
 
 
 def first_occurrences(shards: int, *parts: tuple) -> tuple:
@@ -183,6 +223,60 @@ def first_occurrences(shards: int, *parts: tuple) -> tuple:
     owner = dup >> SHIFT
     out = tuple((dup[owner == s], first[owner == s]) for s in range(shards))
     return out if shards > 1 else out[0]
+
+
+def band_collisions(*parts: tuple) -> np.ndarray:
+    """Pass 2 (near-dup), one partition: the positions of rows that share a band key hash
+    with another row."""
+    if not parts:
+        return np.zeros(0, np.int64)
+    keys = np.concatenate([k for k, _ in parts])
+    pos = np.concatenate([p for _, p in parts])
+    order = np.argsort(keys, kind="stable")
+    keys, pos = keys[order], pos[order]
+    shared = np.zeros(len(keys), dtype=bool)
+    same = keys[1:] == keys[:-1]
+    shared[1:] |= same
+    shared[:-1] |= same
+    return np.unique(pos[shared])
+
+
+def signatures_of(signed: tuple, wanted: np.ndarray) -> tuple:
+    """The (positions, signatures) of pass 1's rows among `wanted`."""
+    positions, sigs = signed
+    keep = np.isin(positions, wanted)
+    return positions[keep], sigs[keep]
+
+
+def near_duplicates(config: DataValidationConfig, candidates: list[tuple]) -> dict:
+    """The single process's near-dup index run over the colliding rows in input order:
+    {position: the position it is similar to}. Exact duplicates, which the single process
+    never shows this index, may be among them: one has its first occurrence's band keys,
+    so it adds no bucket and changes no other row's answer (and its own is not asked)."""
+    positions = np.concatenate([p for p, _ in candidates]) if candidates else np.zeros(0, np.int64)
+    if not len(positions):
+        return {}
+    sigs = np.concatenate([s for _, s in candidates if len(s)])
+    order = np.argsort(positions, kind="stable")
+    index, found = _near_index(config), {}
+    for i in order.tolist():
+        pos, sig = int(positions[i]), sigs[i]
+        first = index.query(sig)
+        if first is None:
+            index.add(sig, pos)
+        else:
+            found[pos] = first
+    return found
+
+
+class _KnownNear:
+    """The near-dup index of one shard, answering from the driver's run by global line."""
+
+    def __init__(self, first_by_line: dict[int, int]):
+        self._first = first_by_line
+
+    def check(self, text: str, line: int) -> int | None:
+        return self._first.get(line)
 
 
 class _KnownDuplicates:
@@ -230,25 +324,30 @@ def _drill(shard: Shard) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _line(first_lines: list[int], position: int) -> int:
+    return first_lines[position >> SHIFT] + (position & _LOW) - 1
+
+
 def validate_shard(
-    shard: Shard, first_lines: list[int], lines: Lines, config: DataValidationConfig, *duplicates: tuple
+    shard: Shard, first_lines: list[int], lines: Lines, config: DataValidationConfig, near: dict, *duplicates: tuple
 ) -> dict:
-    """Pass 3: the shard's clean and quarantine bytes, tallies and the digest of what it read."""
+    """Pass 3: the shard's clean and quarantine bytes, tallies and the digest of what it
+    read. `near`: this shard's near duplicates, {position: the position it is similar to}."""
     from .validate import Validator, _stream
 
     _drill(shard)
     first_by_line = {}
     for dup, first in duplicates:
         for d, f in zip(dup.tolist(), first.tolist(), strict=False):
-            first_by_line[first_lines[shard.index] + (d & _LOW) - 1] = first_lines[f >> SHIFT] + (f & _LOW) - 1
+            first_by_line[_line(first_lines, d)] = _line(first_lines, f)
     cfg = config.model_copy(deep=True)
-    cfg.dedup.near.enabled = False
     v = Validator(
         cfg,
         None,
         exact=_KnownDuplicates(first_by_line),
         names=_finder(config) if config.pii.names.enabled else None,
         lines=lines,
+        near=_KnownNear({_line(first_lines, d): _line(first_lines, f) for d, f in near.items()}),
     )
     clean, quarantine = _Bytes(), _Bytes()
     src = _Range(shard)
@@ -315,8 +414,6 @@ def run(
     from .drift import DataStats
     from .validate import _finish, _Outputs
 
-    if refusal := config.ray_refusal():
-        raise InputError(refusal)
     reference = DataStats.load(reference_stats) if reference_stats else None
     started = time.perf_counter()
     shards, inputs = plan(path, shard_bytes)
@@ -326,7 +423,7 @@ def run(
         f"[validate] {len(shards)} shard(s) of {path} ({size / 2**20:.1f} MiB"
         f"{f' in {len(inputs.files):,} files' if inputs.folder else ''}), {partitions} partition(s)"
     )
-    keyed = [submit(shard_keys, s, config, partitions, num_returns=2 + partitions) for s in shards]
+    keyed = [submit(shard_keys, s, config, partitions, num_returns=3 + 2 * partitions) for s in shards]
     counts = [get(k[0]) for k in keyed]
     first_lines, line, lines = [], 1, Lines()
     for shard, n in zip(shards, counts, strict=False):
@@ -340,7 +437,17 @@ def run(
     ]
     if len(shards) == 1:
         reduced = [[r] for r in reduced]
-    done = [submit(validate_shard, s, first_lines, lines, config, *(r[s.index] for r in reduced)) for s in shards]
+    near: dict[int, int] = {}
+    if config.dedup.near.enabled:
+        near = _near_pass(config, keyed, partitions, submit, get)
+        log(f"[validate] near duplicates: {len(near):,} (MinHash over the rows that share a band)")
+    by_shard: list[dict] = [{} for _ in shards]
+    for pos, first in near.items():
+        by_shard[pos >> SHIFT][pos] = first
+    done = [
+        submit(validate_shard, s, first_lines, lines, config, by_shard[s.index], *(r[s.index] for r in reduced))
+        for s in shards
+    ]
     out = _Outputs(outputs, config.chunk_size)
     totals = Totals(reference, DataStats(), Counter(), Counter(), Counter(), 0, [])
     rows_in = rows_out = read = 0
@@ -379,6 +486,15 @@ def run(
         out.clean.bytes,
         time.perf_counter() - started,
     )
+
+
+def _near_pass(config, keyed, partitions, submit: Submit, get: Get) -> dict[int, int]:
+    """Pass 2 for near duplicates: the colliding rows per partition, their signatures from
+    each shard's pass 1, then the single process's index over them here."""
+    colliding = [submit(band_collisions, *(k[2 + partitions + p] for k in keyed)) for p in range(partitions)]
+    wanted = np.unique(np.concatenate([get(c) for c in colliding]))
+    handles = [submit(signatures_of, k[2 + 2 * partitions], wanted) for k in keyed]
+    return near_duplicates(config, [get(h) for h in handles])
 
 
 def in_process(fn, *args, num_returns: int = 1):

@@ -140,10 +140,12 @@ class Validator:
         exact=None,
         names=None,
         lines: Lines | None = None,
+        near=None,
     ):
-        """`exact` replaces the exact-dedup index (an object with `add(key, line)`) and
-        `names` the name finder: a shard of a sharded run passes the duplicates its
-        shuffle found and the finder its process already loaded. `lines` says which file
+        """`exact` replaces the exact-dedup index (an object with `add(key, line)`), `near`
+        the near-duplicate one (`check(text, line)`) and `names` the name finder: a shard
+        of a sharded run passes the duplicates its shuffle found and the finder its process
+        already loaded. `lines` says which file
         a line number is in (a folder's files are one stream)."""
         self.config = config
         self.lines = lines or Lines()
@@ -161,8 +163,12 @@ class Validator:
         self.formats = config.schema_.formats
         self._format_keys = [(fmt, set(fmt.fields)) for fmt in self.formats]
         self.exact = (exact or FingerprintIndex()) if config.dedup.exact else None
-        near = config.dedup.near
-        self.near = NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words) if near.enabled else None
+        near_index, near = near, config.dedup.near
+        self.near = (
+            (near_index or NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words))
+            if near.enabled
+            else None
+        )
         self.stats = DataStats()
         self.by_reason: Counter[str] = Counter()
         self.pii_found: Counter[str] = Counter()
@@ -229,11 +235,9 @@ class Validator:
             if first is not None:
                 raise _Rejected("duplicate", None, f"same text as {self.lines.cite(first)}")
         if self.near is not None:
-            sig = self.near.signature(text)
-            first = self.near.query(sig)
+            first = self.near.check(text, line_no)
             if first is not None:
                 raise _Rejected("near_duplicate", None, f"similar to {self.lines.cite(first)}")
-            self.near.add(sig, line_no)
 
     def _scan_patterns(self, obj: dict, fmt: RecordFormat, candidate: bool) -> _Scan:
         """Pattern findings in every string of the record (extra and nested fields too),

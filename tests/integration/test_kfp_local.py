@@ -127,6 +127,8 @@ def _the_next_release_compares_with_the_promoted_one(first, tmp_path, capfd):
         run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny")
     out = capfd.readouterr()
     assert "baseline data stats" in out.out + out.err and "do not verify" in out.out + out.err
+    said = [line for line in (out.out + out.err).splitlines() if "do not verify" in line]
+    assert said[0].lstrip().startswith("error: ") and "Traceback" not in out.out + out.err, said  # one line
     third = json.load(open(sorted(glob.glob(str(tmp_path / "run" / "releases" / "run-*" / "record.json")))[-1]))
     assert third["status"] == "FAILED" and "validate_dataset" not in third["stages"]
 

@@ -138,17 +138,47 @@ def test_an_input_that_changes_between_passes_is_refused(tmp_path):
     assert not (tmp_path / "sharded" / "clean.jsonl").exists()
 
 
-def test_near_duplicates_are_refused_on_ray_with_one_line(tmp_path):
+def _near_corpus(path, rows: int = 700, seed: int = 5) -> None:
+    """Long answers, many copied with a word or two changed (near duplicates of a row
+    anywhere before, or of a near duplicate), some exact copies, some chains."""
+    rng = random.Random(seed)
+    words = [f"w{n}" for n in range(400)]
+    lines: list[str] = []
+    for i in range(rows):
+        roll = rng.random()
+        if roll < 0.25 and lines:
+            row = json.loads(rng.choice(lines))
+            said = row["response"].split()
+            for _ in range(rng.choice((1, 1, 2, 8))):  # 8 changed words: usually not similar enough
+                said[rng.randrange(len(said))] = rng.choice(words)
+            row["response"] = " ".join(said)
+            lines.append(json.dumps(row))
+        elif roll < 0.3 and lines:
+            lines.append(rng.choice(lines))
+        else:
+            lines.append(json.dumps({"prompt": f"Q{i}?", "response": " ".join(rng.choice(words) for _ in range(60))}))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_near_duplicates_are_the_single_processs_on_any_shards(tmp_path):
     path = tmp_path / "in.jsonl"
-    _corpus(path, rows=20)
+    _near_corpus(path)
     cfg = _config(False)
     cfg.dedup.near.enabled = True
-    with pytest.raises(InputError, match="dedup.near"):
-        _sharded(tmp_path, path, cfg, 2048, 2)
-    # The pipelines' data_engine parameter over a config with near-dup on: refused as the
-    # config is read, before any Ray starts.
-    with pytest.raises(InputError, match=r"^<inline config>: dedup.near: near-duplicate detection is not built"):
-        DataValidationConfig.load("dedup:\n  near: {enabled: true}\n", {"engine": "ray"})
+    want = _local(tmp_path, path, cfg)
+    reasons = want[3]["by_reason"]
+    assert reasons["near_duplicate"] > 30 and reasons["duplicate"] > 20, reasons
+    size = path.stat().st_size
+    for shard_bytes, partitions in ((size * 2, 1), (size // 3, 2), (2048, 3), (500, 4)):
+        got = _sharded(tmp_path, path, cfg, shard_bytes, partitions, name=f"n{shard_bytes}")
+        for i, what in enumerate(("clean", "quarantine", "stats", "metrics", "samples")):
+            assert got[i] == want[i], (shard_bytes, what)
+    cfg.dedup.exact = False  # then exact copies are near duplicates too, citing the same lines
+    want = _local(tmp_path, path, cfg, name="local-near-only")
+    assert "duplicate" not in want[3]["by_reason"] and want[3]["by_reason"]["near_duplicate"] > 60
+    assert _sharded(tmp_path, path, cfg, 2048, 3, name="near-only") == want
+    loaded = DataValidationConfig.load("dedup:\n  near: {enabled: true}\n", {"engine": "ray"})
+    assert loaded.engine == "ray" and loaded.dedup.near.enabled  # no longer refused
 
 
 def test_ray_with_1_2_and_4_workers_and_a_killed_worker(tmp_path, monkeypatch):
@@ -156,6 +186,7 @@ def test_ray_with_1_2_and_4_workers_and_a_killed_worker(tmp_path, monkeypatch):
     path = tmp_path / "in.jsonl"
     _corpus(path, rows=1500)
     cfg = _config(True)
+    cfg.dedup.near.enabled = True
     want = _local(tmp_path, path, cfg)
     cfg.engine = "ray"
     cfg.ray.shard_mb = 1
