@@ -128,7 +128,10 @@ class NearDuplicateIndex:
 
     def check(self, text: str, line: int) -> int | None:
         """The line `text` is a near duplicate of, or None, having indexed it."""
-        sig = self.signature(text)
+        return self.check_signature(self.signature(text), line)
+
+    def check_signature(self, sig, line: int) -> int | None:
+        """`check` for a row whose signature is already known (the sharded engine's driver)."""
         first = self.query(sig)
         if first is None:
             self.add(sig, line)

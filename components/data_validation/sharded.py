@@ -260,32 +260,24 @@ def near_duplicates(config: DataValidationConfig, candidates: list[tuple]) -> di
     order = np.argsort(positions, kind="stable")
     index, found = _near_index(config), {}
     for i in order.tolist():
-        pos, sig = int(positions[i]), sigs[i]
-        first = index.query(sig)
-        if first is None:
-            index.add(sig, pos)
-        else:
+        pos = int(positions[i])
+        first = index.check_signature(sigs[i], pos)
+        if first is not None:
             found[pos] = first
     return found
 
 
-class _KnownNear:
-    """The near-dup index of one shard, answering from the driver's run by global line."""
-
-    def __init__(self, first_by_line: dict[int, int]):
-        self._first = first_by_line
-
-    def check(self, text: str, line: int) -> int | None:
-        return self._first.get(line)
-
-
-class _KnownDuplicates:
-    """The exact-dedup index of one shard, answering from pass 2 by global line."""
+class _Known:
+    """A dedup index of one shard that answers from what pass 2 decided, by global line:
+    the exact index's `add(key, line)` and the near-dup index's `check(text, line)`."""
 
     def __init__(self, first_by_line: dict[int, int]):
         self._first = first_by_line
 
     def add(self, key: int, line: int) -> int | None:
+        return self._first.get(line)
+
+    def check(self, text: str, line: int) -> int | None:
         return self._first.get(line)
 
     def close(self) -> None:
@@ -340,19 +332,18 @@ def validate_shard(
     for dup, first in duplicates:
         for d, f in zip(dup.tolist(), first.tolist(), strict=False):
             first_by_line[_line(first_lines, d)] = _line(first_lines, f)
-    cfg = config.model_copy(deep=True)
     v = Validator(
-        cfg,
+        config,
         None,
-        exact=_KnownDuplicates(first_by_line),
+        exact=_Known(first_by_line),
         names=_finder(config) if config.pii.names.enabled else None,
         lines=lines,
-        near=_KnownNear({_line(first_lines, d): _line(first_lines, f) for d, f in near.items()}),
+        near=_Known({_line(first_lines, d): _line(first_lines, f) for d, f in near.items()}),
     )
     clean, quarantine = _Bytes(), _Bytes()
     src = _Range(shard)
     try:
-        rows_in, rows_out = _stream(src, v, clean, quarantine, cfg, False, first_line=first_lines[shard.index])
+        rows_in, rows_out = _stream(src, v, clean, quarantine, config, False, first_line=first_lines[shard.index])
     finally:
         src.close()
     return {
