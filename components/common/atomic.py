@@ -115,17 +115,14 @@ def copy2(source: str, dest: str) -> str:
     except OSError as exc:
         import errno
 
-        from .errors import environment_problem
+        from .errors import raise_as_environment_problem
 
-        problem = environment_problem(exc, dest, "copying to")
-        if problem is None:
-            raise
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             try:  # a copy cut short is not the file, and holds the space
                 os.unlink(dest)
             except OSError:
                 pass
-        raise problem from None
+        raise_as_environment_problem(exc, dest, "copying to")
 
 
 def copy_tree(source: str, dest: str) -> str:

@@ -3,6 +3,7 @@ ever reaches the user (see `pipelines.cli.main`)."""
 
 import errno
 import os
+from typing import NoReturn
 
 
 class LlmopsError(Exception):
@@ -95,3 +96,12 @@ def environment_problem(
     where = f" {path}" if path else ""
     space = f" ({free_space(path)})" if path and exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
     return EnvironmentProblem(f"{operation}{where}: {ENVIRONMENT_ERRNOS[exc.errno]}{space}")
+
+
+def raise_as_environment_problem(exc: BaseException, path: str | None = None, operation: str = "writing") -> NoReturn:
+    """Inside an `except`: raise `exc` as its one-line EnvironmentProblem (naming `path`
+    and `operation`) when it is one, else `exc` itself."""
+    problem = environment_problem(exc, path, operation)
+    if problem is None:
+        raise exc
+    raise problem from None

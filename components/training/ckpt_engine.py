@@ -114,14 +114,11 @@ class HashingCheckpointEngine(TorchCheckpointEngine):
             # OSError comes through torch.save as it is or under the RuntimeError torch's
             # zip writer raises while closing after it. The save fails either way, and the
             # run stops: no training on without it.
-            from kfp_llmops.components.common.errors import environment_problem
+            from kfp_llmops.components.common.errors import raise_as_environment_problem
 
             if writer is not None:
                 writer.release()
-            problem = environment_problem(exc, path, "writing checkpoint")
-            if problem is None:
-                raise
-            raise problem from None
+            raise_as_environment_problem(exc, path, "writing checkpoint")
         finally:
             torch.serialization.set_crc32_options(crc)
 

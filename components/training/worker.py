@@ -177,12 +177,9 @@ class Trainer:
             self.log.write(json.dumps(row) + "\n")
             self.log.flush()
         except OSError as exc:
-            from kfp_llmops.components.common.errors import environment_problem
+            from kfp_llmops.components.common.errors import raise_as_environment_problem
 
-            problem = environment_problem(exc, self.spec["train_log"], "writing the step log")
-            if problem is None:
-                raise
-            raise problem from None
+            raise_as_environment_problem(exc, self.spec["train_log"], "writing the step log")
 
     def train_step(self) -> float:
         """One optimizer step over the global batch; the loss averaged over the ranks.
@@ -249,12 +246,9 @@ class Trainer:
         except Exception as exc:
             # Our engine names the file it could not write; DeepSpeed's own writes into
             # the folder (its recovery scripts) are named by the folder.
-            from kfp_llmops.components.common.errors import environment_problem
+            from kfp_llmops.components.common.errors import raise_as_environment_problem
 
-            problem = environment_problem(exc, staging + os.sep, "writing checkpoint")
-            if problem is None:
-                raise
-            raise problem from None
+            raise_as_environment_problem(exc, staging + os.sep, "writing checkpoint")
         save_s = time.perf_counter() - t0
         digests = [None] * world
         dist.all_gather_object(digests, [d.to_json() for d in self.hce.digests.values()])
