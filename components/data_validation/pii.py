@@ -25,6 +25,7 @@ CLOUD_KEY, PRIVATE_KEY, JWT, BEARER_TOKEN = "CLOUD_KEY", "PRIVATE_KEY", "JWT", "
 PERSON, ADDRESS = "PERSON", "ADDRESS"  # found by names.py (pii.names in the config)
 
 SECRET_TYPES = frozenset({CLOUD_KEY, PRIVATE_KEY, JWT, BEARER_TOKEN})
+SECRET = "SECRET"  # the secret recognizers' shared family (one anchor scan gates them all)
 NAME_TYPES = frozenset({PERSON, ADDRESS})
 ALL_TYPES = (
     PERSON,
@@ -455,11 +456,18 @@ def _scan(rec: Recognizer, text: str, out: list, pos: int = 0, endpos: int | Non
             out.append((rec.priority, span[0], span[1], rec.type))
 
 
-def find_pii(text: str) -> list[Finding]:
-    """All non-overlapping findings in `text`, in order; higher priority wins overlaps."""
+NUMERIC_TYPES = frozenset(rec.type for rec in NUMERIC)
+
+
+def find_pii(text: str, kinds: frozenset[str] | None = None) -> list[Finding]:
+    """All non-overlapping findings in `text`, in order; higher priority wins overlaps.
+
+    `kinds` (from `candidates`) names the recognizer families whose Hyperscan candidates
+    matched the line `text` came from; a family none of whose candidates matched can
+    find nothing, so its scan is skipped. None scans them all."""
     candidates: list[tuple[int, int, int, str]] = []
     n = len(text)
-    for run in _NUMERIC_RUN.finditer(text):
+    for run in _NUMERIC_RUN.finditer(text) if kinds is None or not kinds.isdisjoint(NUMERIC_TYPES) else ():
         start, end = run.span()
         chunk = run.group()
         digits = len(chunk.translate(_SEPARATORS))
@@ -470,20 +478,20 @@ def find_pii(text: str) -> list[Finding]:
                     span = rec.validate(text, m)
                     if span is not None:
                         candidates.append((rec.priority, span[0], span[1], rec.type))
-    if "@" in text:
+    if (kinds is None or EMAIL in kinds) and "@" in text:
         for m in _EMAIL.pattern.finditer(text):
             # A match that starts mid-token is the tail of a longer, non-email token.
             if m.start() == 0 or not _EMAIL_LEFT.match(text, m.start() - 1):
                 candidates.append((_EMAIL.priority, m.start(), m.end(), EMAIL))
-    if text.count(":") >= 2:
+    if (kinds is None or IPV6 in kinds) and text.count(":") >= 2:
         _scan(_IPV6, text, candidates)
-    for m in _IBAN.pattern.finditer(text):
+    for m in _IBAN.pattern.finditer(text) if kinds is None or IBAN in kinds else ():
         left = text[m.start() - 1] if m.start() else " "
         if not (left.isascii() and left.isalnum()):
             span = _iban(text, m)
             if span is not None:
                 candidates.append((_IBAN.priority, span[0], span[1], IBAN))
-    if _SECRET_ANCHOR.search(text):
+    if (kinds is None or SECRET in kinds) and _SECRET_ANCHOR.search(text):
         for rec in SECRETS:
             if rec.gate is None or rec.gate(text):
                 _scan(rec, text, candidates)

@@ -89,6 +89,11 @@ class Lines:
     def is_first(self, line: int) -> bool:
         return line in self._firsts
 
+    @property
+    def firsts(self) -> frozenset[int]:
+        """The lines that open a file (and so may start with a BOM)."""
+        return frozenset(self._firsts)
+
     def where(self, line: int) -> dict:
         """{"line": n}, with "file" first when the input is a folder."""
         if not self.names:

@@ -41,7 +41,7 @@ from blake3 import blake3
 from kfp_llmops.components.common.errors import InputError
 
 from .config import DataValidationConfig
-from .dedup import fingerprint
+from .dedup import fingerprints
 from .reader import Inputs, Lines, input_files, open_input
 
 SHIFT = 40  # a row's position: its shard << SHIFT | its line in the shard
@@ -147,7 +147,7 @@ def _near_index(config: DataValidationConfig):
     return NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words)
 
 
-def _partitioned(keys: list[int], positions: list[int], partitions: int) -> list[tuple]:
+def _partitioned(keys, positions, partitions: int) -> list[tuple]:
     k = np.array(keys, dtype=np.uint64)
     p = np.array(positions, dtype=np.int64)
     part = (k % np.uint64(partitions)).astype(np.int64)
@@ -157,12 +157,12 @@ def _partitioned(keys: list[int], positions: list[int], partitions: int) -> list
 def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> tuple:
     """Pass 1: (lines, digest of the bytes read, one (keys, positions) pair per partition,
     one (band hashes, positions) pair per partition, then (positions, signatures))."""
-    from .validate import Validator, _overlong, _Rejected, rest_of_line
+    from .validate import _BLOCK_ROWS, Validator, _overlong, rest_of_line
 
     parser = Validator(_light(config))
     src = _Range(shard)
     max_line = config.schema_.max_line_bytes
-    keys: list[int] = []
+    keys: list[np.ndarray] = []
     positions: list[int] = []
     near = _near_index(config) if config.dedup.near.enabled else None
     bands: list[int] = []
@@ -171,40 +171,53 @@ def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> t
     signatures: list = []
     local, base = 0, shard.index << SHIFT
     dedup = config.dedup.exact or near is not None
+    opening = (1,) if shard.start == 0 else ()  # a shard's line 1 opens a file only at byte 0
+    block: list[bytes] = []
+
+    def key_block() -> None:
+        first = local - len(block) + 1
+        parsed, _ = parser.parse_lines(block, first, texts=True, opening=opening)
+        block.clear()
+        at = [base | (first + row[0]) for row in parsed]
+        if config.dedup.exact:
+            keys.append(fingerprints([row[4] for row in parsed]) & np.uint64(_KEY_MASK))
+            positions.extend(at)
+        if near is not None:
+            for row, position in zip(parsed, at, strict=True):
+                sig = near.signature(row[4])
+                hashes = near.band_hashes(sig)
+                bands.extend(hashes)
+                band_positions.extend([position] * len(hashes))
+                signed.append(position)
+                signatures.append(sig)
+
     try:
         while True:
             line = src.readline(max_line + 1)
             if not line:
                 break
-            local += 1
             if _overlong(line, max_line):
+                if block:
+                    key_block()
+                local += 1
                 for _ in rest_of_line(src.readline, max_line):
                     pass
                 continue
-            if not dedup:
-                continue
-            try:
-                obj, fmt = parser.parse(line[:-1] if line.endswith(b"\n") else line, shard.start == 0 and local == 1)
-            except _Rejected:
-                continue
-            text = parser.dedup_text(obj, fmt)
-            if config.dedup.exact:
-                keys.append(fingerprint(text) & _KEY_MASK)
-                positions.append(base | local)
-            if near is not None:
-                sig = near.signature(text)
-                hashes = near.band_hashes(sig)
-                bands += hashes
-                band_positions += [base | local] * len(hashes)
-                signed.append(base | local)
-                signatures.append(sig)
+            local += 1
+            if dedup:
+                block.append(line[:-1] if line.endswith(b"\n") else line)
+                if len(block) >= _BLOCK_ROWS:
+                    key_block()
+        if block:
+            key_block()
     finally:
         src.close()
     sigs = np.stack(signatures) if signatures else np.zeros((0, 0), dtype=np.uint32)
+    all_keys = np.concatenate(keys) if keys else np.zeros(0, dtype=np.uint64)
     return (
         local,
         src.digest.hexdigest(),
-        *_partitioned(keys, positions, partitions),
+        *_partitioned(all_keys, positions, partitions),
         *_partitioned(bands, band_positions, partitions),
         (np.array(signed, dtype=np.int64), sigs),
     )
@@ -276,6 +289,9 @@ class _Known:
 
     def add(self, key: int, line: int) -> int | None:
         return self._first.get(line)
+
+    def add_many(self, keys: np.ndarray, lines: np.ndarray) -> np.ndarray:
+        return np.array([self._first.get(line, 0) for line in lines.tolist()], dtype=np.int64)
 
     def check(self, text: str, line: int) -> int | None:
         return self._first.get(line)

@@ -12,9 +12,11 @@ import base64
 import os
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
 
 from kfp_llmops.components.common import atomic, gates, integrity, merkle
@@ -23,9 +25,9 @@ from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.progress import progress
 
 from . import pii
-from .candidates import may_hold_pii
+from .candidates import NONE, Kinds, candidate_lines, line_kinds
 from .config import DataValidationConfig, RecordFormat
-from .dedup import FingerprintIndex, NearDuplicateIndex, fingerprint, normalize
+from .dedup import FingerprintIndex, NearDuplicateIndex, fingerprint, fingerprints, normalize
 from .drift import DataStats, drift
 from .reader import STREAM_ERRORS, Inputs, InputStream, Lines, input_files, open_input
 
@@ -162,6 +164,18 @@ class Validator:
         self.reference = reference
         self.formats = config.schema_.formats
         self._format_keys = [(fmt, set(fmt.fields)) for fmt in self.formats]
+        # Per format, its fields' (name, min_chars, max_chars) when all are strings: the
+        # records `check_lines` can judge on its lean path.
+        self._plain = [
+            (
+                keys,
+                fmt,
+                None
+                if any(spec.type != "string" for spec in fmt.fields.values())
+                else [(name, spec.min_chars, spec.max_chars) for name, spec in fmt.fields.items()],
+            )
+            for fmt, keys in self._format_keys
+        ]
         self.exact = (exact or FingerprintIndex()) if config.dedup.exact else None
         near_index, near = near, config.dedup.near
         self.near = (
@@ -239,17 +253,19 @@ class Validator:
             if first is not None:
                 raise _Rejected("near_duplicate", None, f"similar to {self.lines.cite(first)}")
 
-    def _scan_patterns(self, obj: dict, fmt: RecordFormat, candidate: bool) -> _Scan:
+    def _scan_patterns(self, obj: dict, fmt: RecordFormat, kinds: Kinds) -> _Scan:
         """Pattern findings in every string of the record (extra and nested fields too),
-        and the name candidates when names are on. A record whose raw line holds no
-        `candidate` has no pattern finding, so its strings are only collected."""
+        and the name candidates when names are on. `kinds`: the pattern families whose
+        candidates the raw line holds (`candidates.line_kinds`); with none the record
+        has no pattern finding, so its strings are only collected."""
+        candidate = kinds != NONE
         scan = _Scan(obj, fmt)
         strings = scan.strings
 
         def visit(value: Any, path: str) -> Any:
             if isinstance(value, str):
                 strings.append(value)
-                findings = pii.find_pii(value) if candidate else None
+                findings = pii.find_pii(value, kinds) if candidate else None
                 if not findings:
                     return value
                 scan.n_findings += len(findings)
@@ -346,6 +362,99 @@ class Validator:
             return [self._apply(v) for v in value]
         return value
 
+    def parse_lines(
+        self, lines: list[bytes], first_line: int, texts: bool, opening: Iterable[int] | None = None
+    ) -> tuple[list[tuple], dict[int, _Rejected]]:
+        """`parse` of consecutive lines numbered from `first_line` (`opening`: the line
+        numbers that open a file and may start with a BOM, by default `self.lines`'):
+        the parsed as (index, object, format, its values when plain, dedup text when
+        `texts`) and the rejected by index.
+
+        Most rows are plain: valid JSON holding exactly the fields of a string-only format,
+        each a string within bounds. Those are judged here with nothing but that check;
+        every other row goes through `parse`, so each verdict is `parse`'s."""
+        parsed: list[tuple] = []
+        rejected: dict[int, _Rejected] = {}
+        loads, plain_formats = orjson.loads, self._plain
+        opens = {n - first_line for n in (self.lines.firsts if opening is None else opening)}
+        for i, raw in enumerate(lines):
+            first_of_file = i in opens
+            fmt = values = None
+            if not first_of_file:
+                try:
+                    obj = loads(raw)
+                except orjson.JSONDecodeError:
+                    obj = None
+                if type(obj) is dict:
+                    keys = obj.keys()
+                    for names, plain_fmt, spec in plain_formats:
+                        if keys != names:
+                            continue
+                        if spec is not None:
+                            values = []
+                            for name, low, high in spec:
+                                value = obj[name]
+                                if type(value) is not str or len(value) > high or (low and len(value.strip()) < low):
+                                    values = None
+                                    break
+                                values.append(value)
+                            fmt = plain_fmt if values is not None else None
+                        break
+            if fmt is None:
+                try:
+                    obj, fmt = self.parse(raw, first_of_file)
+                except _Rejected as rej:
+                    rejected[i] = rej
+                    continue
+                parsed.append((i, obj, fmt, None, self.dedup_text(obj, fmt) if texts else None))
+            else:
+                parsed.append((i, obj, fmt, values, "\x1f".join(map(normalize, values)) if texts else None))
+        return parsed, rejected
+
+    def check_lines(
+        self, lines: list[bytes], first_line: int, candidates: dict[int, Kinds], lengths: list[int]
+    ) -> list:
+        """`check` for consecutive lines (numbered from `first_line`), names off: per line
+        its clean bytes (newline included) or its `_Rejected`, in order.
+
+        Three steps instead of one row at a time: `parse_lines`; every parsed row's
+        fingerprint through the exact index in one `add_many`; then each row's verdict.
+        Nothing a row does changes what exact dedup says of another, so the verdicts are
+        `check`'s. A plain row that is no pattern candidate (`candidates`:
+        `candidate_lines`) can have no finding: its clean form is the object as parsed
+        and its length goes to `lengths` for the caller's `stats.add_lengths`. Every
+        other row is scanned and concluded as `check` does.
+        """
+        parsed, rejected = self.parse_lines(lines, first_line, self.exact is not None or self.near is not None)
+        out: list = [rejected.get(i) for i in range(len(lines))]
+        firsts = None
+        if self.exact is not None and parsed:
+            keys = fingerprints([row[4] for row in parsed])
+            numbers = np.fromiter((first_line + row[0] for row in parsed), dtype=np.int64, count=len(parsed))
+            firsts = self.exact.add_many(keys, numbers).tolist()
+        # `dumps(...) + b"\n"`, not OPT_APPEND_NEWLINE: orjson's result keeps a 4 KiB
+        # buffer, and a block of them held at once costs 4 KiB a row; the sum is exact-sized.
+        dumps, near, cite = orjson.dumps, self.near, self.lines.cite
+        for j, (i, obj, fmt, values, text) in enumerate(parsed):
+            if firsts is not None and firsts[j]:
+                out[i] = _Rejected("duplicate", None, f"same text as {cite(firsts[j])}")
+                continue
+            if near is not None:
+                first = near.check(text, first_line + i)
+                if first is not None:
+                    out[i] = _Rejected("near_duplicate", None, f"similar to {cite(first)}")
+                    continue
+            kinds = candidates.get(i, NONE)
+            if values is not None and kinds == NONE:
+                lengths.append(sum(map(len, values)))
+                out[i] = dumps(obj) + b"\n"
+                continue
+            try:
+                out[i] = dumps(self.complete(self._scan_patterns(obj, fmt, kinds), None)) + b"\n"
+            except _Rejected as rej:
+                out[i] = rej
+        return out
+
     def check(self, raw: bytes, line_no: int) -> dict:
         """The clean record for one raw line, or raise _Rejected."""
         scan = self.begin(raw, line_no)
@@ -362,7 +471,7 @@ class Validator:
         """Everything up to the NER model: decode, parse, schema, dedup, patterns."""
         obj, fmt = self.parse(raw, self.lines.is_first(line_no))
         self._dedup(obj, fmt, line_no)
-        return self._scan_patterns(obj, fmt, may_hold_pii(raw))
+        return self._scan_patterns(obj, fmt, line_kinds(raw))
 
     def parse(self, raw: bytes, first_line: bool) -> tuple[dict, RecordFormat]:
         """Decode, parse and check the schema of one line, or raise _Rejected."""
@@ -527,6 +636,7 @@ def _stream(
     batched = validator.names is not None
     batch = config.pii.names.ner_batch_size
     pending: list[tuple[int, bytes, Any]] = []  # (line, raw, _Scan or _Rejected)
+    block: list[bytes] = []  # names off: lines waiting for `judge_block`
     doubtful = 0
 
     def reject(rej: _Rejected, line_no: int, line: bytes) -> None:
@@ -554,6 +664,29 @@ def _stream(
         pending.clear()
         doubtful = 0
 
+    def judge_block(last_line: int | None = None) -> None:
+        """Names off: the lines in `block` (the last numbered `last_line`, by default
+        the last read) through `check_lines`; their clean rows are written in one go."""
+        nonlocal rows_out
+        first = (rows_in if last_line is None else last_line) - len(block) + 1
+        lengths: list[int] = []
+        outcomes = validator.check_lines(block, first, candidate_lines(block), lengths)
+        validator.stats.add_lengths(lengths)
+        kept: list[bytes] = []
+        for i, outcome in enumerate(outcomes):
+            if type(outcome) is bytes:
+                kept.append(outcome)
+                continue
+            if kept:
+                clean.write(b"".join(kept))
+                rows_out += len(kept)
+                kept.clear()
+            reject(outcome, first + i, block[i])
+        if kept:
+            clean.write(b"".join(kept))
+            rows_out += len(kept)
+        block.clear()
+
     try:
         while True:
             try:
@@ -574,6 +707,8 @@ def _stream(
             if overlong:
                 if pending:
                     flush()
+                if block:
+                    judge_block(rows_in - 1)
                 _quarantine_overlong(src, quarantine, validator.lines.where(rows_in), line, max_line)
                 validator.by_reason["line_too_long"] += 1
                 continue
@@ -587,15 +722,13 @@ def _stream(
                 if doubtful >= batch or len(pending) >= _PENDING_ROWS:
                     flush()
                 continue
-            try:
-                record = validator.check(line, rows_in)
-            except _Rejected as rej:
-                reject(rej, rows_in, line)
-                continue
-            clean.write(orjson.dumps(record) + b"\n")
-            rows_out += 1
+            block.append(line)
+            if len(block) >= _BLOCK_ROWS:
+                judge_block()
         if pending:
             flush()
+        if block:
+            judge_block()
         bar.update(src.size - last_pos)
     finally:
         bar.close()
@@ -603,6 +736,7 @@ def _stream(
 
 
 _PENDING_ROWS = 8192
+_BLOCK_ROWS = 4096
 
 
 def _overlong(piece: bytes, max_line: int) -> bool:

@@ -1,0 +1,209 @@
+"""The names-off validator judges a block of lines at once (`Validator.check_lines`): every
+line's outcome, the dedup indexes' answers and the statistics must be what `check` gives
+one line at a time, whatever rows a block holds and wherever blocks split."""
+
+import importlib
+import json
+import random
+import unicodedata
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kfp_llmops.components.data_validation import pii
+from kfp_llmops.components.data_validation.candidates import NONE, candidate_lines, line_kinds
+from kfp_llmops.components.data_validation.config import DataValidationConfig
+from kfp_llmops.components.data_validation.dedup import FingerprintIndex, normalize
+from kfp_llmops.components.data_validation.drift import DataStats
+from tests import pii_corpus
+
+validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
+
+
+def _rows(n: int, seed: int) -> list[bytes]:
+    """Plain rows, repeats (exact and after normalization), PII, secrets, every schema
+    failure, other formats, conversations, extra fields, escapes and a BOM first."""
+    rng = random.Random(seed)
+    extras = [s.text for s in pii_corpus.labeled_samples(300, seed=seed)]
+    rows: list[bytes] = [b'\xef\xbb\xbf{"prompt": "opens the file", "response": "with a BOM"}']
+    for i in range(n):
+        roll = rng.random()
+        prompt = f"Question {i % 97}: what is {rng.choice(['up', 'new', 'it'])}?"
+        if roll < 0.25:
+            prompt += " " + rng.choice(extras)
+        row = {"prompt": prompt, "response": rng.choice(["Fine.", "It is.", "  Spaced   out  "])}
+        kind = rng.randrange(24)
+        if kind == 0 and rows:
+            rows.append(rng.choice(rows))  # an exact repeat
+            continue
+        if kind == 1:
+            row["prompt"] = row["prompt"].upper() + "   "  # the same after normalization
+        elif kind == 2:
+            rows.append(json.dumps(row)[:-3].encode())  # malformed
+            continue
+        elif kind == 3:
+            row["response"] = "   "  # too short
+        elif kind == 4:
+            row["prompt"] = "x" * 9000  # too long
+        elif kind == 5:
+            row["response"] = 7  # wrong type
+        elif kind == 6:
+            row = {"text": prompt}
+        elif kind == 7:
+            row = {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": "Yes."}]}
+        elif kind == 8:
+            row["note"] = "an extra field"
+        elif kind == 9:
+            row["response"] = None
+        elif kind == 10:
+            rows.append(b"")
+            continue
+        elif kind == 11:
+            rows.append(b"[1, 2]")
+            continue
+        elif kind == 12:
+            rows.append(json.dumps(row, ensure_ascii=True).replace("a", "\\u0061").encode())
+            continue
+        elif kind == 13:
+            rows.append(b"\xff" + orjson.dumps(row))
+            continue
+        elif kind == 14:
+            row["prompt"] += " " + "中文 问题"
+        elif kind == 15:
+            row["prompt"] = f"a{i}@example.com b{i}@example.org +44 20 7946 0{i % 1000:03d} c@example.net"
+        rows.append(orjson.dumps(row) if rng.random() < 0.5 else json.dumps(row).encode())
+    return rows
+
+
+def _outcome(o):
+    return o if isinstance(o, bytes) else (o.reason, o.field, o.detail)
+
+
+def _one_at_a_time(config, rows):
+    v = validation.Validator(config)
+    out = []
+    for n, raw in enumerate(rows, 1):
+        try:
+            out.append(orjson.dumps(v.check(raw, n)) + b"\n")
+        except validation._Rejected as rej:
+            out.append(rej)
+    return [_outcome(o) for o in out], v
+
+
+def _in_blocks(config, rows, size):
+    v = validation.Validator(config)
+    out = []
+    for start in range(0, len(rows), size):
+        block = rows[start : start + size]
+        lengths: list[int] = []
+        out += v.check_lines(block, start + 1, candidate_lines(block), lengths)
+        v.stats.add_lengths(lengths)
+    return [_outcome(o) for o in out], v
+
+
+@pytest.mark.parametrize("near", [False, True])
+@pytest.mark.parametrize("policy", ["balanced", "strict"])
+def test_blocks_judge_every_line_as_one_at_a_time(near, policy):
+    config = DataValidationConfig()
+    config.pii.names.enabled = False
+    config.pii.policy = policy
+    config.dedup.near.enabled = near
+    config.schema_.allow_extra_fields = policy == "strict"
+    rows = _rows(3000, seed=7)
+    expected, single = _one_at_a_time(config, rows)
+    reasons = {o[0] for o in expected if isinstance(o, tuple)}
+    assert {"duplicate", "json_error", "too_short", "too_long", "wrong_type", "blank_line"} <= reasons
+    assert {"decode_error", "not_object", "missing_field", "secret" if policy == "strict" else "pii_density"} <= reasons
+    assert ("unexpected_field" in reasons) == (policy != "strict")
+    assert any(isinstance(o, bytes) and b"[EMAIL]" in o for o in expected)  # findings were redacted
+    for size in (1, 7, 256, 5000):
+        got, blocks = _in_blocks(config, rows, size)
+        assert got == expected, size
+        assert blocks.stats.to_json() == single.stats.to_json()
+        assert (blocks.pii_found, blocks.pii_redacted, blocks.rows_with_pii) == (
+            single.pii_found,
+            single.pii_redacted,
+            single.rows_with_pii,
+        )
+        blocks.close()
+    single.close()
+
+
+def test_a_line_of_a_later_file_may_open_with_a_bom():
+    """A folder's files are one stream: the first line of each, not only of the first,
+    may carry a BOM, in a block or alone."""
+    config = DataValidationConfig()
+    config.pii.names.enabled = False
+    rows = [b'{"prompt": "a", "response": "b"}', b'\xef\xbb\xbf{"prompt": "c", "response": "d"}']
+    v = validation.Validator(config)
+    v.lines.begin("one.jsonl", 1)
+    v.lines.begin("two.jsonl", 2)
+    assert all(isinstance(o, bytes) for o in v.check_lines(rows, 1, candidate_lines(rows), []))
+
+
+def test_the_families_a_line_holds_find_what_all_families_find():
+    """`find_pii(text, kinds)` with the kinds of the line `text` sits in gives exactly
+    `find_pii(text)`, however the line was encoded."""
+    samples = pii_corpus.labeled_samples(3000, seed=12) + pii_corpus.name_samples(300, seed=12)
+    lines, texts = [], []
+    for s in samples:
+        for raw in (json.dumps({"prompt": s.text}).encode(), orjson.dumps({"prompt": s.text, "response": "ok"})):
+            lines.append(raw)
+            texts.append(s.text)
+    found = 0
+    blocked = candidate_lines(lines)
+    for i, (raw, text) in enumerate(zip(lines, texts, strict=True)):
+        kinds = line_kinds(raw)
+        everything = pii.find_pii(text)
+        found += bool(everything)
+        if kinds == NONE:
+            assert not everything, text
+            assert i not in blocked
+            continue
+        assert pii.find_pii(text, kinds) == everything, (text, kinds)
+        assert blocked[i] is None or kinds is not None and kinds <= blocked[i]
+    assert found > 1000
+
+
+def test_fingerprint_batches_answer_as_one_key_at_a_time(monkeypatch):
+    """`add_many` over batches, with repeats inside a batch and across batches, written
+    keys and Bloom false positives (a 2**10-bit filter), equals `add` key by key."""
+    monkeypatch.setattr(FingerprintIndex, "_FLUSH", 64)
+    monkeypatch.setattr(FingerprintIndex, "_BLOOM_BITS", 10)
+    rng = random.Random(9)
+    keys = [rng.getrandbits(64) for _ in range(600)]
+    keys = [rng.choice(keys) if rng.random() < 0.4 else k for k in keys] * 2
+    one, many = FingerprintIndex(), FingerprintIndex()
+    try:
+        expected = [one.add(k, line) or 0 for line, k in enumerate(keys, 1)]
+        got: list[int] = []
+        start = 0
+        while start < len(keys):
+            size = rng.choice([1, 3, 50, 200])
+            batch = np.array(keys[start : start + size], dtype=np.uint64)
+            got += many.add_many(batch, np.arange(start + 1, start + 1 + len(batch))).tolist()
+            start += size
+        assert got == expected
+        assert many.size == one.size
+    finally:
+        one.close()
+        many.close()
+
+
+def test_lengths_counted_together_equal_one_by_one():
+    lengths = [0, 15, 16, 17, 300, 8192, 10**6]
+    one, many = DataStats(), DataStats()
+    for n in lengths:
+        one.add(n, 0.0)
+    many.add_lengths(lengths)
+    assert many.to_json() == one.to_json()
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from("aZ \t\n\x1f\xa0\u3000\u2028ﬁǅß中 ") | st.characters(), max_size=30))
+def test_normalize_skips_the_collapse_only_where_it_changes_nothing(text):
+    nfkc = text if text.isascii() else unicodedata.normalize("NFKC", text)
+    assert normalize(text) == " ".join(nfkc.casefold().split())
