@@ -73,7 +73,7 @@ test: $(STAMP) images
 	$(PY) -m pytest -q --durations=25 tests
 
 bench: $(VENV)/.bench
-	$(PY) -m tests.benchmarks.run_all
+	$(PY) -m tests.benchmarks.run_all $(BENCH)
 
 compile: $(STAMP)
 	$(BIN)/llmops compile

@@ -417,33 +417,17 @@ class Validator:
         """`check` for consecutive lines (numbered from `first_line`), names off: per line
         its clean bytes (newline included) or its `_Rejected`, in order.
 
-        Three steps instead of one row at a time: `parse_lines`; every parsed row's
-        fingerprint through the exact index in one `add_many`; then each row's verdict.
-        Nothing a row does changes what exact dedup says of another, so the verdicts are
-        `check`'s. A plain row that is no pattern candidate (`candidates`:
+        Two steps instead of one row at a time: `_deduplicated`, then each row's verdict,
+        so the verdicts are `check`'s. A plain row that is no pattern candidate (`candidates`:
         `candidate_lines`) can have no finding: its clean form is the object as parsed
         and its length goes to `lengths` for the caller's `stats.add_lengths`. Every
         other row is scanned and concluded as `check` does.
         """
-        parsed, rejected = self.parse_lines(lines, first_line, self.exact is not None or self.near is not None)
-        out: list = [rejected.get(i) for i in range(len(lines))]
-        firsts = None
-        if self.exact is not None and parsed:
-            keys = fingerprints([row[4] for row in parsed])
-            numbers = np.fromiter((first_line + row[0] for row in parsed), dtype=np.int64, count=len(parsed))
-            firsts = self.exact.add_many(keys, numbers).tolist()
+        out, unique = self._deduplicated(lines, first_line)
         # `dumps(...) + b"\n"`, not OPT_APPEND_NEWLINE: orjson's result keeps a 4 KiB
         # buffer, and a block of them held at once costs 4 KiB a row; the sum is exact-sized.
-        dumps, near, cite = orjson.dumps, self.near, self.lines.cite
-        for j, (i, obj, fmt, values, text) in enumerate(parsed):
-            if firsts is not None and firsts[j]:
-                out[i] = _Rejected("duplicate", None, f"same text as {cite(firsts[j])}")
-                continue
-            if near is not None:
-                first = near.check(text, first_line + i)
-                if first is not None:
-                    out[i] = _Rejected("near_duplicate", None, f"similar to {cite(first)}")
-                    continue
+        dumps = orjson.dumps
+        for i, obj, fmt, values in unique:
             kinds = candidates.get(i, NONE)
             if values is not None and kinds == NONE:
                 lengths.append(sum(map(len, values)))
@@ -454,6 +438,43 @@ class Validator:
             except _Rejected as rej:
                 out[i] = rej
         return out
+
+    def begin_lines(self, lines: list[bytes], first_line: int, candidates: dict[int, Kinds]) -> list:
+        """`begin` for consecutive lines (numbered from `first_line`), names on: per line
+        its `_Scan` (its name candidates proposed) or its `_Rejected`, in order. The same
+        steps as `check_lines`; `begin` leaves no state that `complete` reads, so the
+        caller may settle these rows' names whenever it would have one at a time."""
+        out, unique = self._deduplicated(lines, first_line)
+        for i, obj, fmt, _ in unique:
+            out[i] = self._scan_patterns(obj, fmt, candidates.get(i, NONE))
+        return out
+
+    def _deduplicated(self, lines: list[bytes], first_line: int) -> tuple[list, list[tuple]]:
+        """`parse_lines`, then every parsed row's fingerprint through the exact index in
+        one `add_many` and the near index row by row, in order: (per line its `_Rejected`
+        or None, the rows left as (index, object, format, values when plain)). Nothing a
+        row does after its dedup changes what dedup says of another, so these are the
+        verdicts of one row at a time."""
+        parsed, rejected = self.parse_lines(lines, first_line, self.exact is not None or self.near is not None)
+        out: list = [rejected.get(i) for i in range(len(lines))]
+        firsts = None
+        if self.exact is not None and parsed:
+            keys = fingerprints([row[4] for row in parsed])
+            numbers = np.fromiter((first_line + row[0] for row in parsed), dtype=np.int64, count=len(parsed))
+            firsts = self.exact.add_many(keys, numbers).tolist()
+        near, cite = self.near, self.lines.cite
+        unique: list[tuple] = []
+        for j, (i, obj, fmt, values, text) in enumerate(parsed):
+            if firsts is not None and firsts[j]:
+                out[i] = _Rejected("duplicate", None, f"same text as {cite(firsts[j])}")
+                continue
+            if near is not None:
+                first = near.check(text, first_line + i)
+                if first is not None:
+                    out[i] = _Rejected("near_duplicate", None, f"similar to {cite(first)}")
+                    continue
+            unique.append((i, obj, fmt, values))
+        return out, unique
 
     def check(self, raw: bytes, line_no: int) -> dict:
         """The clean record for one raw line, or raise _Rejected."""
@@ -636,7 +657,7 @@ def _stream(
     batched = validator.names is not None
     batch = config.pii.names.ner_batch_size
     pending: list[tuple[int, bytes, Any]] = []  # (line, raw, _Scan or _Rejected)
-    block: list[bytes] = []  # names off: lines waiting for `judge_block`
+    block: list[bytes] = []  # lines waiting for `judge_block`
     doubtful = 0
 
     def reject(rej: _Rejected, line_no: int, line: bytes) -> None:
@@ -665,10 +686,21 @@ def _stream(
         doubtful = 0
 
     def judge_block(last_line: int | None = None) -> None:
-        """Names off: the lines in `block` (the last numbered `last_line`, by default
-        the last read) through `check_lines`; their clean rows are written in one go."""
-        nonlocal rows_out
+        """The lines in `block` (the last numbered `last_line`, by default the last read).
+        Names off: through `check_lines`, their clean rows written in one go. Names on:
+        through `begin_lines`, then into `pending` one by one, which settles its names at
+        the rows it would have one line at a time."""
+        nonlocal rows_out, doubtful
         first = (rows_in if last_line is None else last_line) - len(block) + 1
+        if batched:
+            for i, scan in enumerate(validator.begin_lines(block, first, candidate_lines(block))):
+                if isinstance(scan, _Scan):
+                    doubtful += len(scan.proposal.doubtful)
+                pending.append((first + i, block[i], scan))
+                if doubtful >= batch or len(pending) >= _PENDING_ROWS:
+                    flush()
+            block.clear()
+            return
         lengths: list[int] = []
         outcomes = validator.check_lines(block, first, candidate_lines(block), lengths)
         validator.stats.add_lengths(lengths)
@@ -705,30 +737,20 @@ def _stream(
             if line.endswith(b"\n"):
                 line = line[:-1]
             if overlong:
-                if pending:
-                    flush()
                 if block:
                     judge_block(rows_in - 1)
+                if pending:
+                    flush()
                 _quarantine_overlong(src, quarantine, validator.lines.where(rows_in), line, max_line)
                 validator.by_reason["line_too_long"] += 1
-                continue
-            if batched:
-                try:
-                    scan = validator.begin(line, rows_in)
-                    doubtful += len(scan.proposal.doubtful)
-                except _Rejected as rej:
-                    scan = rej
-                pending.append((rows_in, line, scan))
-                if doubtful >= batch or len(pending) >= _PENDING_ROWS:
-                    flush()
                 continue
             block.append(line)
             if len(block) >= _BLOCK_ROWS:
                 judge_block()
-        if pending:
-            flush()
         if block:
             judge_block()
+        if pending:
+            flush()
         bar.update(src.size - last_pos)
     finally:
         bar.close()

@@ -1,8 +1,10 @@
 """`make bench`: every benchmark, ratios against baselines measured in the same run.
-Results also land in build/bench/results.json."""
+Results also land in build/bench/results.json. `make bench BENCH="data load"` runs just
+those (a benchmark run alone, as its figures need)."""
 
 import json
 import os
+import sys
 
 from tests.benchmarks import (
     bench_ckpt,
@@ -17,10 +19,10 @@ from tests.benchmarks import (
 )
 
 
-def main() -> None:
+def main(only: list[str]) -> None:
     os.makedirs("build/bench", exist_ok=True)
     results = {}
-    for name, module in (
+    benches = (
         ("data", bench_data),
         ("tokens", bench_tokens),
         ("checkpoints", bench_ckpt),
@@ -30,7 +32,13 @@ def main() -> None:
         ("deploy", bench_deploy),
         ("serving", bench_serving),
         ("signing", bench_signing),
-    ):
+    )
+    unknown = set(only) - {name for name, _ in benches}
+    if unknown:
+        sys.exit(f"error: no benchmark {', '.join(sorted(unknown))}; known: {', '.join(n for n, _ in benches)}")
+    for name, module in benches:
+        if only and name not in only:
+            continue
         results[name] = module.main()
         print(module.report(results[name]), flush=True)
         print()
@@ -40,4 +48,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
