@@ -86,8 +86,3 @@ def line_kinds(raw: bytes) -> Kinds:
         return NONE
     kinds = {CANDIDATES[i][0] for i in ids}
     return None if ESCAPE in kinds else frozenset(kinds)
-
-
-def may_hold_pii(raw: bytes) -> bool:
-    """False only when no recognizer can find anything in any string of this JSON line."""
-    return line_kinds(raw) != NONE

@@ -439,16 +439,6 @@ class Validator:
                 out[i] = rej
         return out
 
-    def begin_lines(self, lines: list[bytes], first_line: int, candidates: dict[int, Kinds]) -> list:
-        """`begin` for consecutive lines (numbered from `first_line`), names on: per line
-        its `_Scan` (its name candidates proposed) or its `_Rejected`, in order. The same
-        steps as `check_lines`; `begin` leaves no state that `complete` reads, so the
-        caller may settle these rows' names whenever it would have one at a time."""
-        out, unique = self._deduplicated(lines, first_line)
-        for i, obj, fmt, _ in unique:
-            out[i] = self._scan_patterns(obj, fmt, candidates.get(i, NONE))
-        return out
-
     def _deduplicated(self, lines: list[bytes], first_line: int) -> tuple[list, list[tuple]]:
         """`parse_lines`, then every parsed row's fingerprint through the exact index in
         one `add_many` and the near index row by row, in order: (per line its `_Rejected`
@@ -657,7 +647,7 @@ def _stream(
     batched = validator.names is not None
     batch = config.pii.names.ner_batch_size
     pending: list[tuple[int, bytes, Any]] = []  # (line, raw, _Scan or _Rejected)
-    block: list[bytes] = []  # lines waiting for `judge_block`
+    block: list[bytes] = []  # names off: lines waiting for `judge_block`
     doubtful = 0
 
     def reject(rej: _Rejected, line_no: int, line: bytes) -> None:
@@ -686,21 +676,10 @@ def _stream(
         doubtful = 0
 
     def judge_block(last_line: int | None = None) -> None:
-        """The lines in `block` (the last numbered `last_line`, by default the last read).
-        Names off: through `check_lines`, their clean rows written in one go. Names on:
-        through `begin_lines`, then into `pending` one by one, which settles its names at
-        the rows it would have one line at a time."""
-        nonlocal rows_out, doubtful
+        """Names off: the lines in `block` (the last numbered `last_line`, by default
+        the last read) through `check_lines`; their clean rows are written in one go."""
+        nonlocal rows_out
         first = (rows_in if last_line is None else last_line) - len(block) + 1
-        if batched:
-            for i, scan in enumerate(validator.begin_lines(block, first, candidate_lines(block))):
-                if isinstance(scan, _Scan):
-                    doubtful += len(scan.proposal.doubtful)
-                pending.append((first + i, block[i], scan))
-                if doubtful >= batch or len(pending) >= _PENDING_ROWS:
-                    flush()
-            block.clear()
-            return
         lengths: list[int] = []
         outcomes = validator.check_lines(block, first, candidate_lines(block), lengths)
         validator.stats.add_lengths(lengths)
@@ -737,20 +716,30 @@ def _stream(
             if line.endswith(b"\n"):
                 line = line[:-1]
             if overlong:
-                if block:
-                    judge_block(rows_in - 1)
                 if pending:
                     flush()
+                if block:
+                    judge_block(rows_in - 1)
                 _quarantine_overlong(src, quarantine, validator.lines.where(rows_in), line, max_line)
                 validator.by_reason["line_too_long"] += 1
+                continue
+            if batched:
+                try:
+                    scan = validator.begin(line, rows_in)
+                    doubtful += len(scan.proposal.doubtful)
+                except _Rejected as rej:
+                    scan = rej
+                pending.append((rows_in, line, scan))
+                if doubtful >= batch or len(pending) >= _PENDING_ROWS:
+                    flush()
                 continue
             block.append(line)
             if len(block) >= _BLOCK_ROWS:
                 judge_block()
-        if block:
-            judge_block()
         if pending:
             flush()
+        if block:
+            judge_block()
         bar.update(src.size - last_pos)
     finally:
         bar.close()

@@ -28,8 +28,9 @@ _SCAN_ALL = (
     "v.candidate_lines = lambda lines: dict.fromkeys(range(len(lines)))\n"
 )
 
-# The loop before blocks: one line at a time through `check` (its exact-dedup index one
-# key at a time), a candidate line's strings scanned for every pattern family.
+# The loop before blocks: one line at a time through `check` (its exact-dedup index fed
+# one key at a time), a candidate line's strings scanned for every pattern family (names
+# on, rows go one at a time anyway: this baseline differs there only in the families).
 _ROW_AT_A_TIME = (
     "import importlib, orjson\n"
     f"v = {_MODULE}\n"
@@ -87,6 +88,44 @@ except SystemExit:
 print(json.dumps({"seconds": time.perf_counter() - started,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
+
+
+# One shard's three passes in one process (the work each Ray task does), names off.
+_SHARD_PASSES = """
+import json, time
+from kfp_llmops.components.data_validation import sharded
+from kfp_llmops.components.data_validation.config import DataValidationConfig
+from kfp_llmops.components.data_validation.reader import Lines
+config = DataValidationConfig()
+config.pii.names.enabled = False
+shard = sharded.plan({path!r}, 1 << 62)[0][0]
+t0 = time.perf_counter()
+keyed = sharded.shard_keys(shard, config, 1)
+t1 = time.perf_counter()
+pair = sharded.first_occurrences(1, keyed[2])
+t2 = time.perf_counter()
+sharded.validate_shard(shard, [1], Lines(), config, {{}}, pair)
+t3 = time.perf_counter()
+json.dump({{"keys": t1 - t0, "first": t2 - t1, "validate": t3 - t2}}, open({out!r}, "w"))
+"""
+
+
+def shard_passes(path: str) -> dict:
+    """MB/s of pass 1 (keys), pass 3 (validation) and all three for one shard of `path`
+    on one core, and the process's peak RSS: the per-core figure a Ray cluster scales."""
+    fd, out = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    _, peak = run_with_peak(_SHARD_PASSES.format(path=path, out=out))
+    with open(out) as handle:
+        seconds = json.load(handle)
+    os.unlink(out)
+    mb = os.path.getsize(path) / MB
+    return {
+        "keys_mb_per_s": mb / seconds["keys"],
+        "validate_mb_per_s": mb / seconds["validate"],
+        "all_mb_per_s": mb / sum(seconds.values()),
+        "peak_rss_mb": peak,
+    }
 
 
 def _same_outputs(a: str, b: str) -> None:
@@ -299,6 +338,7 @@ def main(
         big["path"], os.path.join(work, "out_big_off_ray"), names=False, ray_workers=2
     )
     results["ray2_vs_single"] = results["big_names_off_ray2"]["mb_per_s"] / results["big_names_off"]["mb_per_s"]
+    results["shard_passes"] = shard_passes(small["path"])
     results["candidate_search_speedup"] = (
         results["big_names_off"]["mb_per_s"] / results["big_names_off_scan_all"]["mb_per_s"]
     )
@@ -335,7 +375,7 @@ def main(
 
 
 def report(r: dict) -> str:
-    o, p = r["ours"], r["presidio"]
+    o, p, sp = r["ours"], r["presidio"], r["shard_passes"]
     n, pn = r["names_ours"], r["names_presidio"]
     return "\n".join(
         [
@@ -370,6 +410,9 @@ def report(r: dict) -> str:
             f"{r['big_names_off_ray2']['mb_per_s']:.1f} MB/s, peak RSS of the driver "
             f"{r['big_names_off_ray2']['peak_rss_mb']:.0f} MB; "
             f"{r['ray2_vs_single']:.2f}x the single process",
+            f"  one shard's passes on one core, {r['small']['bytes'] / MB:.0f} MB names off: keys "
+            f"{sp['keys_mb_per_s']:.1f} MB/s, validation {sp['validate_mb_per_s']:.1f} MB/s, "
+            f"all {sp['all_mb_per_s']:.1f} MB/s, peak RSS {sp['peak_rss_mb']:.0f} MB",
             *(
                 [
                     f"in the data image, {r['small']['bytes'] / MB:.0f} MB: "

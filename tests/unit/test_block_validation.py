@@ -207,36 +207,3 @@ def test_lengths_counted_together_equal_one_by_one():
 def test_normalize_skips_the_collapse_only_where_it_changes_nothing(text):
     nfkc = text if text.isascii() else unicodedata.normalize("NFKC", text)
     assert normalize(text) == " ".join(nfkc.casefold().split())
-
-
-def test_names_on_blocks_settle_as_one_line_at_a_time(tmp_path, monkeypatch):
-    """Names on, a block's rows are begun together (`begin_lines`) and settled where one
-    line at a time would settle them: the outputs equal `begin` line by line."""
-    from tests.benchmarks.corpus import write_corpus
-
-    corpus = tmp_path / "in.jsonl"
-    write_corpus(str(corpus), 400_000, seed=4)
-    config = DataValidationConfig()
-    config.gate.max_reject_rate = 1.0
-    config.pii.names.ner_batch_size = 16  # settles often, in the middle of blocks
-
-    def one_at_a_time(self, lines, first_line, candidates):
-        out = []
-        for i, raw in enumerate(lines):
-            try:
-                out.append(self.begin(raw, first_line + i))
-            except validation._Rejected as rej:
-                out.append(rej)
-        return out
-
-    outputs = []
-    for blocks in (True, False):
-        if not blocks:
-            monkeypatch.setattr(validation, "_BLOCK_ROWS", 1)
-            monkeypatch.setattr(validation.Validator, "begin_lines", one_at_a_time)
-        out = validation.OutputPaths.in_dir(str(tmp_path / f"out-{blocks}"))
-        result = validation.validate(str(corpus), out, config, show_progress=False)
-        outputs.append([open(p, "rb").read() for p in (out.clean, out.quarantine, out.stats)])
-        outputs[-1] += [result.metrics["pii_found"], result.metrics["merkle_root"]]
-    assert outputs[0] == outputs[1]
-    assert outputs[0][3].get("PERSON") and outputs[0][3].get("EMAIL")  # names and patterns were found
