@@ -747,7 +747,7 @@ def _stream(
 
 
 _PENDING_ROWS = 8192
-_BLOCK_ROWS = 4096
+_BLOCK_ROWS = 1024
 
 
 def _overlong(piece: bytes, max_line: int) -> bool:
