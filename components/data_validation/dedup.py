@@ -32,17 +32,20 @@ def normalize(text: str) -> str:
     return " ".join(text.split())
 
 
+def _digest(normalized: str) -> bytes:
+    """8 bytes of BLAKE2b from hashlib: half BLAKE3's cost a call at this size, and a key
+    is only ever compared within one run."""
+    return blake2b(normalized.encode("utf-8"), digest_size=8).digest()
+
+
 def fingerprint(normalized: str) -> int:
-    """A 64-bit key of a normalized text (never 0). BLAKE2b from hashlib: half BLAKE3's
-    cost a call at this size, and a key is only ever compared within one run."""
-    return int.from_bytes(blake2b(normalized.encode("utf-8"), digest_size=8).digest(), "little") or 1
+    """A 64-bit key of a normalized text (never 0)."""
+    return int.from_bytes(_digest(normalized), "little") or 1
 
 
 def fingerprints(texts: list[str]) -> np.ndarray:
     """`fingerprint` of each text, as one uint64 array."""
-    keys = np.frombuffer(
-        b"".join(blake2b(text.encode("utf-8"), digest_size=8).digest() for text in texts), dtype="<u8"
-    ).copy()
+    keys = np.frombuffer(b"".join(map(_digest, texts)), dtype="<u8").copy()
     keys[keys == 0] = 1
     return keys
 

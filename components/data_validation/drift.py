@@ -33,6 +33,14 @@ class Histogram:
     def add(self, value: float) -> None:
         self.counts[bisect.bisect_right(self.edges, value)] += 1
 
+    def add_many(self, values: list[float]) -> None:
+        """`add` of each value, binned in one go (numpy's side="right" is bisect_right)."""
+        import numpy as np
+
+        bins = np.searchsorted(self.edges, np.array(values), side="right")
+        for i, n in enumerate(np.bincount(bins, minlength=len(self.counts)).tolist()):
+            self.counts[i] += n
+
     def fractions(self) -> list[float]:
         total = sum(self.counts)
         return [c / total if total else 0.0 for c in self.counts]
@@ -53,14 +61,9 @@ class DataStats:
 
     def add_lengths(self, lengths: list[int]) -> None:
         """`add(n, 0.0)` for each of `lengths`, counted in one go (rows with no PII)."""
-        if not lengths:
-            return
-        import numpy as np
-
-        bins = np.searchsorted(self.length.edges, np.array(lengths), side="right")
-        for i, n in enumerate(np.bincount(bins, minlength=len(self.length.counts)).tolist()):
-            self.length.counts[i] += n
-        self.pii_density.counts[bisect.bisect_right(self.pii_density.edges, 0.0)] += len(lengths)
+        if lengths:
+            self.length.add_many(lengths)
+            self.pii_density.add_many([0.0] * len(lengths))
 
     def to_json(self) -> dict:
         return {

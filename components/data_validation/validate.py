@@ -242,16 +242,22 @@ class Validator:
         """What dedup compares: the format's fields, normalized, in order."""
         return "\x1f".join(_field_text(obj[name]) for name in fmt.fields if obj.get(name) is not None)
 
+    def _duplicate_of(self, first: int) -> _Rejected:
+        return _Rejected("duplicate", None, f"same text as {self.lines.cite(first)}")
+
+    def _near_duplicate_of(self, first: int) -> _Rejected:
+        return _Rejected("near_duplicate", None, f"similar to {self.lines.cite(first)}")
+
     def _dedup(self, obj: dict, fmt: RecordFormat, line_no: int) -> None:
         text = self.dedup_text(obj, fmt)
         if self.exact is not None:
             first = self.exact.add(fingerprint(text), line_no)
             if first is not None:
-                raise _Rejected("duplicate", None, f"same text as {self.lines.cite(first)}")
+                raise self._duplicate_of(first)
         if self.near is not None:
             first = self.near.check(text, line_no)
             if first is not None:
-                raise _Rejected("near_duplicate", None, f"similar to {self.lines.cite(first)}")
+                raise self._near_duplicate_of(first)
 
     def _scan_patterns(self, obj: dict, fmt: RecordFormat, kinds: Kinds) -> _Scan:
         """Pattern findings in every string of the record (extra and nested fields too),
@@ -452,16 +458,16 @@ class Validator:
             keys = fingerprints([row[4] for row in parsed])
             numbers = np.fromiter((first_line + row[0] for row in parsed), dtype=np.int64, count=len(parsed))
             firsts = self.exact.add_many(keys, numbers).tolist()
-        near, cite = self.near, self.lines.cite
+        near = self.near
         unique: list[tuple] = []
         for j, (i, obj, fmt, values, text) in enumerate(parsed):
             if firsts is not None and firsts[j]:
-                out[i] = _Rejected("duplicate", None, f"same text as {cite(firsts[j])}")
+                out[i] = self._duplicate_of(firsts[j])
                 continue
             if near is not None:
                 first = near.check(text, first_line + i)
                 if first is not None:
-                    out[i] = _Rejected("near_duplicate", None, f"similar to {cite(first)}")
+                    out[i] = self._near_duplicate_of(first)
                     continue
             unique.append((i, obj, fmt, values))
         return out, unique
