@@ -93,7 +93,13 @@ def test_first_release_is_promoted_with_watermark_found_in_serving(released):
 
 
 def test_healthy_canary_is_promoted_and_one_step_undo_restores_stable(released, tmp_path):
-    record, state = _canary(released, tmp_path, _cfg())
+    """Promotion and undo. Latency is judged with the defaults elsewhere (the default-config
+    test, 10 s intervals and more samples): in a 3 s interval of 18 requests a side, a canary
+    of the same model was measured 2.9x slower than stable at p50 on a busy 2-core machine,
+    and the slow-request test rolled it back; so the tolerance is wide here."""
+    cfg = _cfg()
+    cfg = cfg.model_copy(update={"gate": cfg.gate.model_copy(update={"latency_tolerance": 3.0})})
+    record, state = _canary(released, tmp_path, cfg)
     assert record["decision"] == "promoted", record["reason"]
     percents = [iv["percent"] for iv in record["intervals"]]
     assert percents[-1] == 100 and set(percents) == {50, 100}  # a noisy interval may hold a step
