@@ -8,6 +8,7 @@ tokenizer, tok2vec and ner run, on a short window around each candidate, batched
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -71,19 +72,28 @@ def _sentence(text: str, start: int, end: int) -> tuple[int, int]:
     return lo + len(left) - len(left.lstrip()), hi
 
 
+@functools.lru_cache(maxsize=2)
+def _load(path: str, root: str | None):
+    """The spaCy pipeline, once per process for a folder of a verified root: loading costs
+    about 0.6 s, more than validating a small file (a worker validating many shards, or
+    many files, pays it once). Without a root (the folder not verified) it is loaded anew."""
+    import spacy
+
+    try:
+        nlp = spacy.load(path, exclude=["tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
+    except Exception as exc:  # noqa: BLE001 - any load failure is a bad model, said in one line
+        raise InputError(f"pii.names.ner_model: {path}: cannot load: {exc}") from None
+    if "ner" not in nlp.pipe_names:
+        raise InputError(f"pii.names.ner_model: {path}: the pipeline has no ner component")
+    return nlp
+
+
 class NerConfirmer:
     """Callable: [(text, start, end)] -> [the PERSON span overlapping it, or None], one
     spaCy batch per call."""
 
-    def __init__(self, path: str, batch_size: int = 64):
-        import spacy
-
-        try:
-            self.nlp = spacy.load(path, exclude=["tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
-        except Exception as exc:  # noqa: BLE001 - any load failure is a bad model, said in one line
-            raise InputError(f"pii.names.ner_model: {path}: cannot load: {exc}") from None
-        if "ner" not in self.nlp.pipe_names:
-            raise InputError(f"pii.names.ner_model: {path}: the pipeline has no ner component")
+    def __init__(self, path: str, batch_size: int = 64, root: str | None = None):
+        self.nlp = _load(path, root) if root else _load.__wrapped__(path, root)
         self.batch_size = batch_size
         self.calls = 0  # windows the model actually ran on (cache misses)
         self._cache: OrderedDict[str, tuple[tuple[int, int], ...]] = OrderedDict()

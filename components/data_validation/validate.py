@@ -542,8 +542,8 @@ def _name_finder(config: DataValidationConfig):
     from .ner import NerConfirmer, resolve
 
     cfg = config.pii.names
-    path, _ = resolve(cfg.ner_model, cfg.ner_sha256)
-    return NameFinder(NerConfirmer(path, cfg.ner_batch_size), cfg.allow)
+    path, root = resolve(cfg.ner_model, cfg.ner_sha256)
+    return NameFinder(NerConfirmer(path, cfg.ner_batch_size, root), cfg.allow)
 
 
 def _finding_types(value: Any, counts: Counter | None = None) -> Counter:
