@@ -41,7 +41,6 @@ from blake3 import blake3
 from kfp_llmops.components.common.errors import InputError
 
 from .config import DataValidationConfig
-from .dedup import fingerprints
 from .reader import Inputs, Lines, input_files, open_input
 
 SHIFT = 40  # a row's position: its shard << SHIFT | its line in the shard
@@ -176,14 +175,14 @@ def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> t
 
     def key_block() -> None:
         first = local - len(block) + 1
-        parsed, _ = parser.parse_lines(block, first, texts=True, opening=opening)
+        parsed = parser.parse_block(block, first, texts=True, opening=opening, in_c=near is None)
         block.clear()
-        at = [base | (first + row[0]) for row in parsed]
         if config.dedup.exact:
-            keys.append(fingerprints([row[4] for row in parsed]) & np.uint64(_KEY_MASK))
-            positions.extend(at)
-        if near is not None:
-            for row, position in zip(parsed, at, strict=True):
+            keys.append(parsed.keys & np.uint64(_KEY_MASK))
+            positions.extend((base | (first + parsed.at)).tolist())
+        if near is not None:  # parsed in Python alone: near-dup on
+            at = [base | (first + row[0]) for row in parsed.parsed]
+            for row, position in zip(parsed.parsed, at, strict=True):
                 sig = near.signature(row[4])
                 hashes = near.band_hashes(sig)
                 bands.extend(hashes)

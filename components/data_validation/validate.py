@@ -24,7 +24,7 @@ from kfp_llmops.components.common.conversation import ROLES, TurnError, check_tu
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.progress import progress
 
-from . import pii
+from . import pii, plain_rows
 from .candidates import NONE, Kinds, candidate_lines, line_kinds
 from .config import DataValidationConfig, RecordFormat
 from .dedup import FingerprintIndex, NearDuplicateIndex, fingerprint, fingerprints, normalize
@@ -177,6 +177,7 @@ class Validator:
             for fmt, keys in self._format_keys
         ]
         self.exact = (exact or FingerprintIndex()) if config.dedup.exact else None
+        self._in_c: tuple | None = None  # (plain_rows function, formats), once looked up
         near_index, near = near, config.dedup.near
         self.near = (
             (near_index or NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words))
@@ -369,12 +370,17 @@ class Validator:
         return value
 
     def parse_lines(
-        self, lines: list[bytes], first_line: int, texts: bool, opening: Iterable[int] | None = None
+        self,
+        lines: list[bytes],
+        first_line: int,
+        texts: bool,
+        opening: Iterable[int] | None = None,
+        indices: Iterable[int] | None = None,
     ) -> tuple[list[tuple], dict[int, _Rejected]]:
         """`parse` of consecutive lines numbered from `first_line` (`opening`: the line
-        numbers that open a file and may start with a BOM, by default `self.lines`'):
-        the parsed as (index, object, format, its values when plain, dedup text when
-        `texts`) and the rejected by index.
+        numbers that open a file and may start with a BOM, by default `self.lines`';
+        `indices`: only these of them): the parsed as (index, object, format, its values
+        when plain, dedup text when `texts`) and the rejected by index.
 
         Most rows are plain: valid JSON holding exactly the fields of a string-only format,
         each a string within bounds. Those are judged here with nothing but that check;
@@ -383,7 +389,8 @@ class Validator:
         rejected: dict[int, _Rejected] = {}
         loads, plain_formats = orjson.loads, self._plain
         opens = {n - first_line for n in (self.lines.firsts if opening is None else opening)}
-        for i, raw in enumerate(lines):
+        for i in range(len(lines)) if indices is None else indices:
+            raw = lines[i]
             first_of_file = i in opens
             fmt = values = None
             if not first_of_file:
@@ -429,7 +436,7 @@ class Validator:
         and its length goes to `lengths` for the caller's `stats.add_lengths`. Every
         other row is scanned and concluded as `check` does.
         """
-        out, unique = self._deduplicated(lines, first_line)
+        out, unique = self._deduplicated(lines, first_line, candidates, lengths)
         # `dumps(...) + b"\n"`, not OPT_APPEND_NEWLINE: orjson's result keeps a 4 KiB
         # buffer, and a block of them held at once costs 4 KiB a row; the sum is exact-sized.
         dumps = orjson.dumps
@@ -445,24 +452,85 @@ class Validator:
                 out[i] = rej
         return out
 
-    def _deduplicated(self, lines: list[bytes], first_line: int) -> tuple[list, list[tuple]]:
-        """`parse_lines`, then every parsed row's fingerprint through the exact index in
-        one `add_many` and the near index row by row, in order: (per line its `_Rejected`
-        or None, the rows left as (index, object, format, values when plain)). Nothing a
-        row does after its dedup changes what dedup says of another, so these are the
-        verdicts of one row at a time."""
-        parsed, rejected = self.parse_lines(lines, first_line, self.exact is not None or self.near is not None)
-        out: list = [rejected.get(i) for i in range(len(lines))]
-        firsts = None
-        if self.exact is not None and parsed:
+    def parse_block(
+        self,
+        lines: list[bytes],
+        first_line: int,
+        texts: bool,
+        opening: Iterable[int] | None = None,
+        python: Iterable[int] = (),
+        in_c: bool = True,
+    ) -> ParsedBlock:
+        """`parse_lines` of a block, its plain rows in C where it can (`plain_rows.c`:
+        not a file's first line, not one of `python`; not at all without `in_c`: the
+        near-dup index wants each row's text), with every parsed row's dedup key in line order when
+        `texts`."""
+        n = len(lines)
+        scan = None
+        if in_c and lines:
+            if self._in_c is None:
+                fn = plain_rows.load()
+                self._in_c = (fn, plain_rows.Formats(self.formats) if fn is not None else None)
+            if self._in_c[0] is not None:
+                scan = plain_rows.scan(self._in_c[0], lines, self._in_c[1])
+        if scan is None:
+            mine = np.zeros(0, dtype=np.int64)
+            parsed, rejected = self.parse_lines(lines, first_line, texts, opening)
+        else:
+            claimed = scan[1] >= 0
+            claimed[[i for i in python if i < n]] = False
+            opens = self.lines.firsts if opening is None else opening
+            claimed[[k - first_line for k in opens if 0 <= k - first_line < n]] = False
+            mine = np.flatnonzero(claimed)
+            rest = np.flatnonzero(~claimed).tolist()
+            parsed, rejected = self.parse_lines(lines, first_line, texts, opening, indices=rest)
+        at = keys = None
+        if texts:
+            at = np.fromiter((row[0] for row in parsed), dtype=np.int64, count=len(parsed))
             keys = fingerprints([row[4] for row in parsed])
-            numbers = np.fromiter((first_line + row[0] for row in parsed), dtype=np.int64, count=len(parsed))
-            firsts = self.exact.add_many(keys, numbers).tolist()
+            if len(mine):
+                at, keys = np.concatenate([mine, at]), np.concatenate([scan[3][mine], keys])
+                order = np.argsort(at, kind="stable")
+                at, keys = at[order], keys[order]
+        return ParsedBlock(parsed, rejected, mine, scan, at, keys)
+
+    def _deduplicated(
+        self, lines: list[bytes], first_line: int, candidates: dict[int, Kinds], lengths: list[int]
+    ) -> tuple[list, list[tuple]]:
+        """`parse_block`, then every parsed row's key through the exact index in one
+        `add_many` and the near index row by row, in order: (per line its `_Rejected`,
+        its clean bytes or None, the rows left as (index, object, format, values when
+        plain)). Nothing a row does after its dedup changes what dedup says of another,
+        so these are the verdicts of one row at a time. The rows C parsed (plain, no
+        pattern candidate) are concluded here: their clean bytes, their lengths to `lengths`."""
+        n = len(lines)
+        block = self.parse_block(
+            lines,
+            first_line,
+            self.exact is not None or self.near is not None,
+            python=candidates,
+            in_c=self.near is None,
+        )
+        parsed, mine = block.parsed, block.in_c
+        out: list = [None] * n
+        for i, rej in block.rejected.items():
+            out[i] = rej
+        firsts = np.zeros(n, dtype=np.int64)
+        if self.exact is not None and block.at is not None and len(block.at):
+            firsts[block.at] = self.exact.add_many(block.keys, first_line + block.at)
+        if len(mine):
+            buf, _, chars, _, offsets = block.scan
+            kept = mine[firsts[mine] == 0]
+            for i in mine[firsts[mine] != 0].tolist():
+                out[i] = self._duplicate_of(int(firsts[i]))
+            for i, a, b in zip(kept.tolist(), offsets[kept].tolist(), offsets[kept + 1].tolist(), strict=True):
+                out[i] = buf[a:b]
+            lengths.extend(chars[kept].tolist())
         near = self.near
         unique: list[tuple] = []
-        for j, (i, obj, fmt, values, text) in enumerate(parsed):
-            if firsts is not None and firsts[j]:
-                out[i] = self._duplicate_of(firsts[j])
+        for i, obj, fmt, values, text in parsed:
+            if firsts[i]:
+                out[i] = self._duplicate_of(int(firsts[i]))
                 continue
             if near is not None:
                 first = near.check(text, first_line + i)
@@ -558,6 +626,20 @@ def _finding_types(value: Any, counts: Counter | None = None) -> Counter:
         for v in value:
             _finding_types(v, counts)
     return counts
+
+
+@dataclass
+class ParsedBlock:
+    """`Validator.parse_block`: the rows Python parsed (`parse_lines`' tuples) and
+    rejected (by index), the indexes of those C parsed with its scan (`plain_rows.scan`),
+    and every parsed row's index and dedup key, in line order (None without texts)."""
+
+    parsed: list[tuple]
+    rejected: dict[int, _Rejected]
+    in_c: np.ndarray
+    scan: tuple | None
+    at: np.ndarray | None
+    keys: np.ndarray | None
 
 
 @dataclass

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kfp_llmops.components.data_validation import pii
+from kfp_llmops.components.data_validation import pii, plain_rows
 from kfp_llmops.components.data_validation.candidates import NONE, candidate_lines, line_kinds
 from kfp_llmops.components.data_validation.config import DataValidationConfig
 from kfp_llmops.components.data_validation.dedup import FingerprintIndex, normalize
@@ -106,7 +106,15 @@ def _in_blocks(config, rows, size):
 
 @pytest.mark.parametrize("near", [False, True])
 @pytest.mark.parametrize("policy", ["balanced", "strict"])
-def test_blocks_judge_every_line_as_one_at_a_time(near, policy):
+@pytest.mark.parametrize("in_c", [True, False], ids=["plain-rows-in-C", "python"])
+def test_blocks_judge_every_line_as_one_at_a_time(near, policy, in_c, monkeypatch):
+    if in_c and plain_rows.load() is None:
+        pytest.skip("no C compiler: the Python path alone")
+    if not in_c:
+        monkeypatch.setattr(plain_rows, "load", lambda: None)
+    judged = []
+    real_scan = plain_rows.scan
+    monkeypatch.setattr(plain_rows, "scan", lambda *a: judged.append(a) or real_scan(*a))
     config = DataValidationConfig()
     config.pii.names.enabled = False
     config.pii.policy = policy
@@ -130,6 +138,7 @@ def test_blocks_judge_every_line_as_one_at_a_time(near, policy):
         )
         blocks.close()
     single.close()
+    assert bool(judged) == (in_c and not near)  # near-dup wants each row's text: Python's
 
 
 def test_a_line_of_a_later_file_may_open_with_a_bom():

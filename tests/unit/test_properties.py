@@ -65,10 +65,15 @@ def test_arbitrary_bytes_never_crash(tmp_path, data):
 @SETTINGS
 @given(lines=st.lists(_lines, min_size=1, max_size=40), near=st.booleans())
 @example(lines=[b'{"prompt": "p", "response": "r"}'] * 3 + [b'{"prompt": "a\x00b", "response": "r"}'], near=False)
+@example(lines=[b"\x1f\x8b", b"\r     "], near=False)
 def test_accounting_invariant_holds(tmp_path, lines, near):
     data = b"\n".join(lines) + b"\n"
     config = DataValidationConfig()
     config.dedup.near.enabled = near
+    if data.startswith(b"\x1f\x8b"):  # gzip's magic: read as gzip, refused whole when it is not
+        with pytest.raises(InputError, match="gzip"):
+            _run(tmp_path, data, config)
+        return
     if _mostly_binary(data):  # refused whole, one line naming why; nothing else is
         with pytest.raises(InputError, match="binary data"):
             _run(tmp_path, data, config)
