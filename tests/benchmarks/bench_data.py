@@ -28,6 +28,9 @@ _SCAN_ALL = (
     "v.candidate_lines = lambda lines: dict.fromkeys(range(len(lines)))\n"
 )
 
+# Blocks with every row in Python: no plain rows in C (plain_rows.c).
+_PYTHON_ROWS = "import os\nos.environ['LLMOPS_PURE_PYTHON'] = '1'\n"
+
 # The loop before blocks: one line at a time through `check` (its exact-dedup index fed
 # one key at a time), a candidate line's strings scanned for every pattern family (names
 # on, rows go one at a time anyway: this baseline differs there only in the families).
@@ -328,11 +331,15 @@ def main(
             big["path"], os.path.join(work, "out_big_off_rows"), names=False, patch=_ROW_AT_A_TIME
         ),
         "big_rows": run_validator(big["path"], os.path.join(work, "out_big_rows"), patch=_ROW_AT_A_TIME),
+        "big_names_off_python": run_validator(
+            big["path"], os.path.join(work, "out_big_off_python"), names=False, patch=_PYTHON_ROWS
+        ),
     }
-    for other in ("out_big_off_rows", "out_big_off_all"):
+    for other in ("out_big_off_rows", "out_big_off_all", "out_big_off_python"):
         _same_outputs(os.path.join(work, "out_big_off"), os.path.join(work, other))
     _same_outputs(os.path.join(work, "out_big"), os.path.join(work, "out_big_rows"))
     results["blocks_speedup"] = results["big_names_off"]["mb_per_s"] / results["big_names_off_rows"]["mb_per_s"]
+    results["c_speedup"] = results["big_names_off"]["mb_per_s"] / results["big_names_off_python"]["mb_per_s"]
     results["names_on_speedup"] = results["big"]["mb_per_s"] / results["big_rows"]["mb_per_s"]
     results["big_names_off_ray2"] = run_validator(
         big["path"], os.path.join(work, "out_big_off_ray"), names=False, ray_workers=2
@@ -406,6 +413,9 @@ def report(r: dict) -> str:
             f"names off {r['big_names_off_rows']['mb_per_s']:.1f} MB/s, names on {r['big_rows']['mb_per_s']:.1f} MB/s; "
             f"blocks are {r['blocks_speedup']:.2f}x names off, {r['names_on_speedup']:.2f}x names on "
             "(targets >= 30 and >= 8 MB/s; outputs byte-identical, checked)",
+            f"  names off, blocks with every row in Python (no plain_rows.c): "
+            f"{r['big_names_off_python']['mb_per_s']:.1f} MB/s; plain rows in C are {r['c_speedup']:.2f}x "
+            "(outputs byte-identical, checked)",
             f"  names off on a local Ray with 2 workers (engine: ray, start-up included): "
             f"{r['big_names_off_ray2']['mb_per_s']:.1f} MB/s, peak RSS of the driver "
             f"{r['big_names_off_ray2']['peak_rss_mb']:.0f} MB; "
