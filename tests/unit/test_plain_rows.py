@@ -132,3 +132,16 @@ def test_a_different_format_list_changes_what_is_claimed():
     lines = [b'{"prompt": "long enough", "response": "r"}', b'{"prompt": "  ab ", "response": "r"}']
     buf, status, *_ = plain_rows.scan(plain_rows.load(), lines, plain_rows.Formats(config.schema_.formats))
     assert status.tolist() == [0, -1]
+
+
+def test_without_a_compiler_the_validator_says_so_once_and_runs_its_python_path(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(plain_rows, "_loaded", {})
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert plain_rows.load() is None and plain_rows.load() is None
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "plain rows in C unavailable" in said[0] and "the Python path" in said[0], said
+    monkeypatch.setenv("CC", "cc")
+    monkeypatch.setattr(plain_rows, "_loaded", {})
+    assert plain_rows.load() is not None  # built into the empty cache
+    assert os.listdir(tmp_path / "cache" / "kfp-llmops") == [plain_rows._library_name()]
