@@ -9,15 +9,19 @@ decoded string, so a line none of them matches holds no finding and its strings 
 of its strings, so `find_pii` skips that family's scans there: the outputs do not
 change. The supersets hold on the raw line because JSON never escapes the characters
 they use, except through `\\u00XX`, which is itself a candidate (of every family).
+
+Names on, one more family, `NAMES` (`names.LINE_CANDIDATE`), says which lines the name
+finder can find anything in: the others skip its candidate pass.
 """
 
 from __future__ import annotations
 
 import threading
 
-from kfp_llmops.components.data_validation import pii
+from kfp_llmops.components.data_validation import names, pii
 
 ESCAPE = "ESCAPE"  # on a raw line: any character may hide behind it
+NAMES = "NAMES"  # the name finder's candidates (names on)
 CANDIDATES: tuple[tuple[str, str], ...] = (
     (pii.CREDIT_CARD, r"(?:[0-9][ -]?){11,18}[0-9]"),
     (
@@ -40,30 +44,37 @@ CANDIDATES: tuple[tuple[str, str], ...] = (
 _local = threading.local()
 
 
-def _database():
-    db = getattr(_local, "db", None)
+_WITH_NAMES = (*CANDIDATES, (NAMES, names.LINE_CANDIDATE))
+
+
+def _database(with_names: bool):
+    families = _WITH_NAMES if with_names else CANDIDATES
+    db = getattr(_local, NAMES if with_names else "db", None)
     if db is None:
         import hyperscan
 
-        expressions = [pattern.encode("ascii") for _, pattern in CANDIDATES]
-        db = _local.db = hyperscan.Database()
+        expressions = [pattern.encode("ascii") for _, pattern in families]
+        db = hyperscan.Database()
         db.compile(expressions=expressions, ids=list(range(len(expressions))), elements=len(expressions))
-    return db
+        setattr(_local, NAMES if with_names else "db", db)
+    return db, families
 
 
 Kinds = frozenset[str] | None  # the families that may match; None: any may (an escape)
 NONE: frozenset[str] = frozenset()
 
 
-def candidate_lines(lines: list[bytes]) -> dict[int, Kinds]:
-    """The indexes of `lines` (newlines removed) a candidate matches, with their families,
-    from one scan of them joined: every match's end is reported and mapped to its line.
-    A match that spans the joining newline gives a line a family it need not have, which
-    only costs `find_pii` a scan; none that a line has is ever left out."""
+def candidate_lines(lines: list[bytes], with_names: bool = False) -> dict[int, Kinds]:
+    """The indexes of `lines` (newlines removed) a candidate matches, with their families
+    (`NAMES` among them with `with_names`), from one scan of them joined: every match's
+    end is reported and mapped to its line. A match that spans the joining newline gives
+    a line a family it need not have, which only costs a scan; none that a line has is
+    ever left out."""
     import numpy as np
 
     events: list[int] = []
-    _database().scan(
+    db, families = _database(with_names)
+    db.scan(
         b"\n".join(lines),
         match_event_handler=lambda i, _start, end, _flags, _ctx: events.extend((end - 1, i)),
     )
@@ -71,17 +82,17 @@ def candidate_lines(lines: list[bytes]) -> dict[int, Kinds]:
         return {}
     pairs = np.array(events, dtype=np.int64).reshape(-1, 2)
     bounds = np.cumsum(np.fromiter(map(len, lines), dtype=np.int64, count=len(lines)) + 1)
-    at = np.searchsorted(bounds, pairs[:, 0], side="right") * len(CANDIDATES) + pairs[:, 1]
+    at = np.searchsorted(bounds, pairs[:, 0], side="right") * len(families) + pairs[:, 1]
     found: dict[int, set[str]] = {}
-    for line, i in zip(*np.divmod(np.unique(at), len(CANDIDATES)), strict=True):
-        found.setdefault(int(line), set()).add(CANDIDATES[i][0])
+    for line, i in zip(*np.divmod(np.unique(at), len(families)), strict=True):
+        found.setdefault(int(line), set()).add(families[i][0])
     return {line: None if ESCAPE in kinds else frozenset(kinds) for line, kinds in found.items()}
 
 
 def line_kinds(raw: bytes) -> Kinds:
     """`candidate_lines` of one line: NONE when no candidate matches it."""
     ids: set[int] = set()
-    _database().scan(raw, match_event_handler=lambda i, _start, _end, _flags, _ctx: ids.add(i))
+    _database(False)[0].scan(raw, match_event_handler=lambda i, _start, _end, _flags, _ctx: ids.add(i))
     if not ids:
         return NONE
     kinds = {CANDIDATES[i][0] for i in ids}

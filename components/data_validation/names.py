@@ -67,11 +67,11 @@ _CAPWORD = r"[A-Z\u00C0-\u00DE][a-z\u00DF-\u00FF]*(?:[A-Z][a-z\u00DF-\u00FF]+)?(
 _CAPS = re.compile(rf"(?<![\w'\u2019-]){_CAPWORD}(?![\w'\u2019-])")
 # A cue right before a capitalised word. Strong cues name whoever follows; weak ones only
 # with a known given name or a vocative ("Thanks Priya," / "Hi Will!").
-_CUE_BEFORE = re.compile(
-    r"(?:(?P<strong>\b(?i:my name is|my name's|name:|call me|signed|regards|sincerely|dear))"
-    r"|\b(?i:i am|i'm|i\u2019m|this is|ask for|speak to|speak with|spoke with|contact|hi|hello|hey|"
-    r"thanks|thank you|cheers)),? +$"
+_STRONG_CUES = "my name is|my name's|name:|call me|signed|regards|sincerely|dear"
+_WEAK_CUES = (
+    "i am|i'm|i\u2019m|this is|ask for|speak to|speak with|spoke with|contact|hi|hello|hey|thanks|thank you|cheers"
 )
+_CUE_BEFORE = re.compile(rf"(?:(?P<strong>\b(?i:{_STRONG_CUES}))|\b(?i:{_WEAK_CUES})),? +$")
 _CUE_LAST = frozenset(
     "is name's name: me signed regards sincerely dear am i'm i\u2019m for to with "
     "contact hi hello hey thanks you cheers".split()
@@ -115,6 +115,16 @@ _EN_ADDRESS = re.compile(
     r"(?:,? (?:Apt|Apartment|Suite|Ste|Unit|Flat|Floor|Fl|#)\.? ?#?[0-9A-Za-z]{1,5})?"
     r"(?:, ?[A-Z][a-z]+(?: [A-Z][a-z]+){0,2})?"
     r"(?:,? ?(?:[A-Z]{2} \d{5}(?:-\d{4})?|[A-Z]{1,2}\d[A-Z\d]? ?\d[A-Z]{2}))?(?![\w-])"
+)
+# What a raw JSON line must hold for `NameFinder.candidates` to find anything in one of
+# its strings (`candidates.candidate_lines` looks for it a block at a time, names on): a
+# byte outside ASCII or a `\u` escape (the Chinese rules; any capital outside ASCII), two
+# capitalised words one space apart (a pair; a title, its period too; every English
+# address: "Baker Street", "P.O. Box"), or a cue before a capital. JSON escapes none of
+# these characters.
+LINE_CANDIDATE = (
+    r"[\x80-\xff]|\\u|[A-Z][A-Za-z'-]*\.? [A-Z]"
+    rf"|(?i:{'|'.join(c for c in f'{_STRONG_CUES}|{_WEAK_CUES}'.split('|') if c.isascii())}),? +[A-Z]"
 )
 _ADDRESS_NEGATIVE = re.compile(
     r"(?i)\b(?:top|chapter|section|figure|table|page|step|part|version|order|invoice|ref|"

@@ -25,10 +25,11 @@ from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.progress import progress
 
 from . import pii, plain_rows
-from .candidates import NONE, Kinds, candidate_lines, line_kinds
+from .candidates import NAMES, NONE, Kinds, candidate_lines, line_kinds
 from .config import DataValidationConfig, RecordFormat
 from .dedup import FingerprintIndex, NearDuplicateIndex, fingerprint, fingerprints, normalize
 from .drift import DataStats, drift
+from .names import Proposal
 from .reader import STREAM_ERRORS, Inputs, InputStream, Lines, input_files, open_input
 
 CLEAN_NAME = integrity.DATASET_FILE
@@ -260,11 +261,12 @@ class Validator:
             if first is not None:
                 raise self._near_duplicate_of(first)
 
-    def _scan_patterns(self, obj: dict, fmt: RecordFormat, kinds: Kinds) -> _Scan:
+    def _scan_patterns(self, obj: dict, fmt: RecordFormat, kinds: Kinds, names: bool = True) -> _Scan:
         """Pattern findings in every string of the record (extra and nested fields too),
         and the name candidates when names are on. `kinds`: the pattern families whose
         candidates the raw line holds (`candidates.line_kinds`); with none the record
-        has no pattern finding, so its strings are only collected."""
+        has no pattern finding, so its strings are only collected. Without `names` the
+        line holds no name candidate (`candidates.NAMES`): the name finder is skipped."""
         candidate = kinds != NONE
         scan = _Scan(obj, fmt)
         strings = scan.strings
@@ -299,7 +301,7 @@ class Validator:
         else:
             scan.scanned = visit(obj, "")
         if self.names is not None:
-            scan.proposal = self.names.propose(strings)
+            scan.proposal = self.names.propose(strings) if names else Proposal(strings, None, ())
         return scan
 
     def _conclude(self, scan: _Scan, name_spans: list | None) -> tuple[dict, float, int]:
@@ -427,14 +429,16 @@ class Validator:
     def check_lines(
         self, lines: list[bytes], first_line: int, candidates: dict[int, Kinds], lengths: list[int]
     ) -> list:
-        """`check` for consecutive lines (numbered from `first_line`), names off: per line
-        its clean bytes (newline included) or its `_Rejected`, in order.
+        """`check` for consecutive lines (numbered from `first_line`): per line its clean
+        bytes (newline included) or its `_Rejected`, in order; names on, a line that may
+        hold a name gets its `_Scan` instead (`begin`'s), for the caller to settle and
+        `complete` where one line at a time would (`begin` leaves no state `complete` reads).
 
         Two steps instead of one row at a time: `_deduplicated`, then each row's verdict,
-        so the verdicts are `check`'s. A plain row that is no pattern candidate (`candidates`:
-        `candidate_lines`) can have no finding: its clean form is the object as parsed
-        and its length goes to `lengths` for the caller's `stats.add_lengths`. Every
-        other row is scanned and concluded as `check` does.
+        so the verdicts are `check`'s. A plain row that is no candidate (`candidates`:
+        `candidate_lines`, with names when they are on) can have no finding: its clean
+        form is the object as parsed and its length goes to `lengths` for the caller's
+        `stats.add_lengths`. Every other row is scanned as `begin` scans it.
         """
         out, unique = self._deduplicated(lines, first_line, candidates, lengths)
         # `dumps(...) + b"\n"`, not OPT_APPEND_NEWLINE: orjson's result keeps a 4 KiB
@@ -446,8 +450,15 @@ class Validator:
                 lengths.append(sum(map(len, values)))
                 out[i] = dumps(obj) + b"\n"
                 continue
+            names = kinds is None or NAMES in kinds
+            if names and kinds is not None:
+                kinds = kinds - {NAMES}
+            scan = self._scan_patterns(obj, fmt, kinds, names)
+            if self.names is not None:
+                out[i] = scan
+                continue
             try:
-                out[i] = dumps(self.complete(self._scan_patterns(obj, fmt, kinds), None)) + b"\n"
+                out[i] = dumps(self.complete(scan, None)) + b"\n"
             except _Rejected as rej:
                 out[i] = rej
         return out
@@ -723,9 +734,11 @@ def _stream(
     show_progress: bool,
     first_line: int = 1,
 ) -> tuple[int, int]:
-    """With names on, rows wait in order (at most `_PENDING_ROWS`) until their doubtful
-    name candidates fill one NER batch; both outputs keep input order. A shard's lines
-    are numbered from its `first_line`; the counts returned are its own."""
+    """Lines are judged a block at a time (`check_lines`). With names on, rows then wait
+    in order (at most `_PENDING_ROWS`) until their doubtful name candidates fill one NER
+    batch, joining it one by one, so each batch is the one a row at a time would make;
+    both outputs keep input order. A shard's lines are numbered from its `first_line`;
+    the counts returned are its own."""
     max_line = config.schema_.max_line_bytes
     readline = src.reader.readline
     rows_in = first_line - 1
@@ -734,8 +747,8 @@ def _stream(
     last_pos = 0
     batched = validator.names is not None
     batch = config.pii.names.ner_batch_size
-    pending: list[tuple[int, bytes, Any]] = []  # (line, raw, _Scan or _Rejected)
-    block: list[bytes] = []  # names off: lines waiting for `judge_block`
+    pending: list[tuple[int, bytes, Any]] = []  # (line, raw, outcome: clean bytes, _Scan or _Rejected)
+    block: list[bytes] = []  # lines waiting for `judge_block`
     doubtful = 0
 
     def reject(rej: _Rejected, line_no: int, line: bytes) -> None:
@@ -748,29 +761,42 @@ def _stream(
 
     def flush() -> None:
         nonlocal rows_out, doubtful
-        scans = [s.proposal for _, _, s in pending if isinstance(s, _Scan)]
+        scans = [s.proposal for _, _, s in pending if type(s) is _Scan]
         settled = iter(validator.names.settle(scans))
-        for line_no, line, scan in pending:
+        kept: list[bytes] = []
+        for line_no, line, outcome in pending:
+            if type(outcome) is bytes:
+                kept.append(outcome)
+                continue
             try:
-                if isinstance(scan, _Rejected):
-                    raise scan
-                record = validator.complete(scan, next(settled))
+                if type(outcome) is _Rejected:
+                    raise outcome
+                kept.append(orjson.dumps(validator.complete(outcome, next(settled))) + b"\n")
             except _Rejected as rej:
                 reject(rej, line_no, line)
-                continue
-            clean.write(orjson.dumps(record) + b"\n")
-            rows_out += 1
+        clean.write(b"".join(kept))
+        rows_out += len(kept)
         pending.clear()
         doubtful = 0
 
     def judge_block(last_line: int | None = None) -> None:
-        """Names off: the lines in `block` (the last numbered `last_line`, by default
-        the last read) through `check_lines`; their clean rows are written in one go."""
-        nonlocal rows_out
+        """The lines in `block` (the last numbered `last_line`, by default the last read)
+        through `check_lines`. Names off, their clean rows are written in one go; names
+        on, they join `pending` one by one."""
+        nonlocal rows_out, doubtful
         first = (rows_in if last_line is None else last_line) - len(block) + 1
         lengths: list[int] = []
-        outcomes = validator.check_lines(block, first, candidate_lines(block), lengths)
+        outcomes = validator.check_lines(block, first, candidate_lines(block, batched), lengths)
         validator.stats.add_lengths(lengths)
+        if batched:
+            for i, outcome in enumerate(outcomes):
+                if type(outcome) is _Scan:
+                    doubtful += len(outcome.proposal.doubtful)
+                pending.append((first + i, block[i], outcome))
+                if doubtful >= batch or len(pending) >= _PENDING_ROWS:
+                    flush()
+            block.clear()
+            return
         kept: list[bytes] = []
         for i, outcome in enumerate(outcomes):
             if type(outcome) is bytes:
@@ -804,30 +830,20 @@ def _stream(
             if line.endswith(b"\n"):
                 line = line[:-1]
             if overlong:
-                if pending:
-                    flush()
                 if block:
                     judge_block(rows_in - 1)
+                if pending:
+                    flush()
                 _quarantine_overlong(src, quarantine, validator.lines.where(rows_in), line, max_line)
                 validator.by_reason["line_too_long"] += 1
-                continue
-            if batched:
-                try:
-                    scan = validator.begin(line, rows_in)
-                    doubtful += len(scan.proposal.doubtful)
-                except _Rejected as rej:
-                    scan = rej
-                pending.append((rows_in, line, scan))
-                if doubtful >= batch or len(pending) >= _PENDING_ROWS:
-                    flush()
                 continue
             block.append(line)
             if len(block) >= _BLOCK_ROWS:
                 judge_block()
-        if pending:
-            flush()
         if block:
             judge_block()
+        if pending:
+            flush()
         bar.update(src.size - last_pos)
     finally:
         bar.close()

@@ -216,3 +216,45 @@ def test_lengths_counted_together_equal_one_by_one():
 def test_normalize_skips_the_collapse_only_where_it_changes_nothing(text):
     nfkc = text if text.isascii() else unicodedata.normalize("NFKC", text)
     assert normalize(text) == " ".join(nfkc.casefold().split())
+
+
+def test_names_on_blocks_settle_as_one_line_at_a_time(tmp_path, monkeypatch):
+    """Names on, a block's rows are judged together (`check_lines`: a plain row no
+    candidate matched, of a pattern or a name, is clean at once; the rest are scanned and
+    proposed) and join the NER batch where one line at a time would: the outputs equal
+    `begin` line by line, which runs the name finder on every row."""
+    from kfp_llmops.components.data_validation.names import NameFinder
+    from tests.benchmarks.corpus import write_corpus
+
+    corpus = tmp_path / "in.jsonl"
+    write_corpus(str(corpus), 400_000, seed=4)
+    config = DataValidationConfig()
+    config.gate.max_reject_rate = 1.0
+    config.pii.names.ner_batch_size = 16  # settles often, in the middle of blocks
+
+    def one_at_a_time(self, lines, first_line, candidates, lengths):
+        out = []
+        for i, raw in enumerate(lines):
+            try:
+                out.append(self.begin(raw, first_line + i))
+            except validation._Rejected as rej:
+                out.append(rej)
+        return out
+
+    proposed = []
+    real_propose = NameFinder.propose
+    monkeypatch.setattr(NameFinder, "propose", lambda self, texts: proposed.append(1) or real_propose(self, texts))
+    outputs, calls = [], []
+    for blocks in (True, False):
+        if not blocks:
+            monkeypatch.setattr(validation, "_BLOCK_ROWS", 1)
+            monkeypatch.setattr(validation.Validator, "check_lines", one_at_a_time)
+        proposed.clear()
+        out = validation.OutputPaths.in_dir(str(tmp_path / f"out-{blocks}"))
+        result = validation.validate(str(corpus), out, config, show_progress=False)
+        outputs.append([open(p, "rb").read() for p in (out.clean, out.quarantine, out.stats)])
+        outputs[-1] += [result.metrics["pii_found"], result.metrics["merkle_root"]]
+        calls.append(len(proposed))
+    assert outputs[0] == outputs[1]
+    assert outputs[0][3].get("PERSON") and outputs[0][3].get("EMAIL")  # names and patterns were found
+    assert calls[0] < calls[1] / 3  # most rows skipped the name finder

@@ -1,5 +1,6 @@
-"""The Hyperscan candidate search may only skip a line that `find_pii` finds nothing in,
-however the line was JSON-encoded; and it must skip most plain text, or it buys nothing."""
+"""The Hyperscan candidate search may only skip a line that `find_pii` (or, names on, the
+name finder's candidate pass) finds nothing in, however the line was JSON-encoded; and it
+must skip most plain text, or it buys nothing."""
 
 import importlib
 import json
@@ -10,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kfp_llmops.components.data_validation import pii
-from kfp_llmops.components.data_validation.candidates import NONE, line_kinds
+from kfp_llmops.components.data_validation import names, pii
+from kfp_llmops.components.data_validation.candidates import NAMES, NONE, candidate_lines, line_kinds
 from kfp_llmops.components.data_validation.config import DataValidationConfig
 from tests import pii_corpus
 from tests.benchmarks.corpus import write_corpus
@@ -101,7 +102,7 @@ def test_outputs_equal_scanning_every_line(tmp_path, monkeypatch, names):
     """The gate changes nothing: the same clean, quarantine and stats as scanning every
     string of every line for every family."""
     corpus = tmp_path / "in.jsonl"
-    write_corpus(str(corpus), 600_000 if not names else 150_000, seed=3)
+    write_corpus(str(corpus), 600_000 if not names else 300_000, seed=3)
     config = DataValidationConfig()
     config.gate.max_reject_rate = 1.0
     config.pii.names.enabled = names
@@ -109,7 +110,9 @@ def test_outputs_equal_scanning_every_line(tmp_path, monkeypatch, names):
     for gate in (True, False):
         if not gate:
             monkeypatch.setattr(validation, "line_kinds", lambda raw: None)
-            monkeypatch.setattr(validation, "candidate_lines", lambda lines: dict.fromkeys(range(len(lines))))
+            monkeypatch.setattr(
+                validation, "candidate_lines", lambda lines, with_names=False: dict.fromkeys(range(len(lines)))
+            )
         out = validation.OutputPaths.in_dir(str(tmp_path / f"out-{gate}"))
         result = validation.validate(str(corpus), out, config, show_progress=False)
         outputs.append(
@@ -118,3 +121,87 @@ def test_outputs_equal_scanning_every_line(tmp_path, monkeypatch, names):
         )
     assert outputs[0] == outputs[1]
     assert outputs[0][4]  # there were findings to keep
+
+
+_FINDER = names.NameFinder(lambda asked: [None] * len(asked))
+
+
+def may_hold_a_name(raw: bytes) -> bool:
+    kinds = candidate_lines([raw], with_names=True).get(0, NONE)
+    return kinds is None or NAMES in kinds
+
+
+def _assert_names_superset(text: str) -> bool:
+    found = bool(_FINDER.candidates(text))
+    if found:
+        for raw in _encodings(text):
+            assert may_hold_a_name(raw), (text, raw)
+    return found
+
+
+def test_every_name_candidate_is_a_names_candidate():
+    """On the labeled corpora, the one tuned on and the held-out ones (names and addresses
+    nobody tuned for, English and Chinese), in every encoding."""
+    from tests.faker_corpus import faker_samples
+
+    samples = (
+        pii_corpus.name_samples(1500, seed=13)
+        + pii_corpus.labeled_samples(1500, seed=13)
+        + pii_corpus.held_out_samples()
+        + faker_samples("tune", 100)
+        + faker_samples("held_out", 100)
+    )
+    assert sum(_assert_names_superset(s.text) for s in samples) > 1000
+
+
+_PIECES = (
+    *sorted(names.TITLES),
+    *"Dr. Mr. Mrs Ms. St. Ave Box PO P.O. Apt #".split(),
+    *"Maria Will May Garcia Smith O'Brien Jean-Luc McDonald Müller Zoë Ólafur Baker Street".split(),
+    *"my name is|I'm|I am|this is|Dear|Hi|hello|Thanks|Thank you|Cheers|call me|signed|regards|name:".split("|"),
+    *"王 李 欧阳 先生 女士 我是 叫 北京市 朝阳区 建国路 号 省 县 街 座".split(),
+    *"the and of in what is 42 7B 221B 10001 , . ! ? : ; ' - \" \u2019".split(),
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    parts=st.lists(st.sampled_from(_PIECES), max_size=8),
+    seps=st.lists(st.sampled_from([" ", "", ", ", ". ", "  ", "\n", "\t"]), min_size=8, max_size=8),
+)
+def test_names_in_any_arrangement(parts, seps):
+    _assert_names_superset("".join(p + s for p, s in zip(parts, seps, strict=False)))
+
+
+@settings(max_examples=600, deadline=None)
+@given(text=st.text(alphabet="AaBbMmZz .,'-:0123456789\n中À", max_size=40) | st.text(max_size=60))
+def test_names_shaped_noise(text):
+    _assert_names_superset(text)
+
+
+def test_plain_text_is_no_names_candidate():
+    """The bench corpus's plain rows skip the name finder; a name, a non-ASCII character
+    or an escape never does."""
+    assert not may_hold_a_name(
+        orjson.dumps({"prompt": "What is 1 plus 5? (request 4)", "response": "1 plus 5 is 6. Hope that helps."})
+    )
+    assert may_hold_a_name(b'{"prompt": "ask Maria Garcia"}')
+    assert may_hold_a_name(b'{"prompt": "\\u00e9"}')
+    assert may_hold_a_name(orjson.dumps({"prompt": "客户信息：朱英，"}))
+
+
+@pytest.mark.parametrize("rule", ["cue", "title", "pair", "number", "box"])
+def test_each_rule_of_the_name_finder_is_a_names_candidate(rule):
+    """Every rule that makes a candidate, each in its own words, in both cases."""
+    capitals = ["Maria", "Priya", "Will", "O'Brien", "Jean-Luc", "McDonald", "Garcia", "Baker"]
+    cues = f"{names._STRONG_CUES}|{names._WEAK_CUES}".split("|")
+    heads = {
+        "cue": [f"{c2}{sep}" for c in cues for c2 in (c, c.title(), c.upper()) for sep in (" ", ", ", "  ")],
+        "title": [f"{t2}{sep}" for t in names.TITLES for t2 in (t.title(), t.upper()) for sep in (" ", ". ")],
+        "pair": [f"{c} " for c in capitals],
+        "number": ["42 ", "7B ", "221B, ", "1600 North "],
+        "box": ["PO ", "P.O. ", "P. O. "],
+    }[rule]
+    tails = ["Box 123, Springfield", "Street"] if rule == "box" else [*capitals, "Baker Street", "Smith"]
+    found = sum(_assert_names_superset(f"then {head}{tail} said so.") for head in heads for tail in tails)
+    assert found  # the rule does make candidates here
