@@ -34,7 +34,7 @@ CANDIDATES: tuple[tuple[str, str], ...] = (
     (pii.PHONE, r"(?:\([2-9][0-9]{2}\) ?|[2-9][0-9]{2}[ .-])[2-9][0-9]{2}[ .-][0-9]{4}"),  # US
     (pii.PHONE, r"1[3-9][0-9][ -]?[0-9]{4}[ -]?[0-9]{4}|0[0-9]{2,3}-[0-9]{7}"),  # CN
     (pii.IPV4, r"(?:[0-9]{1,3}\.){3}[0-9]"),
-    (pii.IPV6, r":[0-9A-Fa-f]{0,4}:"),  # two colons of a group
+    (pii.IPV6, r"::|[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){7}"),  # what IPv6Address accepts: "::" or 8 groups
     (pii.EMAIL, r"[A-Za-z0-9._%+-]@[A-Za-z0-9][A-Za-z0-9-]*\.[A-Za-z0-9]"),
     (pii.IBAN, r"[A-Z]{2}[0-9]{2} ?[A-Z0-9]"),
     (pii.SECRET, pii.SECRET_ANCHOR),  # the secrets' own gate
