@@ -141,7 +141,9 @@ class FingerprintIndex:
         keys = np.fromiter(self._pending.keys(), dtype=np.int64, count=n)
         lines = np.fromiter(self._pending.values(), dtype=np.int64, count=n)
         order = np.argsort(keys)
-        self._db.executemany("INSERT INTO fp VALUES (?, ?)", zip(keys[order].tolist(), lines[order].tolist()))
+        self._db.executemany(
+            "INSERT INTO fp VALUES (?, ?)", zip(keys[order].tolist(), lines[order].tolist(), strict=True)
+        )
         self._pending.clear()
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ from kfp_llmops.components.common.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
 _PROBE = 64 * 1024
+BUFFER = 1 << 20  # the reader's buffer: the validator takes the whole lines it holds at once
 # A file is refused as binary only when this share of its first bytes are control bytes
 # (NUL and other C0 codes but tab, newline, carriage return): one bad line in a large
 # dataset is quarantined with its line number like any other malformed line.
@@ -138,7 +139,7 @@ def open_input(path: str) -> InputStream:
     compressed = raw.read(2) == GZIP_MAGIC
     raw.seek(0)
     stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
-    reader = io.BufferedReader(stream, buffer_size=1 << 20)
+    reader = io.BufferedReader(stream, buffer_size=BUFFER)
     try:
         head = reader.peek(_PROBE)[:_PROBE]
     except STREAM_ERRORS as exc:

@@ -97,32 +97,44 @@ def _ranges(path: str, shard_bytes: int) -> list[tuple[int, int]]:
 
 
 class _Range:
-    """A shard's lines through `readline`, hashed as read."""
+    """A shard's bytes through `readline`, `peek` and `read` (the reader `_stream`
+    wants), never past the shard's end, hashed as read."""
 
     def __init__(self, shard: Shard):
         self.path, self.shard = shard.path, shard
         self.digest = blake3()
         if shard.end < 0:
             self._src = open_input(self.path)
-            self._read, self.left = self._src.reader.readline, None
+            self._buffered, self.left = self._src.reader, None
             self.size = self._src.size
         else:
             self._src = open(self.path, "rb", buffering=1 << 20)
             self._src.seek(shard.start)
-            self._read, self.left = self._src.readline, shard.end - shard.start
+            self._buffered, self.left = self._src, shard.end - shard.start
             self.size = self.left
         self.reader = self
 
     def readline(self, limit: int) -> bytes:
         if self.left is None:
-            line = self._read(limit)
+            line = self._buffered.readline(limit)
         else:
             if self.left <= 0:
                 return b""
-            line = self._read(min(limit, self.left))
+            line = self._buffered.readline(min(limit, self.left))
             self.left -= len(line)
         self.digest.update(line)
         return line
+
+    def peek(self) -> bytes:
+        data = self._buffered.peek()
+        return data if self.left is None else data[: max(0, self.left)]
+
+    def read(self, size: int) -> bytes:
+        data = self._buffered.read(size if self.left is None else min(size, max(0, self.left)))
+        if self.left is not None:
+            self.left -= len(data)
+        self.digest.update(data)
+        return data
 
     def position(self) -> int:
         return 0

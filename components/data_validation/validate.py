@@ -812,8 +812,41 @@ def _stream(
             rows_out += len(kept)
         block.clear()
 
+    def take(lines: list[bytes]) -> None:
+        """Whole lines from the reader's buffer into blocks."""
+        nonlocal rows_in, last_pos
+        before, i = rows_in, 0
+        while i < len(lines):
+            piece = lines[i : i + _BLOCK_ROWS - len(block)]
+            block.extend(piece)
+            rows_in += len(piece)
+            i += len(piece)
+            if len(block) >= _BLOCK_ROWS:
+                judge_block()
+        if rows_in >> 10 != before >> 10:
+            pos = src.position()
+            bar.set_postfix_str(f"{rows_in:,} rows", refresh=False)
+            bar.update(pos - last_pos)
+            last_pos = pos
+
+    peek, read = src.reader.peek, src.reader.read
     try:
         while True:
+            # The whole lines the reader holds already (up to its 1 MiB buffer) are taken in
+            # one piece; a line the buffer cuts, or one too long, goes through `readline`.
+            try:
+                buffered = peek() if _PEEK else b""
+            except STREAM_ERRORS as exc:
+                raise InputError(f"{src.path}: input stream broken after line {rows_in}: {exc}") from None
+            cut = buffered.rfind(b"\n")
+            if cut >= 0:
+                lines = buffered[:cut].split(b"\n")
+                if cut > max_line and max(map(len, lines)) > max_line:
+                    lines = lines[: next(k for k, x in enumerate(lines) if len(x) > max_line)]
+                if lines:
+                    read(sum(map(len, lines)) + len(lines))
+                    take(lines)
+                    continue
             try:
                 line = readline(max_line + 1)
             except STREAM_ERRORS as exc:
@@ -852,6 +885,7 @@ def _stream(
 
 _PENDING_ROWS = 8192
 _BLOCK_ROWS = 1024
+_PEEK = True  # whole buffered lines in one piece (False: one `readline` a line, as tests compare)
 
 
 def _overlong(piece: bytes, max_line: int) -> bool:

@@ -6,6 +6,8 @@ import json
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import read_jsonl, sft, validate_lines, write_lines
 from kfp_llmops.components.common import merkle
@@ -277,3 +279,56 @@ def test_the_component_checks_the_raw_root_its_cache_key_holds_and_writes_only_i
     write_lines(raw, [sft(i) for i in range(51)])  # the data changed after it was fingerprinted
     with pytest.raises(InputError, match="raw.jsonl: Merkle root .* does not match"):
         run_component(raw=FileArtifact(raw), **given, **arts)
+
+
+_PIECES = [
+    json.dumps(sft(7)).encode(),
+    json.dumps(sft(8, "y" * 90)).encode(),
+    json.dumps(sft(9, "z" * 400)).encode(),
+    b"",
+    b"not json",
+    b'{"prompt": "a@example.com", "response": "mail"}',
+]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    lines=st.lists(st.sampled_from(_PIECES) | st.binary(max_size=120), min_size=1, max_size=50),
+    end=st.sampled_from([b"\n", b"\r\n", b""]),
+    buffer=st.sampled_from([64, 100, 257, 4096]),
+    max_line=st.sampled_from([64, 100, 300, 1 << 20]),
+    compressed=st.booleans(),
+)
+def test_lines_taken_from_the_buffer_are_the_lines_readline_gives(lines, end, buffer, max_line, compressed):
+    """The validator takes the whole lines its reader has buffered in one piece: every
+    output (and every error) equals reading one line at a time, wherever the buffer cuts
+    a line, with over-long lines, CRLF, binary junk and no final newline."""
+    import importlib
+    import tempfile
+
+    from kfp_llmops.components.data_validation import reader
+    from kfp_llmops.components.data_validation.config import DataValidationConfig
+
+    validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
+    config = DataValidationConfig()
+    config.pii.names.enabled = False
+    config.gate.max_reject_rate = 1.0
+    config.schema_.max_line_bytes = max_line
+    data = b"\n".join(lines) + end
+    got = []
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
+        path = os.path.join(tmp, "in.jsonl")
+        with open(path, "wb") as handle:
+            handle.write(gzip.compress(data) if compressed else data)
+        patch.setattr(reader, "BUFFER", buffer)
+        for peek in (True, False):
+            patch.setattr(validation, "_PEEK", peek)
+            out = validation.OutputPaths.in_dir(os.path.join(tmp, f"out-{peek}"))
+            try:
+                result = validation.validate(path, out, config, show_progress=False)
+            except InputError as exc:
+                got.append(str(exc))
+                continue
+            metrics = {k: v for k, v in result.metrics.items() if k != "elapsed_s"}
+            got.append([open(p, "rb").read() for p in (out.clean, out.quarantine, out.stats)] + [metrics])
+    assert got[0] == got[1]
