@@ -12,6 +12,7 @@ import gzip
 import io
 import os
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -19,7 +20,8 @@ from kfp_llmops.components.common.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
 _PROBE = 64 * 1024
-BUFFER = 1 << 20  # the reader's buffer: the validator takes the whole lines it holds at once
+BUFFER = 1 << 20  # the reader's buffer: `whole_lines` takes the whole lines it holds at once
+PEEK = True  # False: one `readline` a line (the tests compare the two)
 # A file is refused as binary only when this share of its first bytes are control bytes
 # (NUL and other C0 codes but tab, newline, carriage return): one bad line in a large
 # dataset is quarantined with its line number like any other malformed line.
@@ -157,3 +159,58 @@ def open_input(path: str) -> InputStream:
             f"the first at offset {first}); expected UTF-8 JSONL"
         )
     return InputStream(path, raw, reader, compressed, size)
+
+
+@dataclass
+class Overlong:
+    """A line longer than `max_line`: its first `max_line + 1` bytes; the caller reads the
+    rest (`rest_of_line`) before asking `whole_lines` for more."""
+
+    head: bytes
+
+
+def whole_lines(src, max_line: int, after: int = 0) -> Iterator[list[bytes] | Overlong]:
+    """The lines of `src` (an `InputStream`, or anything with its `path` and a `reader`
+    with `peek`, `read` and `readline`), newlines removed, in lists: the whole lines its
+    reader holds already (up to its buffer) in one piece, a line the buffer cuts through
+    `readline(max_line + 1)`, a longer one as `Overlong`, so no line is held whole past
+    `max_line` bytes. A broken stream is an InputError naming the file and the last line
+    read (numbered from `after`)."""
+    reader = src.reader
+    done = after
+    while True:
+        try:
+            buffered = reader.peek() if PEEK else b""
+            cut = buffered.rfind(b"\n")
+            if cut >= 0:
+                lines = buffered[:cut].split(b"\n")
+                if cut > max_line and max(map(len, lines)) > max_line:
+                    lines = lines[: next(k for k, x in enumerate(lines) if len(x) > max_line)]
+                if lines:
+                    reader.read(sum(map(len, lines)) + len(lines))
+                    done += len(lines)
+                    yield lines
+                    continue
+            line = reader.readline(max_line + 1)
+        except STREAM_ERRORS as exc:
+            raise InputError(f"{src.path}: input stream broken after line {done}: {exc}") from None
+        if not line:
+            return
+        done += 1
+        if line.endswith(b"\n"):
+            yield [line[:-1]]
+        elif len(line) > max_line:
+            yield Overlong(line)
+        else:
+            yield [line]  # the last line, without a newline
+
+
+def rest_of_line(readline, max_line: int):
+    """The pieces of an over-long line after its first, its newline dropped: read in
+    `max_line + 1` pieces so no line is ever held whole."""
+    while True:
+        piece = readline(max_line + 1)
+        if not piece or piece.endswith(b"\n"):
+            yield piece[:-1] if piece.endswith(b"\n") else piece
+            return
+        yield piece

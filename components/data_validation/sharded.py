@@ -41,7 +41,7 @@ from blake3 import blake3
 from kfp_llmops.components.common.errors import InputError
 
 from .config import DataValidationConfig
-from .reader import Inputs, Lines, input_files, open_input
+from .reader import Inputs, Lines, input_files, open_input, rest_of_line, whole_lines
 
 SHIFT = 40  # a row's position: its shard << SHIFT | its line in the shard
 _LOW = (1 << SHIFT) - 1
@@ -168,7 +168,7 @@ def _partitioned(keys, positions, partitions: int) -> list[tuple]:
 def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> tuple:
     """Pass 1: (lines, digest of the bytes read, one (keys, positions) pair per partition,
     one (band hashes, positions) pair per partition, then (positions, signatures))."""
-    from .validate import _BLOCK_ROWS, Validator, _overlong, rest_of_line
+    from .validate import _BLOCK_ROWS, Validator
 
     parser = Validator(_light(config))
     src = _Range(shard)
@@ -203,20 +203,23 @@ def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> t
                 signatures.append(sig)
 
     try:
-        while True:
-            line = src.readline(max_line + 1)
-            if not line:
-                break
-            if _overlong(line, max_line):
+        for piece in whole_lines(src, max_line):
+            if type(piece) is not list:
                 if block:
                     key_block()
                 local += 1
                 for _ in rest_of_line(src.readline, max_line):
                     pass
                 continue
-            local += 1
-            if dedup:
-                block.append(line[:-1] if line.endswith(b"\n") else line)
+            if not dedup:
+                local += len(piece)
+                continue
+            i = 0
+            while i < len(piece):
+                part = piece[i : i + _BLOCK_ROWS - len(block)]
+                block.extend(part)
+                local += len(part)
+                i += len(part)
                 if len(block) >= _BLOCK_ROWS:
                     key_block()
         if block:

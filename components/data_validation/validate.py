@@ -30,7 +30,7 @@ from .config import DataValidationConfig, RecordFormat
 from .dedup import FingerprintIndex, NearDuplicateIndex, fingerprint, fingerprints, normalize
 from .drift import DataStats, drift
 from .names import Proposal
-from .reader import STREAM_ERRORS, Inputs, InputStream, Lines, input_files, open_input
+from .reader import Inputs, InputStream, Lines, input_files, open_input, rest_of_line, whole_lines
 
 CLEAN_NAME = integrity.DATASET_FILE
 
@@ -740,7 +740,6 @@ def _stream(
     both outputs keep input order. A shard's lines are numbered from its `first_line`;
     the counts returned are its own."""
     max_line = config.schema_.max_line_bytes
-    readline = src.reader.readline
     rows_in = first_line - 1
     rows_out = 0
     bar = progress(src.size, f"validate {os.path.basename(src.path)}", enabled=show_progress)
@@ -829,50 +828,18 @@ def _stream(
             bar.update(pos - last_pos)
             last_pos = pos
 
-    peek, read = src.reader.peek, src.reader.read
     try:
-        while True:
-            # The whole lines the reader holds already (up to its 1 MiB buffer) are taken in
-            # one piece; a line the buffer cuts, or one too long, goes through `readline`.
-            try:
-                buffered = peek() if _PEEK else b""
-            except STREAM_ERRORS as exc:
-                raise InputError(f"{src.path}: input stream broken after line {rows_in}: {exc}") from None
-            cut = buffered.rfind(b"\n")
-            if cut >= 0:
-                lines = buffered[:cut].split(b"\n")
-                if cut > max_line and max(map(len, lines)) > max_line:
-                    lines = lines[: next(k for k, x in enumerate(lines) if len(x) > max_line)]
-                if lines:
-                    read(sum(map(len, lines)) + len(lines))
-                    take(lines)
-                    continue
-            try:
-                line = readline(max_line + 1)
-            except STREAM_ERRORS as exc:
-                raise InputError(f"{src.path}: input stream broken after line {rows_in}: {exc}") from None
-            if not line:
-                break
-            rows_in += 1
-            if not rows_in & 1023:
-                pos = src.position()
-                bar.set_postfix_str(f"{rows_in:,} rows", refresh=False)
-                bar.update(pos - last_pos)
-                last_pos = pos
-            overlong = _overlong(line, max_line)
-            if line.endswith(b"\n"):
-                line = line[:-1]
-            if overlong:
-                if block:
-                    judge_block(rows_in - 1)
-                if pending:
-                    flush()
-                _quarantine_overlong(src, quarantine, validator.lines.where(rows_in), line, max_line)
-                validator.by_reason["line_too_long"] += 1
+        for piece in whole_lines(src, max_line, rows_in):
+            if type(piece) is list:
+                take(piece)
                 continue
-            block.append(line)
-            if len(block) >= _BLOCK_ROWS:
+            if block:
                 judge_block()
+            if pending:
+                flush()
+            rows_in += 1
+            _quarantine_overlong(src, quarantine, validator.lines.where(rows_in), piece.head, max_line)
+            validator.by_reason["line_too_long"] += 1
         if block:
             judge_block()
         if pending:
@@ -885,24 +852,6 @@ def _stream(
 
 _PENDING_ROWS = 8192
 _BLOCK_ROWS = 1024
-_PEEK = True  # whole buffered lines in one piece (False: one `readline` a line, as tests compare)
-
-
-def _overlong(piece: bytes, max_line: int) -> bool:
-    """A `readline(max_line + 1)` piece that is not a whole line of at most `max_line`
-    bytes (a line of exactly `max_line` bytes comes back with its newline)."""
-    return len(piece) > max_line and not piece.endswith(b"\n")
-
-
-def rest_of_line(readline, max_line: int):
-    """The pieces of an over-long line after its first, its newline dropped: read in
-    `max_line + 1` pieces so no line is ever held whole."""
-    while True:
-        piece = readline(max_line + 1)
-        if not piece or piece.endswith(b"\n"):
-            yield piece[:-1] if piece.endswith(b"\n") else piece
-            return
-        yield piece
 
 
 def _quarantine_overlong(src: InputStream, quarantine: _Sink, at: dict, head: bytes, max_line: int) -> None:

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from helpers import read_jsonl, sft, validate_lines, write_lines
@@ -292,6 +292,9 @@ _PIECES = [
 
 
 @settings(max_examples=80, deadline=None)
+@example([_PIECES[0], _PIECES[2], _PIECES[1]] * 3, b"\n", 4096, 100, False)  # too long, inside the buffer
+@example([_PIECES[1]] * 9, b"\r\n", 64, 300, True)  # every line cut by the buffer
+@example([_PIECES[0], _PIECES[2]], b"", 4096, 300, False)  # too long, last, no newline
 @given(
     lines=st.lists(st.sampled_from(_PIECES) | st.binary(max_size=120), min_size=1, max_size=50),
     end=st.sampled_from([b"\n", b"\r\n", b""]),
@@ -322,7 +325,7 @@ def test_lines_taken_from_the_buffer_are_the_lines_readline_gives(lines, end, bu
             handle.write(gzip.compress(data) if compressed else data)
         patch.setattr(reader, "BUFFER", buffer)
         for peek in (True, False):
-            patch.setattr(validation, "_PEEK", peek)
+            patch.setattr(reader, "PEEK", peek)
             out = validation.OutputPaths.in_dir(os.path.join(tmp, f"out-{peek}"))
             try:
                 result = validation.validate(path, out, config, show_progress=False)
