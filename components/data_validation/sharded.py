@@ -168,7 +168,7 @@ def _partitioned(keys, positions, partitions: int) -> list[tuple]:
 def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> tuple:
     """Pass 1: (lines, digest of the bytes read, one (keys, positions) pair per partition,
     one (band hashes, positions) pair per partition, then (positions, signatures))."""
-    from .validate import _BLOCK_ROWS, Validator
+    from .validate import Validator, fill_blocks
 
     parser = Validator(_light(config))
     src = _Range(shard)
@@ -185,8 +185,8 @@ def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> t
     opening = (1,) if shard.start == 0 else ()  # a shard's line 1 opens a file only at byte 0
     block: list[bytes] = []
 
-    def key_block() -> None:
-        first = local - len(block) + 1
+    def key_block(last: int) -> None:
+        first = last - len(block) + 1
         parsed = parser.parse_block(block, first, texts=True, opening=opening, in_c=near is None)
         block.clear()
         if config.dedup.exact:
@@ -206,24 +206,17 @@ def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> t
         for piece in whole_lines(src, max_line):
             if type(piece) is not list:
                 if block:
-                    key_block()
+                    key_block(local)
                 local += 1
                 for _ in rest_of_line(src.readline, max_line):
                     pass
                 continue
-            if not dedup:
-                local += len(piece)
-                continue
-            i = 0
-            while i < len(piece):
-                part = piece[i : i + _BLOCK_ROWS - len(block)]
-                block.extend(part)
-                local += len(part)
-                i += len(part)
-                if len(block) >= _BLOCK_ROWS:
-                    key_block()
+            if dedup:
+                before = local
+                fill_blocks(block, piece, lambda k, before=before: key_block(before + k))
+            local += len(piece)
         if block:
-            key_block()
+            key_block(local)
     finally:
         src.close()
     sigs = np.stack(signatures) if signatures else np.zeros((0, 0), dtype=np.uint32)

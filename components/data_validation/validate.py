@@ -12,7 +12,7 @@ import base64
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -814,14 +814,9 @@ def _stream(
     def take(lines: list[bytes]) -> None:
         """Whole lines from the reader's buffer into blocks."""
         nonlocal rows_in, last_pos
-        before, i = rows_in, 0
-        while i < len(lines):
-            piece = lines[i : i + _BLOCK_ROWS - len(block)]
-            block.extend(piece)
-            rows_in += len(piece)
-            i += len(piece)
-            if len(block) >= _BLOCK_ROWS:
-                judge_block()
+        before = rows_in
+        fill_blocks(block, lines, lambda k: judge_block(before + k))
+        rows_in += len(lines)
         if rows_in >> 10 != before >> 10:
             pos = src.position()
             bar.set_postfix_str(f"{rows_in:,} rows", refresh=False)
@@ -852,6 +847,18 @@ def _stream(
 
 _PENDING_ROWS = 8192
 _BLOCK_ROWS = 1024
+
+
+def fill_blocks(block: list[bytes], lines: list[bytes], full: Callable[[int], None]) -> None:
+    """Append `lines` to `block`; each time it holds `_BLOCK_ROWS` lines, `full(k)` (`k`:
+    how many of `lines` it holds by then) judges and empties it."""
+    i = 0
+    while i < len(lines):
+        piece = lines[i : i + _BLOCK_ROWS - len(block)]
+        block.extend(piece)
+        i += len(piece)
+        if len(block) >= _BLOCK_ROWS:
+            full(i)
 
 
 def _quarantine_overlong(src: InputStream, quarantine: _Sink, at: dict, head: bytes, max_line: int) -> None:
