@@ -258,3 +258,74 @@ def test_names_on_blocks_settle_as_one_line_at_a_time(tmp_path, monkeypatch):
     assert outputs[0] == outputs[1]
     assert outputs[0][3].get("PERSON") and outputs[0][3].get("EMAIL")  # names and patterns were found
     assert calls[0] < calls[1] / 3  # most rows skipped the name finder
+
+
+def test_judged_rows_leave_no_reference_cycles():
+    """Scanning a record (flat or nested strings, PII redacted, names merged) leaves no
+    reference cycle: each would wait for the garbage collector, whose full collections
+    walk every object alive (spaCy's model among them)."""
+    import gc
+
+    from kfp_llmops.components.data_validation.names import NameFinder
+
+    config = DataValidationConfig()
+    config.pii.max_density = 1.0
+    finder = NameFinder(lambda items: [(s, e) for _, s, e in items])  # every doubtful name a person
+    v = validation.Validator(config, names=finder)
+    rows = [
+        {
+            "prompt": "Mail a1@example.com or call +44 20 7946 0018 about the plan we made last week, Dear Will Smith.",
+            "response": "Sure.",
+        },
+        {
+            "messages": [
+                {"role": "user", "content": "I am Rose Miller, 42 Baker Street"},
+                {"role": "assistant", "content": "Hi."},
+            ]
+        },
+        {"prompt": "my card 4111 1111 1111 1111 and the weather", "response": "Thanks May Jones."},
+    ]
+    lines = [orjson.dumps(r) for r in rows]
+    v.check(
+        b'{"prompt": "Warm up the caches first, Dear Bill Jones, and write to b@example.org today", "response": "ok"}',
+        1,
+    )  # warm-up: caches and lazy imports are not cycles of a row
+    gc.collect()
+    gc.disable()
+    try:
+        redacted = [v.check(raw, n) for n, raw in enumerate(lines, 2)]
+        left = gc.collect()
+    finally:
+        gc.enable()
+        v.close()
+    assert "[EMAIL]" in redacted[0]["prompt"] and "[PERSON]" in redacted[1]["messages"][0]["content"]
+    assert left == 0
+
+
+def test_a_stream_unfreezes_what_it_froze(tmp_path, monkeypatch):
+    """The objects alive before a stream are frozen while it runs, and thawed after it,
+    whether it ends or fails: nothing stays out of the collector's sight."""
+    import gc
+
+    corpus = tmp_path / "in.jsonl"
+    corpus.write_bytes(b'{"prompt": "what is up?", "response": "Fine."}\n' * 3)
+    config = DataValidationConfig()
+    config.pii.names.enabled = False
+    seen = []
+    real = validation.Validator.check_lines
+
+    def check_lines(self, *args):
+        seen.append(gc.get_freeze_count())
+        if len(seen) == 2:
+            raise RuntimeError("a stream that fails")
+        return real(self, *args)
+
+    monkeypatch.setattr(validation.Validator, "check_lines", check_lines)
+    validation.validate(str(corpus), validation.OutputPaths.in_dir(str(tmp_path / "a")), config, show_progress=False)
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError):
+        validation.validate(
+            str(corpus), validation.OutputPaths.in_dir(str(tmp_path / "b")), config, show_progress=False
+        )
+    assert gc.get_freeze_count() == 0
+    assert len(seen) == 2 and all(n > 0 for n in seen)
