@@ -78,9 +78,13 @@ def _load(path: str, root: str | None):
     about 0.6 s, more than validating a small file (a worker validating many shards, or
     many files, pays it once). Without a root (the folder not verified) it is loaded anew."""
     import spacy
+    from thinc.api import use_ops
 
     try:
-        nlp = spacy.load(path, exclude=["tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
+        # NumPy's BLAS for the model's matrix products: blis, spaCy's default, ran them
+        # about 3x slower here, the whole model 1.6x, for the same entities (docs/performance.md).
+        with use_ops("numpy", use_blis=False):
+            nlp = spacy.load(path, exclude=["tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
     except Exception as exc:  # noqa: BLE001 - any load failure is a bad model, said in one line
         raise InputError(f"pii.names.ner_model: {path}: cannot load: {exc}") from None
     if "ner" not in nlp.pipe_names:
@@ -93,7 +97,10 @@ class NerConfirmer:
     spaCy batch per call."""
 
     def __init__(self, path: str, batch_size: int = 64, root: str | None = None):
+        from threadpoolctl import ThreadpoolController
+
         self.nlp = _load(path, root) if root else _load.__wrapped__(path, root)
+        self._blas = ThreadpoolController()
         self.batch_size = batch_size
         self.calls = 0  # windows the model actually ran on (cache misses)
         self._cache: OrderedDict[str, tuple[tuple[int, int], ...]] = OrderedDict()
@@ -107,11 +114,14 @@ class NerConfirmer:
         missing = list(dict.fromkeys(w[0] for w in windows if w[0] not in found))
         if missing:
             self.calls += len(missing)
-            for window, doc in zip(missing, self.nlp.pipe(missing, batch_size=self.batch_size), strict=False):
-                found[window] = tuple((e.start_char, e.end_char) for e in doc.ents if e.label_ == "PERSON")
-                self._cache[window] = found[window]
-                if len(self._cache) > _CACHE:
-                    self._cache.popitem(last=False)
+            # One BLAS thread, as the rest of the stage runs on one core: more cores go to
+            # more workers (engine: ray), not to threads that would contend with them.
+            with self._blas.limit(limits=1, user_api="blas"):
+                for window, doc in zip(missing, self.nlp.pipe(missing, batch_size=self.batch_size), strict=False):
+                    found[window] = tuple((e.start_char, e.end_char) for e in doc.ents if e.label_ == "PERSON")
+                    self._cache[window] = found[window]
+                    if len(self._cache) > _CACHE:
+                        self._cache.popitem(last=False)
         out: list[tuple[int, int] | None] = []
         for window, s, e, lo in windows:
             hit = next(((a + lo, b + lo) for a, b in found[window] if a < e and b > s), None)

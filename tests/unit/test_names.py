@@ -119,6 +119,35 @@ def test_labeled_sample_meets_the_targets(finder):
     assert scores["hard_negatives_intact"] >= 0.95, scores
 
 
+def test_the_model_runs_on_numpys_blas_on_one_thread(confirmer, monkeypatch):
+    """NumPy's BLAS does the model's matrix products (spaCy's default, blis, ran them
+    about 3x slower here), on one thread while a batch runs (more cores go to more
+    workers), and the entities are the ones blis finds, on every labeled text."""
+    import spacy
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    assert confirmer.nlp.get_pipe("tok2vec").model.ops.use_blis is False
+    threads = []
+    real_pipe = confirmer.nlp.pipe
+
+    def pipe(texts, **kwargs):
+        for doc in real_pipe(texts, **kwargs):
+            threads.append({lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"})
+            yield doc
+
+    monkeypatch.setattr(confirmer.nlp, "pipe", pipe)
+    texts = [s.text for s in name_samples(300, seed=5)] + [t for t, _, _ in POSITIVES] + list(NAME_HARD_NEGATIVES)
+    with threadpool_limits(limits=2, user_api="blas"):
+        spans = confirmer([(t, 0, len(t)) for t in texts])
+    assert threads and all(t == {1} for t in threads)
+    blis = spacy.load(ner.bundled_path(), exclude=["tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
+    assert blis.get_pipe("tok2vec").model.ops.use_blis is True
+    expected = [
+        next(((e.start_char, e.end_char) for e in doc.ents if e.label_ == "PERSON"), None) for doc in blis.pipe(texts)
+    ]
+    assert spans == expected and any(spans)
+
+
 def test_word_count_counts_chinese_words():
     assert pii.word_count("Hi there, Maria") == 3
     assert pii.word_count("我是张伟住在北京") == 1 + 4  # one run, eight characters
