@@ -478,9 +478,10 @@ class Validator:
         in_c: bool = True,
     ) -> ParsedBlock:
         """`parse_lines` of a block, its plain rows in C where it can (`plain_rows.c`:
-        not a file's first line, not one of `python`; not at all without `in_c`: the
-        near-dup index wants each row's text), with every parsed row's dedup key in line order when
-        `texts`."""
+        not a file's first line; not at all without `in_c`: the near-dup index wants each
+        row's text), with every parsed row's dedup key in line order when `texts`. Rows in
+        `python` (that need their object: a candidate) which C parsed keep its key and
+        bounds check and are only loaded; the other rows C parsed are its alone (`in_c`)."""
         n = len(lines)
         scan = None
         if in_c and lines:
@@ -489,23 +490,35 @@ class Validator:
                 self._in_c = (fn, plain_rows.Formats(self.formats) if fn is not None else None)
             if self._in_c[0] is not None:
                 scan = plain_rows.scan(self._in_c[0], lines, self._in_c[1])
+        loaded = np.zeros(0, dtype=np.int64)
         if scan is None:
-            mine = np.zeros(0, dtype=np.int64)
+            mine = loaded
             parsed, rejected = self.parse_lines(lines, first_line, texts, opening)
         else:
             claimed = scan[1] >= 0
-            claimed[[i for i in python if i < n]] = False
             opens = self.lines.firsts if opening is None else opening
             claimed[[k - first_line for k in opens if 0 <= k - first_line < n]] = False
-            mine = np.flatnonzero(claimed)
+            wanted = np.zeros(n, dtype=bool)
+            wanted[[i for i in python if i < n]] = True
+            mine = np.flatnonzero(claimed & ~wanted)
+            loaded = np.flatnonzero(claimed & wanted)
             rest = np.flatnonzero(~claimed).tolist()
             parsed, rejected = self.parse_lines(lines, first_line, texts, opening, indices=rest)
+            if len(loaded):
+                loads, plain = orjson.loads, self._plain
+                for i, f in zip(loaded.tolist(), scan[1][loaded].tolist(), strict=True):
+                    obj = loads(lines[i])
+                    _, fmt, spec = plain[f]
+                    parsed.append((i, obj, fmt, [obj[name] for name, _, _ in spec], None))
+                parsed.sort(key=lambda row: row[0])
         at = keys = None
         if texts:
-            at = np.fromiter((row[0] for row in parsed), dtype=np.int64, count=len(parsed))
-            keys = fingerprints([row[4] for row in parsed])
-            if len(mine):
-                at, keys = np.concatenate([mine, at]), np.concatenate([scan[3][mine], keys])
+            by_python = [row for row in parsed if row[4] is not None]
+            at = np.fromiter((row[0] for row in by_python), dtype=np.int64, count=len(by_python))
+            keys = fingerprints([row[4] for row in by_python])
+            in_c = np.concatenate([mine, loaded])
+            if len(in_c):
+                at, keys = np.concatenate([in_c, at]), np.concatenate([scan[3][in_c], keys])
                 order = np.argsort(at, kind="stable")
                 at, keys = at[order], keys[order]
         return ParsedBlock(parsed, rejected, mine, scan, at, keys)
@@ -646,9 +659,10 @@ def _finding_types(value: Any, counts: Counter | None = None) -> Counter:
 
 @dataclass
 class ParsedBlock:
-    """`Validator.parse_block`: the rows Python parsed (`parse_lines`' tuples) and
-    rejected (by index), the indexes of those C parsed with its scan (`plain_rows.scan`),
-    and every parsed row's index and dedup key, in line order (None without texts)."""
+    """`Validator.parse_block`: the rows with their objects (`parse_lines`' tuples, a
+    C-parsed one's text None) and the rejected (by index), the indexes of the rows C
+    judged alone with its scan (`plain_rows.scan`), and every parsed row's index and
+    dedup key, in line order (None without texts)."""
 
     parsed: list[tuple]
     rejected: dict[int, _Rejected]
