@@ -348,7 +348,7 @@ def validate_shard(
 ) -> dict:
     """Pass 3: the shard's clean and quarantine bytes, tallies and the digest of what it
     read. `near`: this shard's near duplicates, {position: the position it is similar to}."""
-    from .validate import Validator, _stream
+    from .validate import Validator, _stream, long_lived_frozen
 
     _drill(shard)
     first_by_line = {}
@@ -366,7 +366,8 @@ def validate_shard(
     clean, quarantine = _Bytes(), _Bytes()
     src = _Range(shard)
     try:
-        rows_in, rows_out = _stream(src, v, clean, quarantine, config, False, first_line=first_lines[shard.index])
+        with long_lived_frozen():
+            rows_in, rows_out = _stream(src, v, clean, quarantine, config, False, first_line=first_lines[shard.index])
     finally:
         src.close()
     return {

@@ -89,6 +89,13 @@ class _Rejected(Exception):
     def __init__(self, reason: str, field: str | None = None, detail: str = ""):
         self.reason, self.field, self.detail = reason, field, detail
 
+    def kept(self) -> _Rejected:
+        """This verdict, to be kept past its `except`: without the traceback (and the
+        parse error behind it) whose frames hold the block it came from in a reference
+        cycle, which only the garbage collector would free."""
+        self.__context__ = None
+        return self.with_traceback(None)
+
 
 class _Sink(atomic.AtomicFile):
     """An output file that appears on commit; optionally Merkle-hashed as written."""
@@ -424,7 +431,7 @@ class Validator:
                 try:
                     obj, fmt = self.parse(raw, first_of_file)
                 except _Rejected as rej:
-                    rejected[i] = rej
+                    rejected[i] = rej.kept()
                     continue
                 parsed.append((i, obj, fmt, None, self.dedup_text(obj, fmt) if texts else None))
             else:
@@ -465,7 +472,7 @@ class Validator:
             try:
                 out[i] = dumps(self.complete(scan, None)) + b"\n"
             except _Rejected as rej:
-                out[i] = rej
+                out[i] = rej.kept()
         return out
 
     def parse_block(
@@ -725,7 +732,7 @@ def validate(
     started = time.perf_counter()
     rows_in = rows_out = 0
     try:
-        with out:
+        with out, long_lived_frozen():
             for path in inputs.files:
                 if inputs.folder:
                     validator.lines.begin(inputs.name(path), rows_in + 1)
@@ -786,9 +793,10 @@ def _stream(
             if type(outcome) is bytes:
                 kept.append(outcome)
                 continue
+            if type(outcome) is _Rejected:
+                reject(outcome, line_no, line)
+                continue
             try:
-                if type(outcome) is _Rejected:
-                    raise outcome
                 kept.append(orjson.dumps(validator.complete(outcome, next(settled))) + b"\n")
             except _Rejected as rej:
                 reject(rej, line_no, line)
@@ -842,26 +850,25 @@ def _stream(
             bar.update(pos - last_pos)
             last_pos = pos
 
-    with _long_lived_frozen():
-        try:
-            for piece in whole_lines(src, max_line, rows_in):
-                if type(piece) is list:
-                    take(piece)
-                    continue
-                if block:
-                    judge_block()
-                if pending:
-                    flush()
-                rows_in += 1
-                _quarantine_overlong(src, quarantine, validator.lines.where(rows_in), piece.head, max_line)
-                validator.by_reason["line_too_long"] += 1
+    try:
+        for piece in whole_lines(src, max_line, rows_in):
+            if type(piece) is list:
+                take(piece)
+                continue
             if block:
                 judge_block()
             if pending:
                 flush()
-            bar.update(src.size - last_pos)
-        finally:
-            bar.close()
+            rows_in += 1
+            _quarantine_overlong(src, quarantine, validator.lines.where(rows_in), piece.head, max_line)
+            validator.by_reason["line_too_long"] += 1
+        if block:
+            judge_block()
+        if pending:
+            flush()
+        bar.update(src.size - last_pos)
+    finally:
+        bar.close()
     return rows_in - first_line + 1, rows_out
 
 
@@ -870,10 +877,10 @@ _BLOCK_ROWS = 1024
 
 
 @contextlib.contextmanager
-def _long_lived_frozen():
-    """The objects alive before a stream (spaCy's model, imported modules) out of the
-    garbage collector's sight while it runs: each full collection would walk all of them
-    again for the rows' short-lived cycles (names on, a fifth of the run's time)."""
+def long_lived_frozen():
+    """The objects alive before the rows are read (spaCy's model, imported modules) out of
+    the garbage collector's sight while they are: each full collection would walk all of
+    them again for the rows' short-lived cycles (names on, a fifth of the run's time)."""
     gc.freeze()
     try:
         yield

@@ -55,7 +55,7 @@ _ROW_AT_A_TIME = (
 _COLLECTED_BLIS = (
     "import contextlib, importlib\n"
     f"v = {_MODULE}\n"
-    "v._long_lived_frozen = contextlib.nullcontext\n"
+    "v.long_lived_frozen = contextlib.nullcontext\n"
     "import thinc.api\n"
     "thinc.api.use_ops = lambda *a, **k: contextlib.nullcontext()\n"
 )

@@ -302,9 +302,40 @@ def test_judged_rows_leave_no_reference_cycles():
     assert left == 0
 
 
+def test_rejected_rows_leave_no_reference_cycles():
+    """A block's rejected rows keep their verdicts, not the tracebacks whose frames would
+    hold the whole block in a cycle until the garbage collector ran."""
+    import gc
+
+    config = DataValidationConfig()
+    config.pii.names.enabled = False
+    v = validation.Validator(config)
+    block = [
+        b'{"prompt": "what is up?", "response": "Fine."}',
+        b'{"prompt": "cut off',
+        b'{"prompt": "x", "response": "   "}',
+        b'{"prompt": "what is up?", "response": "Fine."}',
+        b"[1, 2]",
+    ]
+    warm = [b'{"prompt": "a warm-up row", "response": "Fine."}']
+    v.check_lines(warm, 100, candidate_lines(warm), [])
+    gc.collect()
+    gc.disable()
+    try:
+        out = v.check_lines(block, 1, candidate_lines(block), [])
+        reasons = [o.reason for o in out if isinstance(o, validation._Rejected)]
+        del out
+        left = gc.collect()
+    finally:
+        gc.enable()
+        v.close()
+    assert reasons == ["json_error", "too_short", "duplicate", "not_object"]
+    assert left == 0
+
+
 def test_a_stream_unfreezes_what_it_froze(tmp_path, monkeypatch):
-    """The objects alive before a stream are frozen while it runs, and thawed after it,
-    whether it ends or fails: nothing stays out of the collector's sight."""
+    """The objects alive before the rows are read are frozen while they are, and thawed
+    after, whether the run ends or fails: nothing stays out of the collector's sight."""
     import gc
 
     corpus = tmp_path / "in.jsonl"
