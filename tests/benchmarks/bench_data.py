@@ -78,6 +78,60 @@ _NAMES_ROW_AT_A_TIME = (
 )
 
 
+# The exact index's storage before sorted runs (SQLite), everything else the same.
+_SQLITE_INDEX = (
+    "import importlib\n"
+    f"v = {_MODULE}\n"
+    "from tests.benchmarks.sqlite_index import SqliteFingerprintIndex\n"
+    "v.FingerprintIndex = SqliteFingerprintIndex\n"
+)
+
+# The exact index alone: `n` random keys a block of 1024 at a time, 1% of them repeats
+# of earlier keys (a sample of 100,000 kept as it goes).
+_INDEX_ALONE = """
+import json, time
+import numpy as np
+from {module} import {cls} as Index
+rng, index, line = np.random.default_rng(1), Index(), 1
+seen, repeats, found = np.zeros(0, dtype=np.uint64), 0, 0
+started = time.perf_counter()
+for start in range(0, {n}, 1024):
+    keys = rng.integers(1, 2**63, size=1024, dtype=np.uint64)
+    again = rng.random(1024) < 0.01
+    if len(seen):
+        keys[again] = seen[rng.integers(0, len(seen), size=int(again.sum()))]
+        repeats += int(again.sum())
+    if start % 65536 == 0:
+        seen = np.concatenate([seen, keys[:64]])[-100000:]
+    found += int((index.add_many(keys, np.arange(line, line + 1024)) != 0).sum())
+    line += 1024
+seconds = time.perf_counter() - started
+index.close()
+json.dump({{"seconds": seconds, "repeats": repeats, "found": found}}, open({out!r}, "w"))
+"""
+
+
+def index_alone(n: int) -> dict:
+    """ns a key and peak RSS of the exact index and of its SQLite baseline, `n` keys each."""
+    results = {}
+    for label, module, cls in (
+        ("runs", "kfp_llmops.components.data_validation.dedup", "FingerprintIndex"),
+        ("sqlite", "tests.benchmarks.sqlite_index", "SqliteFingerprintIndex"),
+    ):
+        fd, out = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        _, peak = run_with_peak(_INDEX_ALONE.format(module=module, cls=cls, n=n, out=out))
+        with open(out) as handle:
+            got = json.load(handle)
+        os.unlink(out)
+        if got["found"] != got["repeats"]:
+            raise AssertionError(f"{label}: {got['found']} repeats found of {got['repeats']}")
+        results[label] = {"ns_per_key": got["seconds"] / n * 1e9, "peak_rss_mb": peak}
+    results["speedup"] = results["sqlite"]["ns_per_key"] / results["runs"]["ns_per_key"]
+    results["keys"] = n
+    return results
+
+
 def run_validator(path: str, out_dir: str, names: bool = True, patch: str = "", ray_workers: int = 0) -> dict:
     """Validate in a child process: wall time from here, peak RSS from the child itself."""
     cfg = os.path.join(out_dir, "bench.yaml")
@@ -342,7 +396,12 @@ def sample_of_size(target: int, seed: int = 5):
 
 
 def main(
-    work: str = "build/bench", big_mb: int = 200, small_mb: int = 50, sample_mb: float = 1.0, names_mb: float = 0.25
+    work: str = "build/bench",
+    big_mb: int = 200,
+    small_mb: int = 50,
+    sample_mb: float = 1.0,
+    names_mb: float = 0.25,
+    index_keys: int = 1 << 22,
 ) -> dict:
     os.makedirs(work, exist_ok=True)
     small = write_corpus(os.path.join(work, f"corpus-names_{small_mb}mb.jsonl"), small_mb * MB, seed=1)
@@ -368,6 +427,12 @@ def main(
     results["blocks_speedup"] = results["big_names_off"]["mb_per_s"] / results["big_names_off_rows"]["mb_per_s"]
     results["c_speedup"] = results["big_names_off"]["mb_per_s"] / results["big_names_off_python"]["mb_per_s"]
     results["names_on_speedup"] = results["big"]["mb_per_s"] / results["big_rows"]["mb_per_s"]
+    results["big_names_off_sqlite"] = run_validator(
+        big["path"], os.path.join(work, "out_big_off_sqlite"), names=False, patch=_SQLITE_INDEX
+    )
+    _same_outputs(os.path.join(work, "out_big_off"), os.path.join(work, "out_big_off_sqlite"))
+    results["index_speedup"] = results["big_names_off"]["mb_per_s"] / results["big_names_off_sqlite"]["mb_per_s"]
+    results["index_alone"] = index_alone(index_keys)
     results["big_collected_blis"] = run_validator(
         big["path"], os.path.join(work, "out_big_blis"), patch=_COLLECTED_BLIS
     )
@@ -415,6 +480,7 @@ def main(
 
 def report(r: dict) -> str:
     o, p, sp = r["ours"], r["presidio"], r["shard_passes"]
+    ia, ia_keys = r["index_alone"], r["index_alone"]["keys"]
     n, pn = r["names_ours"], r["names_presidio"]
     return "\n".join(
         [
@@ -448,6 +514,12 @@ def report(r: dict) -> str:
             f"  names on, the model's products on blis and the collector walking every object alive "
             f"(the runtime before): {r['big_collected_blis']['mb_per_s']:.1f} MB/s; freezing the objects alive "
             f"before the stream and NumPy's BLAS are {r['runtime_speedup']:.2f}x (outputs byte-identical, checked)",
+            f"  names off, the exact index in SQLite (its storage before sorted runs): "
+            f"{r['big_names_off_sqlite']['mb_per_s']:.1f} MB/s; sorted runs are {r['index_speedup']:.2f}x "
+            "(outputs byte-identical, checked)",
+            f"  the exact index alone, {ia_keys:,} keys (1% repeats): sorted runs {ia['runs']['ns_per_key']:.0f} ns "
+            f"a key, peak RSS {ia['runs']['peak_rss_mb']:.0f} MB; SQLite {ia['sqlite']['ns_per_key']:.0f} ns, "
+            f"{ia['sqlite']['peak_rss_mb']:.0f} MB; {ia['speedup']:.2f}x",
             f"  names off, blocks with every row in Python (no plain_rows.c): "
             f"{r['big_names_off_python']['mb_per_s']:.1f} MB/s; plain rows in C are {r['c_speedup']:.2f}x "
             "(outputs byte-identical, checked)",
