@@ -48,15 +48,15 @@ _WITH_NAMES = (*CANDIDATES, (NAMES, names.LINE_CANDIDATE))
 
 
 def _database(with_names: bool):
-    families = _WITH_NAMES if with_names else CANDIDATES
-    db = getattr(_local, NAMES if with_names else "db", None)
+    families, slot = (_WITH_NAMES, NAMES) if with_names else (CANDIDATES, "db")
+    db = getattr(_local, slot, None)
     if db is None:
         import hyperscan
 
         expressions = [pattern.encode("ascii") for _, pattern in families]
         db = hyperscan.Database()
         db.compile(expressions=expressions, ids=list(range(len(expressions))), elements=len(expressions))
-        setattr(_local, NAMES if with_names else "db", db)
+        setattr(_local, slot, db)
     return db, families
 
 

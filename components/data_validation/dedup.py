@@ -68,7 +68,7 @@ class FingerprintIndex:
     _BLOOM_BITS = 28  # 2**28 bits: 32 MiB
     _FLUSH = 65536
     _FANIN = 8  # runs of a level merged into one of the next
-    _CHUNK = 65536  # keys read from each run at a time while merging
+    _CHUNK = 16384  # keys read from each run at a time while merging
 
     def __init__(self, tmp_dir: str | None = None):
         self._dir = tempfile.mkdtemp(prefix="llmops-dedup-", dir=tmp_dir)

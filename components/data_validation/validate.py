@@ -276,27 +276,26 @@ class Validator:
         candidates the raw line holds (`candidates.line_kinds`); with none the record
         has no pattern finding, so its strings are only collected. Without `names` the
         line holds no name candidate (`candidates.NAMES`): the name finder is skipped."""
-        candidate = kinds != NONE
         scan = _Scan(obj, fmt)
         if all(type(v) is str for v in obj.values()):  # the common flat record
-            if candidate:
+            if kinds != NONE:
                 scan.scanned = {k: self._visit(v, k, scan, kinds) for k, v in obj.items()}
             else:
                 scan.scanned = obj
                 scan.strings.extend(obj.values())
         else:
-            scan.scanned = self._visit(obj, "", scan, kinds, candidate)
+            scan.scanned = self._visit(obj, "", scan, kinds)
         if self.names is not None:
             scan.proposal = self.names.propose(scan.strings) if names else Proposal(scan.strings, None, ())
         return scan
 
-    def _visit(self, value: Any, path: str, scan: _Scan, kinds: Kinds, candidate: bool = True) -> Any:
+    def _visit(self, value: Any, path: str, scan: _Scan, kinds: Kinds) -> Any:
         """`_scan_patterns`' walk of one value (at `path`): its strings collected into
-        `scan` and, when a `candidate`, scanned; a method, not a closure, so each record
-        leaves no reference cycle for the garbage collector."""
+        `scan` and, unless `kinds` is NONE, scanned; a method, not a closure, so each
+        record leaves no reference cycle for the garbage collector."""
         if isinstance(value, str):
             scan.strings.append(value)
-            findings = pii.find_pii(value, kinds) if candidate else None
+            findings = pii.find_pii(value, kinds) if kinds != NONE else None
             if not findings:
                 return value
             scan.n_findings += len(findings)
@@ -307,13 +306,11 @@ class Validator:
             return _Redaction(value, findings)
         if isinstance(value, dict):  # a turn's role is markup, never PII
             return {
-                k: v
-                if k == "role" and v in ROLES
-                else self._visit(v, f"{path}.{k}" if path else k, scan, kinds, candidate)
+                k: v if k == "role" and v in ROLES else self._visit(v, f"{path}.{k}" if path else k, scan, kinds)
                 for k, v in value.items()
             }
         if isinstance(value, list):
-            return [self._visit(v, f"{path}[{i}]", scan, kinds, candidate) for i, v in enumerate(value)]
+            return [self._visit(v, f"{path}[{i}]", scan, kinds) for i, v in enumerate(value)]
         return value
 
     def _conclude(self, scan: _Scan, name_spans: list | None) -> tuple[dict, float, int]:
