@@ -153,15 +153,19 @@ class FingerprintIndex:
             left = left[~hit]
         return lines, found
 
-    def _flush(self) -> None:
-        """The waiting keys as one sorted run; a full level merged into the next."""
+    def _drain(self) -> tuple[np.ndarray, np.ndarray]:
+        """The waiting keys and their lines in key order, none left waiting."""
         n = len(self._pending)
         keys = np.fromiter(self._pending.keys(), dtype=np.int64, count=n)
         lines = np.fromiter(self._pending.values(), dtype=np.int64, count=n)
         order = np.argsort(keys)
         self._pending.clear()
+        return keys[order], lines[order]
+
+    def _flush(self) -> None:
+        """The waiting keys as one sorted run; a full level merged into the next."""
         run = self._new_run()
-        run.append(keys[order], lines[order])
+        run.append(*self._drain())
         self._add_run(0, run.close())
 
     def _add_run(self, level: int, run: _Run) -> None:

@@ -37,14 +37,8 @@ class SqliteFingerprintIndex(FingerprintIndex):
 
     def _flush(self) -> None:
         """The waiting keys into the B-tree in key order (random order cost twice as much)."""
-        n = len(self._pending)
-        keys = np.fromiter(self._pending.keys(), dtype=np.int64, count=n)
-        lines = np.fromiter(self._pending.values(), dtype=np.int64, count=n)
-        order = np.argsort(keys)
-        self._db.executemany(
-            "INSERT INTO fp VALUES (?, ?)", zip(keys[order].tolist(), lines[order].tolist(), strict=True)
-        )
-        self._pending.clear()
+        keys, lines = self._drain()
+        self._db.executemany("INSERT INTO fp VALUES (?, ?)", zip(keys.tolist(), lines.tolist(), strict=True))
 
     def close(self) -> None:
         self._db.close()
