@@ -59,11 +59,12 @@ class DataStats:
         self.length.add(chars)
         self.pii_density.add(pii_density)
 
-    def add_lengths(self, lengths: list[int]) -> None:
-        """`add(n, 0.0)` for each of `lengths`, counted in one go (rows with no PII)."""
+    def add_lengths(self, lengths: list[int], densities: list[float] | None = None) -> None:
+        """`add(n, d)` for each of `lengths` and `densities` (by default 0.0: rows with no
+        PII), counted in one go."""
         if lengths:
             self.length.add_many(lengths)
-            self.pii_density.add_many([0.0] * len(lengths))
+            self.pii_density.add_many([0.0] * len(lengths) if densities is None else densities)
 
     def to_json(self) -> dict:
         return {

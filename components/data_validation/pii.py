@@ -328,11 +328,7 @@ class Recognizer:
     pattern: re.Pattern
     validate: Validator
     priority: int
-    gate: Callable[[str], bool] | None = None
-
-
-def _has(*needles: str) -> Callable[[str], bool]:
-    return lambda text: any(n in text for n in needles)
+    gate: tuple[str, ...] = ()  # the text holds one of these, or the recognizer cannot match
 
 
 # Numbers (cards, IDs, SSNs, phones, IPv4) only ever match inside a run of digits and
@@ -374,22 +370,35 @@ NUMERIC: tuple[Recognizer, ...] = (
     ),
 )
 
+
+@dataclass(frozen=True)
+class Fit:
+    """What a numeric run needs for a recognizer to possibly match in it: digits, one of
+    some characters (when any are named), dots."""
+
+    digits: int = 0
+    one_of: str = ""
+    dots: int = 0
+
+    def __call__(self, run: str, digits: int) -> bool:
+        return (
+            digits >= self.digits
+            and (not self.one_of or any(ch in run for ch in self.one_of))
+            and (not self.dots or run.count(".") >= self.dots)
+        )
+
+
 # Which numeric recognizers a run can possibly satisfy, from its digit count and shape.
-_NUMERIC_PLAN = tuple(
-    zip(
-        NUMERIC,
-        (
-            lambda run, d: d >= 12,  # card
-            lambda run, d: d >= 17,  # CN resident ID
-            lambda run, d: d >= 9 and ("-" in run or " " in run),  # SSN
-            lambda run, d: "+" in run,  # international phone
-            lambda run, d: d >= 10,  # US phone
-            lambda run, d: d >= 10,  # CN phone
-            lambda run, d: run.count(".") >= 3,  # IPv4
-        ),
-        strict=False,
-    )
+NUMERIC_FITS = (
+    Fit(digits=12),  # card
+    Fit(digits=17),  # CN resident ID
+    Fit(digits=9, one_of="- "),  # SSN
+    Fit(one_of="+"),  # international phone
+    Fit(digits=10),  # US phone
+    Fit(digits=10),  # CN phone
+    Fit(dots=3),  # IPv4
 )
+_NUMERIC_PLAN = tuple(zip(NUMERIC, NUMERIC_FITS, strict=True))
 
 # Secrets share one anchor scan: most text holds none of these strings.
 SECRET_ANCHOR = (
@@ -407,9 +416,9 @@ SECRETS: tuple[Recognizer, ...] = (
         ),
         _whole,
         100,
-        _has("PRIVATE KEY"),
+        ("PRIVATE KEY",),
     ),
-    Recognizer(JWT, _rx(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}(?![\w-])"), _jwt, 90, _has("eyJ")),
+    Recognizer(JWT, _rx(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}(?![\w-])"), _jwt, 90, ("eyJ",)),
     Recognizer(BEARER_TOKEN, _rx(r"(?i:\bbearer)\s+([A-Za-z0-9._~+/-]{16,}=*)(?![\w.~+/-])"), _bearer, 85),
     Recognizer(
         CLOUD_KEY,
@@ -429,7 +438,7 @@ SECRETS: tuple[Recognizer, ...] = (
         ),
         _group1,
         80,
-        _has("ecret", "ECRET", "ccountKey", "ccountkey", "CCOUNTKEY"),
+        ("ecret", "ECRET", "ccountKey", "ccountkey", "CCOUNTKEY"),
     ),
 )
 
@@ -493,7 +502,7 @@ def find_pii(text: str, kinds: frozenset[str] | None = None) -> list[Finding]:
                 candidates.append((_IBAN.priority, span[0], span[1], IBAN))
     if (kinds is None or SECRET in kinds) and _SECRET_ANCHOR.search(text):
         for rec in SECRETS:
-            if rec.gate is None or rec.gate(text):
+            if not rec.gate or any(n in text for n in rec.gate):
                 _scan(rec, text, candidates)
     return resolve_overlaps(candidates)
 

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "rows.h"
+
 /* ---- BLAKE2b (RFC 7693), 8-byte digest, no key: hashlib.blake2b(digest_size=8) ---- */
 
 static const uint64_t IV[8] = {
@@ -86,17 +88,11 @@ uint64_t blake2b_64(const uint8_t *data, int64_t len) {
 
 /* ---- one line ---- */
 
-#define MAX_PAIRS 16
-
-typedef struct {
-    const uint8_t *key, *val; /* unescaped, in scratch */
-    int64_t key_len, val_len;
-} pair_t;
 
 static inline int json_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 /* Python's str.isspace() over ASCII: what str.strip() and str.split() remove. */
-static inline int py_space(uint8_t c) { return c == ' ' || (c >= 9 && c <= 13) || (c >= 28 && c <= 31); }
+int py_space(uint8_t c) { return c == ' ' || (c >= 9 && c <= 13) || (c >= 28 && c <= 31); }
 
 /* A JSON string at *p (just after its quote) unescaped into *w; 0 when not ours. */
 static int read_string(const uint8_t **p, const uint8_t *end, uint8_t **w) {
@@ -131,7 +127,7 @@ static int read_string(const uint8_t **p, const uint8_t *end, uint8_t **w) {
 }
 
 /* orjson's escaping of an ASCII string (quotes included). */
-static uint8_t *write_string(uint8_t *o, const uint8_t *s, int64_t n) {
+uint8_t *write_string(uint8_t *o, const uint8_t *s, int64_t n) {
     static const char hex[] = "0123456789abcdef";
     *o++ = '"';
     for (int64_t i = 0; i < n; i++) {
@@ -210,12 +206,12 @@ static uint8_t *normalize(uint8_t *o, const uint8_t *s, int64_t n) {
     return o;
 }
 
-/* -1: not ours; else the format's index, with the clean row at *out (newline ended). */
-static int one_line(const uint8_t *p, const uint8_t *end, const int64_t *spec, const uint8_t *names,
-                    uint8_t *scratch, uint8_t **out, int64_t *chars, uint64_t *key) {
+/* -1: not ours; else the format's index, with the line's pairs (unescaped into `scratch`),
+ * the characters the statistics count and the exact-dedup key. */
+int parse_plain(const uint8_t *p, const uint8_t *end, const int64_t *spec, const uint8_t *names, uint8_t *scratch,
+                pair_t *pairs, int *count, int64_t *chars, uint64_t *key) {
     for (const uint8_t *q = p; q < end; q++)
         if (*q >= 0x80 || *q == 0) return -1;
-    pair_t pairs[MAX_PAIRS];
     int n = 0;
     uint8_t *w = scratch;
     while (p < end && json_ws(*p)) p++;
@@ -279,19 +275,23 @@ static int one_line(const uint8_t *p, const uint8_t *end, const int64_t *spec, c
     uint64_t k = blake2b_64(t, u - t);
     *key = k ? k : 1;
     *chars = total;
-    /* The clean row, keys in input order. */
-    uint8_t *o = *out;
+    *count = n;
+    return fmt;
+}
+
+/* The row as orjson writes it, keys in input order, newline ended; `vals`/`lens` (when
+ * not NULL) replace the values. */
+uint8_t *write_row(uint8_t *o, const pair_t *pairs, int n, const uint8_t *const *vals, const int64_t *lens) {
     *o++ = '{';
     for (int i = 0; i < n; i++) {
         if (i) *o++ = ',';
         o = write_string(o, pairs[i].key, pairs[i].key_len);
         *o++ = ':';
-        o = write_string(o, pairs[i].val, pairs[i].val_len);
+        o = vals ? write_string(o, vals[i], lens[i]) : write_string(o, pairs[i].val, pairs[i].val_len);
     }
     *o++ = '}';
     *o++ = '\n';
-    *out = o;
-    return fmt;
+    return o;
 }
 
 /* Lines of `buf` (joined by \n, none inside one). For line i: status[i] its format or -1;
@@ -305,12 +305,14 @@ int64_t plain_rows(const uint8_t *buf, int64_t len, const int64_t *spec, const u
     for (;;) {
         const uint8_t *nl = memchr(buf + start, '\n', (size_t)(len - start));
         int64_t stop = nl ? nl - buf : len;
-        uint8_t *before = o;
-        int fmt = one_line(buf + start, buf + stop, spec, names, scratch, &o, &chars[i], &keys[i]);
+        pair_t pairs[MAX_PAIRS];
+        int n;
+        int fmt = parse_plain(buf + start, buf + stop, spec, names, scratch, pairs, &n, &chars[i], &keys[i]);
         if (fmt < 0) {
-            o = before;
             chars[i] = 0;
             keys[i] = 0;
+        } else {
+            o = write_row(o, pairs, n, NULL, NULL);
         }
         status[i] = fmt;
         offsets[++i] = o - out;

@@ -1,8 +1,9 @@
 """The block's plain rows in C (plain_rows.c): parsed, bounds-checked, normalized, keyed
 and written back as orjson writes them, about 0.3 us a row instead of Python's 6.
 
-The library is built once with the system C compiler (`cc`) into a cache folder, named by
-the source's hash, or found prebuilt beside this module (the data image builds it there:
+The library (plain_rows.c with pii_rows.c, which judges candidate rows) is built once
+with the system C compiler (`cc`) into a cache folder, named by the sources' hash, or
+found prebuilt beside this module (the data image builds it there:
 `python plain_rows.py DIR`; this file imports nothing outside the standard library
 until it scans).
 Where neither is possible, `load()` answers None and the validator runs its Python path,
@@ -18,7 +19,8 @@ import sys
 import tempfile
 import threading
 
-_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plain_rows.c")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SOURCES = tuple(os.path.join(_HERE, name) for name in ("plain_rows.c", "pii_rows.c", "rows.h"))
 _FLAGS = ["-O2", "-shared", "-fPIC", "-std=c99"]
 _lock = threading.Lock()
 _loaded: dict[str, object] = {}
@@ -26,9 +28,11 @@ DISABLE = "LLMOPS_PURE_PYTHON"  # set (to anything): the Python path, for compar
 
 
 def _library_name() -> str:
-    with open(_SOURCE, "rb") as handle:
-        digest = hashlib.sha256(handle.read() + " ".join(_FLAGS).encode()).hexdigest()[:16]
-    return f"plain_rows-{digest}.so"
+    digest = hashlib.sha256(" ".join(_FLAGS).encode())
+    for source in _SOURCES:
+        with open(source, "rb") as handle:
+            digest.update(handle.read())
+    return f"plain_rows-{digest.hexdigest()[:16]}.so"
 
 
 def build(folder: str) -> str:
@@ -40,7 +44,7 @@ def build(folder: str) -> str:
         os.close(fd)
         try:
             subprocess.run(
-                [os.environ.get("CC", "cc"), *_FLAGS, "-o", tmp, _SOURCE],
+                [os.environ.get("CC", "cc"), *_FLAGS, "-o", tmp, *[s for s in _SOURCES if s.endswith(".c")]],
                 check=True,
                 capture_output=True,
                 text=True,
@@ -59,12 +63,17 @@ def _cache_folder() -> str:
 
 def _library() -> str:
     """Its path: prebuilt beside this module, else built into the cache folder."""
-    beside = os.path.join(os.path.dirname(_SOURCE), _library_name())
+    beside = os.path.join(_HERE, _library_name())
     return beside if os.path.exists(beside) else build(_cache_folder())
 
 
 def load():
     """The ctypes function, or None (no compiler, a failed build, or `DISABLE` set)."""
+    return None if library() is None else _loaded["fn"]
+
+
+def library():
+    """The loaded library, or None (no compiler, a failed build, or `DISABLE` set)."""
     if os.environ.get(DISABLE):
         return None
     with _lock:
@@ -81,7 +90,8 @@ def load():
                 lib.blake2b_64.argtypes = [ctypes.c_char_p, ctypes.c_int64]
                 _loaded["blake2b_64"] = lib.blake2b_64
             _loaded["fn"] = None if lib is None else lib.plain_rows
-        return _loaded["fn"]
+            _loaded["lib"] = lib
+        return _loaded["lib"]
 
 
 def _short(exc: Exception) -> str:

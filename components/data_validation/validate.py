@@ -26,7 +26,7 @@ from kfp_llmops.components.common.conversation import ROLES, TurnError, check_tu
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.progress import progress
 
-from . import pii, plain_rows
+from . import pii, pii_rows, plain_rows
 from .candidates import NAMES, NONE, Kinds, candidate_lines, line_kinds
 from .config import DataValidationConfig, RecordFormat
 from .dedup import FingerprintIndex, NearDuplicateIndex, fingerprint, fingerprints, normalize
@@ -145,6 +145,8 @@ class _Outputs:
 
 
 class Validator:
+    c_patterns = True  # plain candidate rows (no name candidate) judged by pii_rows.c
+
     def __init__(
         self,
         config: DataValidationConfig,
@@ -188,6 +190,7 @@ class Validator:
         ]
         self.exact = (exact or FingerprintIndex()) if config.dedup.exact else None
         self._in_c: tuple | None = None  # (plain_rows function, formats), once looked up
+        self._c_formats: plain_rows.Formats | None = None
         near_index, near = near, config.dedup.near
         self.near = (
             (near_index or NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words))
@@ -450,10 +453,13 @@ class Validator:
         `stats.add_lengths`. Every other row is scanned as `begin` scans it.
         """
         out, unique = self._deduplicated(lines, first_line, candidates, lengths)
+        in_c = self._patterns_in_c(lines, unique, candidates, out)
         # `dumps(...) + b"\n"`, not OPT_APPEND_NEWLINE: orjson's result keeps a 4 KiB
         # buffer, and a block of them held at once costs 4 KiB a row; the sum is exact-sized.
         dumps = orjson.dumps
         for i, obj, fmt, values in unique:
+            if i in in_c:
+                continue
             kinds = candidates.get(i, NONE)
             if values is not None and kinds == NONE:
                 lengths.append(sum(map(len, values)))
@@ -471,6 +477,45 @@ class Validator:
             except _Rejected as rej:
                 out[i] = rej.kept()
         return out
+
+    def _patterns_in_c(self, lines: list[bytes], unique: list[tuple], candidates: dict[int, Kinds], out: list) -> set:
+        """The unique plain rows with pattern candidates and no name candidate judged in C
+        (`pii_rows`), which gives each the clean row, counts and statistics the Python
+        path would: those it judged, their outcomes in `out`. It declines what it does not
+        follow (a row to quarantine among them); those are judged in Python as before."""
+        if not self.c_patterns:
+            return set()
+        rows = []
+        for i, _, _, values in unique:
+            kinds = candidates.get(i, NONE)
+            if values is not None and kinds and NAMES not in kinds:
+                rows.append((i, values))
+        if not rows or pii_rows.load() is None:
+            return set()
+        if self._c_formats is None:
+            self._c_formats = plain_rows.Formats(self.formats)
+        judged = pii_rows.judge(
+            [lines[i] for i, _ in rows],
+            [pii_rows.kinds_mask(candidates[i]) for i, _ in rows],
+            self._c_formats,
+            self.redact_types,
+            self.quarantine_secrets,
+            self.max_density,
+        )
+        done: set[int] = set()
+        lengths, densities = [], []
+        rows_out, offsets = judged.rows, judged.offsets.tolist()
+        for k in np.flatnonzero(judged.done).tolist():
+            i, values = rows[k]
+            out[i] = rows_out[offsets[k] : offsets[k + 1]]
+            lengths.append(sum(map(len, values)))
+            densities.append(float(judged.density[k]))
+            done.add(i)
+        self.stats.add_lengths(lengths, densities)
+        self.pii_found.update(judged.found)
+        self.pii_redacted.update(judged.redacted)
+        self.rows_with_pii += judged.rows_with_pii
+        return done
 
     def parse_block(
         self,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kfp_llmops.components.data_validation import pii, plain_rows
+from kfp_llmops.components.data_validation import pii, pii_rows, plain_rows
 from kfp_llmops.components.data_validation.candidates import NONE, candidate_lines, line_kinds
 from kfp_llmops.components.data_validation.config import DataValidationConfig
 from kfp_llmops.components.data_validation.dedup import FingerprintIndex, normalize
@@ -112,9 +112,11 @@ def test_blocks_judge_every_line_as_one_at_a_time(near, policy, in_c, monkeypatc
         pytest.skip("no C compiler: the Python path alone")
     if not in_c:
         monkeypatch.setattr(plain_rows, "load", lambda: None)
-    judged = []
-    real_scan = plain_rows.scan
+        monkeypatch.setattr(pii_rows, "load", lambda: None)
+    judged, in_pii_rows = [], []
+    real_scan, real_judge = plain_rows.scan, pii_rows.judge
     monkeypatch.setattr(plain_rows, "scan", lambda *a: judged.append(a) or real_scan(*a))
+    monkeypatch.setattr(pii_rows, "judge", lambda *a: in_pii_rows.append(real_judge(*a)) or in_pii_rows[-1])
     config = DataValidationConfig()
     config.pii.names.enabled = False
     config.pii.policy = policy
@@ -139,6 +141,10 @@ def test_blocks_judge_every_line_as_one_at_a_time(near, policy, in_c, monkeypatc
         blocks.close()
     single.close()
     assert bool(judged) == (in_c and not near)  # near-dup wants each row's text: Python's
+    # Candidate rows judged in C (pii_rows.c) with findings, and some it left to Python.
+    done = sum(int(j.done.sum()) for j in in_pii_rows)
+    assert (done > 100 and any(j.rows_with_pii for j in in_pii_rows)) == in_c
+    assert not in_c or any(not j.done.all() for j in in_pii_rows)
 
 
 def test_a_line_of_a_later_file_may_open_with_a_bom():

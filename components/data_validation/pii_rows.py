@@ -1,0 +1,231 @@
+"""Names off, a block's plain candidate rows judged in C (pii_rows.c): `pii.find_pii` on
+each value, then the density and secret verdicts, redaction and the clean row, as the
+Python path judges them; about a microsecond a row instead of Python's 30.
+
+Everything pii_rows.c needs to know about the recognizers comes from pii.py here: their
+patterns compiled into matcher programs (regex_program.py), priorities, types, gates,
+numeric fits and checksum tables. A row it cannot follow (a JWT's header, a row to
+quarantine, anything too large) it leaves to Python."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+
+from . import pii, plain_rows
+from .candidates import NAMES
+from .regex_program import Program
+
+# The order pii_rows.c's P_* names: the numeric run, the numeric recognizers, the negative
+# context, email and the character before one, IPv6, IBAN, the secrets' anchor, secrets.
+_PATTERNS = (
+    (pii._NUMERIC_RUN, None),
+    *((rec.pattern, rec) for rec in pii.NUMERIC),
+    (pii._NEGATIVE_PREFIX, None),
+    (pii._EMAIL.pattern, pii._EMAIL),
+    (pii._EMAIL_LEFT, None),
+    (pii._IPV6.pattern, pii._IPV6),
+    (pii._IBAN.pattern, pii._IBAN),
+    (pii._SECRET_ANCHOR, None),
+    *((rec.pattern, rec) for rec in pii.SECRETS),
+)
+_VALIDATORS = {  # pii_rows.c's V_* in order
+    pii._whole: 0,
+    pii._group1: 1,
+    pii._phone: 2,
+    pii._card: 3,
+    pii._ipv4: 4,
+    pii._ipv6: 5,
+    pii._iban: 6,
+    pii._cn_id: 7,
+    pii._ssn: 8,
+    pii._jwt: 9,
+    pii._bearer: 10,
+}
+TYPE_ID = {kind: i for i, kind in enumerate(pii.ALL_TYPES)}
+_SECRET_BIT = len(pii.ALL_TYPES)
+_GATES, _NEEDLES = 5, 5
+
+
+def kinds_mask(kinds: frozenset[str]) -> int:
+    """A line's candidate families as pii_rows.c reads them (type bits, the secret bit)."""
+    return sum(1 << (_SECRET_BIT if k == pii.SECRET else TYPE_ID[k]) for k in kinds if k != NAMES)
+
+
+@dataclass(frozen=True)
+class Tables:
+    code: ctypes.Array
+    sets: bytes
+    conf: ctypes.Array
+    needles: bytes
+
+
+def _tables() -> Tables:
+    program = Program()
+    for pattern, _ in _PATTERNS:
+        program.add(pattern)
+    conf: list[int] = list(program.entries)
+    recs = [rec for _, rec in _PATTERNS]
+    conf += [TYPE_ID[rec.type] if rec else 0 for rec in recs]
+    conf += [rec.priority if rec else 0 for rec in recs]
+    conf += [_VALIDATORS[rec.validate] if rec else 0 for rec in recs]
+    for fit in pii.NUMERIC_FITS:
+        chars = [ord(c) for c in fit.one_of] + [0, 0]
+        if len(fit.one_of) > 2:
+            raise ValueError("a numeric fit names at most two characters")
+        conf += [fit.digits, chars[0], chars[1], fit.dots]
+    conf.append(kinds_mask(pii.NUMERIC_TYPES))
+    conf.append(sum(1 << TYPE_ID[k] for k in pii.SECRET_TYPES))
+    conf += [TYPE_ID[pii.EMAIL], TYPE_ID[pii.IPV6], TYPE_ID[pii.IBAN]]
+    needles = bytearray()
+    for rec in pii.SECRETS:
+        if len(rec.gate) > _NEEDLES:
+            raise ValueError(f"{rec.type}: at most {_NEEDLES} gate strings")
+        pairs = []
+        for needle in rec.gate:
+            pairs += [len(needles), len(needle)]
+            needles += needle.encode("ascii")
+        conf += pairs + [0, 0] * (_NEEDLES - len(rec.gate))
+    letters = [chr(65 + i) for i in range(26)]
+    conf += [pii.IBAN_LENGTHS.get(a + b, 0) for a in letters for b in letters]
+    conf += list(pii._GB11643_WEIGHTS)
+    check = b"10X98765432\0"
+    conf += [int.from_bytes(check[i : i + 4], "little") for i in range(0, 12, 4)]
+    return Tables(
+        (ctypes.c_int32 * len(program.code))(*program.code),
+        b"".join(program.sets),
+        (ctypes.c_int32 * len(conf))(*conf),
+        bytes(needles) or b"\0",
+    )
+
+
+_lock = threading.Lock()
+_loaded: dict[str, object] = {}
+
+
+def load():
+    """(the library, its tables), or None where plain_rows.load() is None."""
+    with _lock:
+        if "lib" not in _loaded:
+            lib = plain_rows.library()
+            if lib is not None:
+                ptr, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
+                lib.pii_find.restype = i64
+                lib.pii_find.argtypes = [ctypes.c_char_p, i64, i32, *[ptr] * 6, i64]
+                lib.regex_search.restype = i32
+                lib.regex_search.argtypes = [ptr, ctypes.c_char_p, i32, ctypes.c_char_p, i32, i32, ptr, ptr, i64]
+                lib.pii_rows.restype = i64
+                lib.pii_rows.argtypes = [
+                    *[ctypes.c_char_p, i64],  # the lines
+                    *[ptr] * 7,  # formats (spec, names), kinds, tables (code, sets, conf, needles)
+                    *[i32, i32, ctypes.c_double],  # redact, quarantine, max density
+                    *[ptr] * 4,  # status, density, found, redacted
+                    *[ptr, i64, ptr, ptr, ptr, i64],  # out and its size, offsets, scratch, stack and its size
+                ]
+            _loaded["lib"] = None if lib is None else (lib, _tables())
+        return _loaded["lib"]
+
+
+_STACK = 1 << 16  # backtracking entries (16 bytes each); a row that needs more is Python's
+
+
+def find(text: str, kinds: frozenset[str] | None) -> list[pii.Finding] | None:
+    """`pii.find_pii(text, kinds)` in C, or None where it declines (tests compare them)."""
+    lib, t = load()
+    raw = text.encode("ascii")
+    mask = (1 << (_SECRET_BIT + 1)) - 1 if kinds is None else kinds_mask(kinds)
+    out = (ctypes.c_int32 * (3 * 256))()
+    stack = ctypes.create_string_buffer(_STACK * 16)
+    n = lib.pii_find(raw, len(raw), mask, t.code, t.sets, t.conf, t.needles, out, stack, len(stack))
+    if n < 0:
+        return None
+    return [pii.Finding(out[3 * i], out[3 * i + 1], pii.ALL_TYPES[out[3 * i + 2]]) for i in range(n)]
+
+
+def regex_search(pattern, text: str, pos: int = 0, endpos: int | None = None) -> tuple | None:
+    """`pattern.search(text, pos, endpos)` by the C matcher: (span, groups 1..3 spans), None
+    for no match (tests compare it with `re`)."""
+    lib, _ = load()
+    program = Program()
+    entry = program.add(pattern)
+    raw = text.encode("ascii")
+    caps = (ctypes.c_int32 * 8)()
+    stack = ctypes.create_string_buffer(_STACK * 16)
+    end = len(raw) if endpos is None else min(endpos, len(raw))
+    code = (ctypes.c_int32 * len(program.code))(*program.code)
+    got = lib.regex_search(code, b"".join(program.sets), entry, raw, end, pos, caps, stack, len(stack))
+    if got == -2:
+        raise RuntimeError("out of backtracking stack")
+    if got < 0:
+        return None
+    return (caps[0], caps[1]), tuple((caps[2 * g], caps[2 * g + 1]) for g in range(1, 4))
+
+
+@dataclass
+class Judged:
+    """pii_rows over some lines: per line whether C judged it, its clean row (sliced by
+    `offsets`) and density; finding and redaction counts per type; rows with PII."""
+
+    done: object  # numpy bool array
+    rows: bytes
+    offsets: object
+    density: object
+    found: dict[str, int]
+    redacted: dict[str, int]
+    rows_with_pii: int
+
+
+def judge(lines: list[bytes], masks: list[int], formats, redact: frozenset[str], quarantine: bool, max_density: float):
+    """Judge `lines` (plain rows, candidate families `masks`: `kinds_mask`) in C."""
+    import numpy as np
+
+    lib, t = load()
+    buf = b"\n".join(lines)
+    n = len(lines)
+    kinds = np.array(masks, dtype=np.int32)
+    status = np.zeros(n, dtype=np.int32)
+    density = np.zeros(n, dtype=np.float64)
+    found = np.zeros(len(pii.ALL_TYPES) + 1, dtype=np.int64)
+    redacted = np.zeros(len(pii.ALL_TYPES) + 1, dtype=np.int64)
+    out = np.empty(4 * len(buf) + 64 * n + 4096, dtype=np.uint8)
+    offsets = np.empty(n + 1, dtype=np.int64)
+    scratch = np.empty(2 * (max(map(len, lines), default=0) + 1) + 16, dtype=np.uint8)
+    stack = np.empty(_STACK * 16, dtype=np.uint8)
+    redact_bits = sum(1 << TYPE_ID[k] for k in redact)
+    got = lib.pii_rows(
+        buf,
+        len(buf),
+        formats.spec.ctypes.data,
+        formats.names,
+        kinds.ctypes.data,
+        t.code,
+        t.sets,
+        t.conf,
+        t.needles,
+        redact_bits,
+        int(quarantine),
+        max_density,
+        status.ctypes.data,
+        density.ctypes.data,
+        found.ctypes.data,
+        redacted.ctypes.data,
+        out.ctypes.data,
+        len(out),
+        offsets.ctypes.data,
+        scratch.ctypes.data,
+        stack.ctypes.data,
+        len(stack),
+    )
+    if got != n:
+        raise RuntimeError(f"pii_rows: {got} lines for {n}")
+    counts = found[:-1].tolist()
+    return Judged(
+        status.astype(bool),
+        out[: offsets[n]].tobytes(),
+        offsets,
+        density,
+        {k: c for k, c in zip(pii.ALL_TYPES, counts, strict=True) if c},
+        {k: c for k, c in zip(pii.ALL_TYPES, redacted[:-1].tolist(), strict=True) if c},
+        int(found[-1]),
+    )
