@@ -8,12 +8,8 @@
  * file does not do (a JWT's header, a row to quarantine, an oversized row) is declined
  * and judged in Python: the answer for a row is Python's or "not mine".
  *
- * Built with plain_rows.c into one library (plain_rows.py). */
-
-#include <stdint.h>
-#include <string.h>
-
-#include "rows.h"
+ * Included at the end of plain_rows.c (one translation unit, one library): it uses that
+ * file's line parser and writer. */
 
 /* ---- the matcher ---- */
 

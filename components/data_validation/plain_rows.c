@@ -6,12 +6,11 @@
  * \u escapes, other types, whitespace tricks it does not know) is left to Python: the
  * answer for a line is either Python's answer or "not mine", never a third one.
  *
- * Built by plain_rows.py with the system C compiler; loaded through ctypes. */
+ * Built by plain_rows.py with the system C compiler, with pii_rows.c (included at the
+ * end: one translation unit); loaded through ctypes. */
 
 #include <stdint.h>
 #include <string.h>
-
-#include "rows.h"
 
 /* ---- BLAKE2b (RFC 7693), 8-byte digest, no key: hashlib.blake2b(digest_size=8) ---- */
 
@@ -88,11 +87,18 @@ uint64_t blake2b_64(const uint8_t *data, int64_t len) {
 
 /* ---- one line ---- */
 
+#define MAX_PAIRS 16
+
+typedef struct {
+    const uint8_t *key, *val; /* unescaped, in scratch */
+    int64_t key_len, val_len;
+} pair_t;
+
 
 static inline int json_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 /* Python's str.isspace() over ASCII: what str.strip() and str.split() remove. */
-int py_space(uint8_t c) { return c == ' ' || (c >= 9 && c <= 13) || (c >= 28 && c <= 31); }
+static inline int py_space(uint8_t c) { return c == ' ' || (c >= 9 && c <= 13) || (c >= 28 && c <= 31); }
 
 /* A JSON string at *p (just after its quote) unescaped into *w; 0 when not ours. */
 static int read_string(const uint8_t **p, const uint8_t *end, uint8_t **w) {
@@ -127,7 +133,7 @@ static int read_string(const uint8_t **p, const uint8_t *end, uint8_t **w) {
 }
 
 /* orjson's escaping of an ASCII string (quotes included). */
-uint8_t *write_string(uint8_t *o, const uint8_t *s, int64_t n) {
+static uint8_t *write_string(uint8_t *o, const uint8_t *s, int64_t n) {
     static const char hex[] = "0123456789abcdef";
     *o++ = '"';
     for (int64_t i = 0; i < n; i++) {
@@ -208,8 +214,8 @@ static uint8_t *normalize(uint8_t *o, const uint8_t *s, int64_t n) {
 
 /* -1: not ours; else the format's index, with the line's pairs (unescaped into `scratch`),
  * the characters the statistics count and the exact-dedup key. */
-int parse_plain(const uint8_t *p, const uint8_t *end, const int64_t *spec, const uint8_t *names, uint8_t *scratch,
-                pair_t *pairs, int *count, int64_t *chars, uint64_t *key) {
+static int parse_plain(const uint8_t *p, const uint8_t *end, const int64_t *spec, const uint8_t *names,
+                       uint8_t *scratch, pair_t *pairs, int *count, int64_t *chars, uint64_t *key) {
     for (const uint8_t *q = p; q < end; q++)
         if (*q >= 0x80 || *q == 0) return -1;
     int n = 0;
@@ -281,7 +287,7 @@ int parse_plain(const uint8_t *p, const uint8_t *end, const int64_t *spec, const
 
 /* The row as orjson writes it, keys in input order, newline ended; `vals`/`lens` (when
  * not NULL) replace the values. */
-uint8_t *write_row(uint8_t *o, const pair_t *pairs, int n, const uint8_t *const *vals, const int64_t *lens) {
+static uint8_t *write_row(uint8_t *o, const pair_t *pairs, int n, const uint8_t *const *vals, const int64_t *lens) {
     *o++ = '{';
     for (int i = 0; i < n; i++) {
         if (i) *o++ = ',';
@@ -321,3 +327,5 @@ int64_t plain_rows(const uint8_t *buf, int64_t len, const int64_t *spec, const u
     }
     return i;
 }
+
+#include "pii_rows.c"
