@@ -59,10 +59,10 @@ class DataStats:
         self.length.add(chars)
         self.pii_density.add(pii_density)
 
-    def add_lengths(self, lengths: list[int], densities: list[float] | None = None) -> None:
-        """`add(n, d)` for each of `lengths` and `densities` (by default 0.0: rows with no
-        PII), counted in one go."""
-        if lengths:
+    def add_lengths(self, lengths, densities=None) -> None:
+        """`add(n, d)` for each of `lengths` and `densities` (lists or arrays; by default
+        0.0: rows with no PII), counted in one go."""
+        if len(lengths):
             self.length.add_many(lengths)
             self.pii_density.add_many([0.0] * len(lengths) if densities is None else densities)
 

@@ -121,10 +121,12 @@ static int32_t run(const vm_t *V, int32_t base, int32_t pc, const uint8_t *s, in
     }
 }
 
-/* `pattern.search(s, from, end)`: the match's end (its start in *start, groups in caps). */
-static int32_t search(const vm_t *V, int32_t pc, const uint8_t *s, int32_t end, int32_t from, int32_t *caps,
-                      int32_t *start) {
+/* `pattern.search(s, from, end)`: the match's end (its start in *start, groups in caps).
+ * `first`: the set every match starts with (-1: none known); other positions are skipped. */
+static int32_t search(const vm_t *V, int32_t pc, int32_t first, const uint8_t *s, int32_t end, int32_t from,
+                      int32_t *caps, int32_t *start) {
     for (int32_t p = from; p <= end; p++) {
+        if (first >= 0 && (p == end || !in_set(V->sets, first, s[p]))) continue;
         for (int i = 0; i < SLOTS; i++) caps[i] = -1;
         int32_t e = run(V, 0, pc, s, end, p, caps);
         if (e == OVERFLOW) return OVERFLOW;
@@ -149,7 +151,8 @@ enum { P_RUN, P_NUMERIC, P_NEGATIVE = P_NUMERIC + 7, P_EMAIL, P_EMAIL_LEFT, P_IP
 #define DECLINE (-3)
 
 typedef struct {
-    int32_t entry[N_PROGRAMS], type[N_PROGRAMS], priority[N_PROGRAMS], validator[N_PROGRAMS];
+    int32_t entry[N_PROGRAMS], first[N_PROGRAMS]; /* first instruction, the set a match starts with */
+    int32_t type[N_PROGRAMS], priority[N_PROGRAMS], validator[N_PROGRAMS];
     int32_t plan[7][4];         /* numeric: min digits, one of two characters (0: none), min dots */
     int32_t numeric_types;      /* kinds bits of the numeric family */
     int32_t secret_types;       /* type bits that are secrets */
@@ -188,7 +191,9 @@ static int add(scan_t *S, int32_t priority, int32_t a, int32_t b, int32_t type) 
 /* _NEGATIVE_PREFIX.search(text, max(0, start - 40), start) */
 static int negative_context(scan_t *S, const uint8_t *s, int32_t start) {
     int32_t caps[SLOTS], at;
-    return search(S->vm, S->cf->entry[P_NEGATIVE], s, start, start > 40 ? start - 40 : 0, caps, &at);
+    const conf_t *cf = S->cf;
+    return search(S->vm, cf->entry[P_NEGATIVE], cf->first[P_NEGATIVE], s, start, start > 40 ? start - 40 : 0, caps,
+                  &at);
 }
 
 static int luhn_valid(const uint8_t *d, int32_t n) {
@@ -398,7 +403,7 @@ static int scan_all(scan_t *S, int32_t p, const uint8_t *s, int32_t n, int32_t f
     int32_t caps[SLOTS], a = 0, b, x, y;
     const conf_t *cf = S->cf;
     while (from <= end) {
-        b = search(S->vm, cf->entry[p], s, end, from, caps, &a);
+        b = search(S->vm, cf->entry[p], cf->first[p], s, end, from, caps, &a);
         if (b == OVERFLOW) return DECLINE;
         if (b < 0) return 0;
         if (b == a) return DECLINE; /* an empty match: not a case this file follows */
@@ -434,7 +439,7 @@ static int find_pii(scan_t *S, const uint8_t *s, int32_t n, int32_t kinds) {
     if (kinds & cf->numeric_types) {
         int32_t from = 0;
         while (from <= n) {
-            b = search(S->vm, cf->entry[P_RUN], s, n, from, caps, &a);
+            b = search(S->vm, cf->entry[P_RUN], cf->first[P_RUN], s, n, from, caps, &a);
             if (b == OVERFLOW) return DECLINE;
             if (b < 0) break;
             int32_t digits = 0;
@@ -450,7 +455,7 @@ static int find_pii(scan_t *S, const uint8_t *s, int32_t n, int32_t kinds) {
     if ((kinds >> cf->email & 1) && memchr(s, '@', (size_t)n)) {
         int32_t from = 0;
         while (from <= n) {
-            b = search(S->vm, cf->entry[P_EMAIL], s, n, from, caps, &a);
+            b = search(S->vm, cf->entry[P_EMAIL], cf->first[P_EMAIL], s, n, from, caps, &a);
             if (b == OVERFLOW || b == a) return DECLINE;
             if (b < 0) break;
             int32_t left[SLOTS];
@@ -469,7 +474,7 @@ static int find_pii(scan_t *S, const uint8_t *s, int32_t n, int32_t kinds) {
     if (kinds >> cf->iban & 1) {
         int32_t from = 0;
         while (from <= n) {
-            b = search(S->vm, cf->entry[P_IBAN], s, n, from, caps, &a);
+            b = search(S->vm, cf->entry[P_IBAN], cf->first[P_IBAN], s, n, from, caps, &a);
             if (b == OVERFLOW || b == a) return DECLINE;
             if (b < 0) break;
             int32_t stop;
@@ -480,7 +485,7 @@ static int find_pii(scan_t *S, const uint8_t *s, int32_t n, int32_t kinds) {
         }
     }
     if (kinds >> SECRET_BIT & 1) {
-        b = search(S->vm, cf->entry[P_ANCHOR], s, n, 0, caps, &a);
+        b = search(S->vm, cf->entry[P_ANCHOR], cf->first[P_ANCHOR], s, n, 0, caps, &a);
         if (b == OVERFLOW) return DECLINE;
         if (b >= 0)
             for (int k = 0; k < N_SECRETS; k++) {
@@ -536,10 +541,10 @@ static int64_t words(const uint8_t *s, int64_t n) {
 
 /* `pattern.search(s, from, end)` of the program at `entry`, for tests: the match's end or
  * -1 (OVERFLOW), its start in caps[0] and groups 1..3 in caps[2..7]. */
-int32_t regex_search(const int32_t *code, const uint8_t *sets, int32_t entry, const uint8_t *s, int32_t end,
-                     int32_t from, int32_t *caps, void *stack, int64_t stack_bytes) {
+int32_t regex_search(const int32_t *code, const uint8_t *sets, int32_t entry, int32_t first, const uint8_t *s,
+                     int32_t end, int32_t from, int32_t *caps, void *stack, int64_t stack_bytes) {
     vm_t vm = {code, sets, (entry_t *)stack, (int32_t)(stack_bytes / (int64_t)sizeof(entry_t))};
-    int32_t start = -1, e = search(&vm, entry, s, end, from, caps, &start);
+    int32_t start = -1, e = search(&vm, entry, first, s, end, from, caps, &start);
     caps[0] = start;
     caps[1] = e;
     return e;
@@ -563,13 +568,14 @@ int64_t pii_find(const uint8_t *s, int64_t n, int32_t kinds, const int32_t *code
 
 /* Lines of `buf` (joined by \n), each a plain row (plain_rows' status >= 0) with its
  * candidate families in kinds[i]. For line i, status[i] is 1 when judged here: its clean
- * row at out[offsets[i]:offsets[i + 1]], its PII density in density[i], its finding and
+ * row at out[offsets[i]:offsets[i + 1]], the characters the statistics count in
+ * chars_out[i], its PII density in density[i], its finding and
  * redaction counts added to found/redacted (per type id; found[N_TYPES]: rows with PII).
  * 0: Python's. `redact`: type bits to redact; `quarantine`: secrets quarantine the row. */
 int64_t pii_rows(const uint8_t *buf, int64_t len, const int64_t *spec, const uint8_t *names, const int32_t *kinds,
                  const int32_t *code, const uint8_t *sets, const int32_t *conf, const uint8_t *needles,
-                 int32_t redact, int32_t quarantine, double max_density, int32_t *status, double *density,
-                 int64_t *found, int64_t *redacted, uint8_t *out, int64_t out_len, int64_t *offsets, uint8_t *scratch,
+                 int32_t redact, int32_t quarantine, double max_density, int32_t *status, int64_t *chars_out,
+                 double *density, int64_t *found, int64_t *redacted, uint8_t *out, int64_t out_len, int64_t *offsets, uint8_t *scratch,
                  void *stack, int64_t stack_bytes) {
     static const char *const TOKENS[N_TYPES] = {"PERSON", "ADDRESS", "EMAIL", "PHONE", "IPV4", "IPV6", "CREDIT_CARD",
                                                 "IBAN", "US_SSN", "CN_RESIDENT_ID", "CLOUD_KEY", "PRIVATE_KEY",
@@ -589,6 +595,7 @@ int64_t pii_rows(const uint8_t *buf, int64_t len, const int64_t *spec, const uin
         int64_t chars;
         uint64_t key;
         status[i] = 0;
+        chars_out[i] = 0;
         density[i] = 0.0;
         if (parse_plain(buf + start, buf + stop, spec, names, scratch, pairs, &n, &chars, &key) < 0) ok = 0;
         int64_t total = 0, word_total = 0;
@@ -644,6 +651,7 @@ int64_t pii_rows(const uint8_t *buf, int64_t len, const int64_t *spec, const uin
             o = write_row(o, pairs, n, (const uint8_t *const *)vals, lens);
             found[N_TYPES] += total > 0;
             status[i] = 1;
+            chars_out[i] = chars;
         }
         offsets[++i] = o - out;
         if (!nl) break;

@@ -10,6 +10,7 @@ quarantine, anything too large) it leaves to Python."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -48,6 +49,7 @@ _SECRET_BIT = len(pii.ALL_TYPES)
 _GATES, _NEEDLES = 5, 5
 
 
+@functools.lru_cache(maxsize=1024)
 def kinds_mask(kinds: frozenset[str]) -> int:
     """A line's candidate families as pii_rows.c reads them (type bits, the secret bit)."""
     return sum(1 << (_SECRET_BIT if k == pii.SECRET else TYPE_ID[k]) for k in kinds if k != NAMES)
@@ -65,7 +67,7 @@ def _tables() -> Tables:
     program = Program()
     for pattern, _ in _PATTERNS:
         program.add(pattern)
-    conf: list[int] = list(program.entries)
+    conf: list[int] = [*program.entries, *program.firsts]
     recs = [rec for _, rec in _PATTERNS]
     conf += [TYPE_ID[rec.type] if rec else 0 for rec in recs]
     conf += [rec.priority if rec else 0 for rec in recs]
@@ -114,13 +116,13 @@ def load():
                 lib.pii_find.restype = i64
                 lib.pii_find.argtypes = [ctypes.c_char_p, i64, i32, *[ptr] * 6, i64]
                 lib.regex_search.restype = i32
-                lib.regex_search.argtypes = [ptr, ctypes.c_char_p, i32, ctypes.c_char_p, i32, i32, ptr, ptr, i64]
+                lib.regex_search.argtypes = [ptr, ctypes.c_char_p, i32, i32, ctypes.c_char_p, i32, i32, ptr, ptr, i64]
                 lib.pii_rows.restype = i64
                 lib.pii_rows.argtypes = [
                     *[ctypes.c_char_p, i64],  # the lines
                     *[ptr] * 7,  # formats (spec, names), kinds, tables (code, sets, conf, needles)
                     *[i32, i32, ctypes.c_double],  # redact, quarantine, max density
-                    *[ptr] * 4,  # status, density, found, redacted
+                    *[ptr] * 5,  # status, chars, density, found, redacted
                     *[ptr, i64, ptr, ptr, ptr, i64],  # out and its size, offsets, scratch, stack and its size
                 ]
             _loaded["lib"] = None if lib is None else (lib, _tables())
@@ -154,7 +156,8 @@ def regex_search(pattern, text: str, pos: int = 0, endpos: int | None = None) ->
     stack = ctypes.create_string_buffer(_STACK * 16)
     end = len(raw) if endpos is None else min(endpos, len(raw))
     code = (ctypes.c_int32 * len(program.code))(*program.code)
-    got = lib.regex_search(code, b"".join(program.sets), entry, raw, end, pos, caps, stack, len(stack))
+    sets, first = b"".join(program.sets), program.firsts[0]
+    got = lib.regex_search(code, sets, entry, first, raw, end, pos, caps, stack, len(stack))
     if got == -2:
         raise RuntimeError("out of backtracking stack")
     if got < 0:
@@ -165,11 +168,12 @@ def regex_search(pattern, text: str, pos: int = 0, endpos: int | None = None) ->
 @dataclass
 class Judged:
     """pii_rows over some lines: per line whether C judged it, its clean row (sliced by
-    `offsets`) and density; finding and redaction counts per type; rows with PII."""
+    `offsets`), characters and density; finding and redaction counts per type; rows with PII."""
 
     done: object  # numpy bool array
     rows: bytes
     offsets: object
+    chars: object
     density: object
     found: dict[str, int]
     redacted: dict[str, int]
@@ -185,6 +189,7 @@ def judge(lines: list[bytes], masks: list[int], formats, redact: frozenset[str],
     n = len(lines)
     kinds = np.array(masks, dtype=np.int32)
     status = np.zeros(n, dtype=np.int32)
+    chars = np.zeros(n, dtype=np.int64)
     density = np.zeros(n, dtype=np.float64)
     found = np.zeros(len(pii.ALL_TYPES) + 1, dtype=np.int64)
     redacted = np.zeros(len(pii.ALL_TYPES) + 1, dtype=np.int64)
@@ -207,6 +212,7 @@ def judge(lines: list[bytes], masks: list[int], formats, redact: frozenset[str],
         int(quarantine),
         max_density,
         status.ctypes.data,
+        chars.ctypes.data,
         density.ctypes.data,
         found.ctypes.data,
         redacted.ctypes.data,
@@ -224,6 +230,7 @@ def judge(lines: list[bytes], masks: list[int], formats, redact: frozenset[str],
         status.astype(bool),
         out[: offsets[n]].tobytes(),
         offsets,
+        chars,
         density,
         {k: c for k, c in zip(pii.ALL_TYPES, counts, strict=True) if c},
         {k: c for k, c in zip(pii.ALL_TYPES, redacted[:-1].tolist(), strict=True) if c},

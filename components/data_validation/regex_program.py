@@ -46,6 +46,7 @@ class Program:
         self.sets: list[bytes] = []
         self._set_ids: dict[bytes, int] = {}
         self.entries: list[int] = []
+        self.firsts: list[int] = []  # per entry: the set its matches start with, -1: any
 
     def add(self, pattern: re.Pattern) -> int:
         """Compile `pattern` (ASCII flag required) and return its entry."""
@@ -56,7 +57,34 @@ class Program:
         self._emit(parsed, parsed.state.flags)
         self.code.append(MATCH)
         self.entries.append(entry)
+        self.firsts.append(self._first(entry))
         return entry
+
+    def _first(self, pc: int) -> int:
+        """The set of characters every match of the program at `pc` starts with (the
+        matcher skips other start positions), or -1 when a match may consume nothing
+        first (every position is tried). Zero-width steps are looked through."""
+        bits, seen, todo = bytearray(16), set(), [pc]
+        while todo:
+            pc = todo.pop()
+            if pc in seen:
+                continue
+            seen.add(pc)
+            op = self.code[pc]
+            if op == CHAR:
+                for i, byte in enumerate(self.sets[self.code[pc + 1]]):
+                    bits[i] |= byte
+            elif op == SPLIT:
+                todo += [self.code[pc + 1], self.code[pc + 2]]
+            elif op == JMP:
+                todo.append(self.code[pc + 1])
+            elif op in (SAVE, AT):
+                todo.append(pc + 2)
+            elif op == ASSERT:
+                todo.append(self.code[pc + 4])
+            else:  # MATCH (an empty match) or BACKREF
+                return -1
+        return self._set({c for c in range(128) if bits[c >> 3] >> (c & 7) & 1})
 
     def _set(self, chars: set[int]) -> int:
         bits = bytearray(16)

@@ -453,13 +453,11 @@ class Validator:
         `stats.add_lengths`. Every other row is scanned as `begin` scans it.
         """
         out, unique = self._deduplicated(lines, first_line, candidates, lengths)
-        in_c = self._patterns_in_c(lines, unique, candidates, out)
+        unique = self._patterns_in_c(lines, unique, candidates, out)
         # `dumps(...) + b"\n"`, not OPT_APPEND_NEWLINE: orjson's result keeps a 4 KiB
         # buffer, and a block of them held at once costs 4 KiB a row; the sum is exact-sized.
         dumps = orjson.dumps
         for i, obj, fmt, values in unique:
-            if i in in_c:
-                continue
             kinds = candidates.get(i, NONE)
             if values is not None and kinds == NONE:
                 lengths.append(sum(map(len, values)))
@@ -478,44 +476,50 @@ class Validator:
                 out[i] = rej.kept()
         return out
 
-    def _patterns_in_c(self, lines: list[bytes], unique: list[tuple], candidates: dict[int, Kinds], out: list) -> set:
+    def _patterns_in_c(self, lines: list[bytes], unique: list[tuple], candidates: dict[int, Kinds], out: list) -> list:
         """The unique plain rows with pattern candidates and no name candidate judged in C
         (`pii_rows`), which gives each the clean row, counts and statistics the Python
-        path would: those it judged, their outcomes in `out`. It declines what it does not
-        follow (a row to quarantine among them); those are judged in Python as before."""
-        if not self.c_patterns:
-            return set()
+        path would, into `out`. It declines what it does not follow (a row to quarantine
+        among them). Returns the rows left to Python, each with its object (a row C parsed
+        is loaded only now, when C did not judge it)."""
         rows = []
-        for i, _, _, values in unique:
-            kinds = candidates.get(i, NONE)
-            if values is not None and kinds and NAMES not in kinds:
-                rows.append((i, values))
-        if not rows or pii_rows.load() is None:
-            return set()
-        if self._c_formats is None:
-            self._c_formats = plain_rows.Formats(self.formats)
-        judged = pii_rows.judge(
-            [lines[i] for i, _ in rows],
-            [pii_rows.kinds_mask(candidates[i]) for i, _ in rows],
-            self._c_formats,
-            self.redact_types,
-            self.quarantine_secrets,
-            self.max_density,
-        )
+        if self.c_patterns and pii_rows.load() is not None:
+            for k, (i, obj, _, values) in enumerate(unique):
+                kinds = candidates.get(i, NONE)
+                if (obj is None or values is not None) and kinds and NAMES not in kinds:
+                    rows.append(k)
         done: set[int] = set()
-        lengths, densities = [], []
-        rows_out, offsets = judged.rows, judged.offsets.tolist()
-        for k in np.flatnonzero(judged.done).tolist():
-            i, values = rows[k]
-            out[i] = rows_out[offsets[k] : offsets[k + 1]]
-            lengths.append(sum(map(len, values)))
-            densities.append(float(judged.density[k]))
-            done.add(i)
-        self.stats.add_lengths(lengths, densities)
-        self.pii_found.update(judged.found)
-        self.pii_redacted.update(judged.redacted)
-        self.rows_with_pii += judged.rows_with_pii
-        return done
+        if rows:
+            if self._c_formats is None:
+                self._c_formats = plain_rows.Formats(self.formats)
+            at = [unique[k][0] for k in rows]
+            judged = pii_rows.judge(
+                [lines[i] for i in at],
+                [pii_rows.kinds_mask(candidates[i]) for i in at],
+                self._c_formats,
+                self.redact_types,
+                self.quarantine_secrets,
+                self.max_density,
+            )
+            rows_out, offsets = judged.rows, judged.offsets.tolist()
+            picked = np.flatnonzero(judged.done)
+            for k in picked.tolist():
+                out[at[k]] = rows_out[offsets[k] : offsets[k + 1]]
+                done.add(rows[k])
+            self.stats.add_lengths(judged.chars[picked], judged.density[picked])
+            self.pii_found.update(judged.found)
+            self.pii_redacted.update(judged.redacted)
+            self.rows_with_pii += judged.rows_with_pii
+        left = []
+        for k, row in enumerate(unique):
+            if k in done:
+                continue
+            if row[1] is None:  # C parsed it: its object and values now
+                i, _, fmt, _ = row
+                obj = orjson.loads(lines[i])
+                row = (i, obj, fmt, [obj[name] for name in fmt.fields])
+            left.append(row)
+        return left
 
     def parse_block(
         self,
@@ -529,8 +533,9 @@ class Validator:
         """`parse_lines` of a block, its plain rows in C where it can (`plain_rows.c`:
         not a file's first line; not at all without `in_c`: the near-dup index wants each
         row's text), with every parsed row's dedup key in line order when `texts`. Rows in
-        `python` (that need their object: a candidate) which C parsed keep its key and
-        bounds check and are only loaded; the other rows C parsed are its alone (`in_c`)."""
+        `python` (that need a scan: a candidate) which C parsed keep its key and bounds
+        check and are parsed as (index, None, format, None, None): their object is loaded
+        when needed (`_patterns_in_c`); the other rows C parsed are its alone (`in_c`)."""
         n = len(lines)
         scan = None
         if in_c and lines:
@@ -554,11 +559,9 @@ class Validator:
             rest = np.flatnonzero(~claimed).tolist()
             parsed, rejected = self.parse_lines(lines, first_line, texts, opening, indices=rest)
             if len(loaded):
-                loads, plain = orjson.loads, self._plain
+                plain = self._plain
                 for i, f in zip(loaded.tolist(), scan[1][loaded].tolist(), strict=True):
-                    obj = loads(lines[i])
-                    _, fmt, spec = plain[f]
-                    parsed.append((i, obj, fmt, [obj[name] for name, _, _ in spec], None))
+                    parsed.append((i, None, plain[f][1], None, None))  # loaded when needed
                 parsed.sort(key=lambda row: row[0])
         at = keys = None
         if texts:
