@@ -53,6 +53,8 @@ class Program:
         if not pattern.flags & re.ASCII:
             raise Unsupported(f"{pattern.pattern!r}: ASCII matching only")
         parsed = P.parse(pattern.pattern, pattern.flags)
+        if parsed.state.flags & re.MULTILINE:
+            raise Unsupported(f"{pattern.pattern!r}: multi-line anchors")
         entry = len(self.code)
         self._emit(parsed, parsed.state.flags)
         self.code.append(MATCH)

@@ -84,6 +84,8 @@ def test_what_the_matcher_does_not_follow_is_refused_when_built():
         program.add(re.compile(r"\w+"))  # Unicode classes
     with pytest.raises(Unsupported):
         program.add(re.compile(r"(a)(b)(c)(d)", re.ASCII))  # a fourth group
+    with pytest.raises(Unsupported):
+        program.add(re.compile(r"(?m)a$", re.ASCII))  # `$` before every newline
 
 
 def test_find_pii_in_c_is_find_pii():
