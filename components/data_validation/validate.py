@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import gc
 import os
 import time
@@ -190,7 +191,6 @@ class Validator:
         ]
         self.exact = (exact or FingerprintIndex()) if config.dedup.exact else None
         self._in_c: tuple | None = None  # (plain_rows function, formats), once looked up
-        self._c_formats: plain_rows.Formats | None = None
         near_index, near = near, config.dedup.near
         self.near = (
             (near_index or NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words))
@@ -476,6 +476,11 @@ class Validator:
                 out[i] = rej.kept()
         return out
 
+    @functools.cached_property
+    def _c_formats(self) -> plain_rows.Formats:
+        """The record formats as plain_rows.c and pii_rows.c read them, built once."""
+        return plain_rows.Formats(self.formats)
+
     def _patterns_in_c(self, lines: list[bytes], unique: list[tuple], candidates: dict[int, Kinds], out: list) -> list:
         """The unique plain rows with pattern candidates and no name candidate judged in C
         (`pii_rows`), which gives each the clean row, counts and statistics the Python
@@ -490,8 +495,6 @@ class Validator:
                     rows.append(k)
         done: set[int] = set()
         if rows:
-            if self._c_formats is None:
-                self._c_formats = plain_rows.Formats(self.formats)
             at = [unique[k][0] for k in rows]
             judged = pii_rows.judge(
                 [lines[i] for i in at],
@@ -541,7 +544,7 @@ class Validator:
         if in_c and lines:
             if self._in_c is None:
                 fn = plain_rows.load()
-                self._in_c = (fn, plain_rows.Formats(self.formats) if fn is not None else None)
+                self._in_c = (fn, self._c_formats if fn is not None else None)
             if self._in_c[0] is not None:
                 scan = plain_rows.scan(self._in_c[0], lines, self._in_c[1])
         loaded = np.zeros(0, dtype=np.int64)
