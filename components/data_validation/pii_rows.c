@@ -575,8 +575,8 @@ int64_t pii_find(const uint8_t *s, int64_t n, int32_t kinds, const int32_t *code
 int64_t pii_rows(const uint8_t *buf, int64_t len, const int64_t *spec, const uint8_t *names, const int32_t *kinds,
                  const int32_t *code, const uint8_t *sets, const int32_t *conf, const uint8_t *needles,
                  int32_t redact, int32_t quarantine, double max_density, int32_t *status, int64_t *chars_out,
-                 double *density, int64_t *found, int64_t *redacted, uint8_t *out, int64_t out_len, int64_t *offsets, uint8_t *scratch,
-                 void *stack, int64_t stack_bytes) {
+                 double *density, int64_t *found, int64_t *redacted, uint8_t *out, int64_t out_len, int64_t *offsets,
+                 uint8_t *scratch, void *stack, int64_t stack_bytes) {
     static const char *const TOKENS[N_TYPES] = {"PERSON", "ADDRESS", "EMAIL", "PHONE", "IPV4", "IPV6", "CREDIT_CARD",
                                                 "IBAN", "US_SSN", "CN_RESIDENT_ID", "CLOUD_KEY", "PRIVATE_KEY",
                                                 "JWT", "BEARER_TOKEN"};
