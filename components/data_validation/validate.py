@@ -9,9 +9,11 @@ it is written (no second read).
 from __future__ import annotations
 
 import base64
+import bisect
 import contextlib
 import functools
 import gc
+import itertools
 import os
 import time
 from collections import Counter
@@ -445,6 +447,15 @@ class Validator:
         bytes (newline included) or its `_Rejected`, in order; names on, a line that may
         hold a name gets its `_Scan` instead (`begin`'s), for the caller to settle and
         `complete` where one line at a time would (`begin` leaves no state `complete` reads).
+        `judge_lines` with every row's outcome in the list."""
+        out, in_c = self.judge_lines(lines, first_line, candidates, lengths)
+        return out if in_c is None else in_c.fill(out)
+
+    def judge_lines(
+        self, lines: list[bytes], first_line: int, candidates: dict[int, Kinds], lengths: list[int]
+    ) -> tuple[list, CleanInC | None]:
+        """`check_lines`, but the rows C judged alone (the most) are None in the list, their
+        clean bytes in the `CleanInC` returned with it: no object a row for them.
 
         Two steps instead of one row at a time: `_deduplicated`, then each row's verdict,
         so the verdicts are `check`'s. A plain row that is no candidate (`candidates`:
@@ -452,7 +463,7 @@ class Validator:
         form is the object as parsed and its length goes to `lengths` for the caller's
         `stats.add_lengths`. Every other row is scanned as `begin` scans it.
         """
-        out, unique = self._deduplicated(lines, first_line, candidates, lengths)
+        out, unique, in_c = self._deduplicated(lines, first_line, candidates, lengths)
         unique = self._patterns_in_c(lines, unique, candidates, out)
         # `dumps(...) + b"\n"`, not OPT_APPEND_NEWLINE: orjson's result keeps a 4 KiB
         # buffer, and a block of them held at once costs 4 KiB a row; the sum is exact-sized.
@@ -474,7 +485,7 @@ class Validator:
                 out[i] = dumps(self.complete(scan, None)) + b"\n"
             except _Rejected as rej:
                 out[i] = rej.kept()
-        return out
+        return out, in_c
 
     @functools.cached_property
     def _c_formats(self) -> plain_rows.Formats:
@@ -580,11 +591,11 @@ class Validator:
 
     def _deduplicated(
         self, lines: list[bytes], first_line: int, candidates: dict[int, Kinds], lengths: list[int]
-    ) -> tuple[list, list[tuple]]:
+    ) -> tuple[list, list[tuple], CleanInC | None]:
         """`parse_block`, then every parsed row's key through the exact index in one
-        `add_many` and the near index row by row, in order: (per line its `_Rejected`,
-        its clean bytes or None, the rows left as (index, object, format, values when
-        plain)). Nothing a row does after its dedup changes what dedup says of another,
+        `add_many` and the near index row by row, in order: (per line its `_Rejected` or
+        None, the rows left as (index, object, format, values when plain), the clean rows
+        of C's). Nothing a row does after its dedup changes what dedup says of another,
         so these are the verdicts of one row at a time. The rows C parsed (plain, no
         pattern candidate) are concluded here: their clean bytes, their lengths to `lengths`."""
         n = len(lines)
@@ -602,13 +613,14 @@ class Validator:
         firsts = np.zeros(n, dtype=np.int64)
         if self.exact is not None and block.at is not None and len(block.at):
             firsts[block.at] = self.exact.add_many(block.keys, first_line + block.at)
+        in_c = None
         if len(mine):
             buf, _, chars, _, offsets = block.scan
-            kept = mine[firsts[mine] == 0]
-            for i in mine[firsts[mine] != 0].tolist():
+            repeated = firsts[mine] != 0
+            for i in mine[repeated].tolist():
                 out[i] = self._duplicate_of(int(firsts[i]))
-            for i, a, b in zip(kept.tolist(), offsets[kept].tolist(), offsets[kept + 1].tolist(), strict=True):
-                out[i] = buf[a:b]
+            kept = mine[~repeated]
+            in_c = CleanInC(buf, offsets, kept)
             lengths.extend(chars[kept].tolist())
         near = self.near
         unique: list[tuple] = []
@@ -622,7 +634,7 @@ class Validator:
                     out[i] = self._near_duplicate_of(first)
                     continue
             unique.append((i, obj, fmt, values))
-        return out, unique
+        return out, unique, in_c
 
     def check(self, raw: bytes, line_no: int) -> dict:
         """The clean record for one raw line, or raise _Rejected."""
@@ -725,6 +737,51 @@ class ParsedBlock:
     scan: tuple | None
     at: np.ndarray | None
     keys: np.ndarray | None
+
+
+@dataclass
+class CleanInC:
+    """The clean rows C wrote for a block (`plain_rows.scan`: `buf`, sliced per line by
+    `offsets`) that it judged alone and kept: the lines `kept`."""
+
+    buf: bytes
+    offsets: np.ndarray
+    kept: np.ndarray
+
+    def fill(self, out: list) -> list:
+        """`out` (None at the kept lines) with each kept line's clean bytes."""
+        buf = self.buf
+        kept, offsets = self.kept, self.offsets
+        for i, a, b in zip(kept.tolist(), offsets[kept].tolist(), offsets[kept + 1].tolist(), strict=True):
+            out[i] = buf[a:b]
+        return out
+
+    def pieces(self: CleanInC | None, out: list) -> list:
+        """The block's clean bytes in line order as few objects as it takes, a rejected
+        line as its index: each run of kept lines one slice of `buf` (consecutive lines
+        are adjacent there), every other line its own outcome from `out` (`self` None: no
+        line C judged)."""
+        if self is None:
+            return [o if type(o) is bytes else i for i, o in enumerate(out)]
+        n, buf, offsets = len(out), self.buf, self.offsets
+        others = np.ones(n, dtype=bool)
+        others[self.kept] = False
+        at = np.flatnonzero(others)
+        edges = np.empty(2 * len(at) + 2, dtype=np.int64)  # each run of kept lines: [start, end)
+        edges[0], edges[-1] = 0, n
+        edges[1:-1:2], edges[2:-1:2] = at, at + 1
+        bounds = offsets[edges].tolist()
+        pieces = []
+        for k, i in enumerate(at.tolist()):
+            a, b = bounds[2 * k], bounds[2 * k + 1]
+            if b > a:
+                pieces.append(buf[a:b])
+            o = out[i]
+            pieces.append(o if type(o) is bytes else i)
+        a, b = bounds[-2], bounds[-1]
+        if b > a:
+            pieces.append(buf[a:b])
+        return pieces
 
 
 @dataclass
@@ -860,9 +917,11 @@ def _stream(
         nonlocal rows_out, doubtful
         first = (rows_in if last_line is None else last_line) - len(block) + 1
         lengths: list[int] = []
-        outcomes = validator.check_lines(block, first, candidate_lines(block, batched), lengths)
+        outcomes, in_c = validator.judge_lines(block, first, candidate_lines(block, batched), lengths)
         validator.stats.add_lengths(lengths)
         if batched:
+            if in_c is not None:
+                in_c.fill(outcomes)
             for i, outcome in enumerate(outcomes):
                 if type(outcome) is _Scan:
                     doubtful += len(outcome.proposal.doubtful)
@@ -872,18 +931,19 @@ def _stream(
             block.clear()
             return
         kept: list[bytes] = []
-        for i, outcome in enumerate(outcomes):
-            if type(outcome) is bytes:
-                kept.append(outcome)
+        rejected = 0
+        for piece in CleanInC.pieces(in_c, outcomes):
+            if type(piece) is bytes:
+                kept.append(piece)
                 continue
             if kept:
                 clean.write(b"".join(kept))
-                rows_out += len(kept)
                 kept.clear()
-            reject(outcome, first + i, block[i])
+            reject(outcomes[piece], first + piece, block[piece])
+            rejected += 1
         if kept:
             clean.write(b"".join(kept))
-            rows_out += len(kept)
+        rows_out += len(block) - rejected
         block.clear()
 
     def take(lines: list[bytes]) -> None:
@@ -921,7 +981,8 @@ def _stream(
 
 
 _PENDING_ROWS = 8192
-_BLOCK_ROWS = 1024
+_BLOCK_ROWS = 8192
+_BLOCK_BYTES = 4 << 20
 
 
 @contextlib.contextmanager
@@ -937,15 +998,25 @@ def long_lived_frozen():
 
 
 def fill_blocks(block: list[bytes], lines: list[bytes], full: Callable[[int], None]) -> None:
-    """Append `lines` to `block`; each time it holds `_BLOCK_ROWS` lines, `full(k)` (`k`:
-    how many of `lines` it holds by then) judges and empties it."""
-    i = 0
+    """Append `lines` to `block`; each time it holds `_BLOCK_ROWS` lines or `_BLOCK_BYTES`
+    bytes (or one line over that), `full(k)` (`k`: how many of `lines` it holds by then)
+    judges and empties it. Bigger blocks spread each block's fixed cost (a few hundred
+    microseconds of calls into C, numpy and Hyperscan) over more rows; the byte bound keeps
+    a block of long lines as small in memory as one of short ones."""
+    i, size = 0, sum(map(len, block))
     while i < len(lines):
         piece = lines[i : i + _BLOCK_ROWS - len(block)]
+        more = sum(map(len, piece))
+        if size + more > _BLOCK_BYTES:
+            fits = bisect.bisect_right(list(itertools.accumulate(map(len, piece))), _BLOCK_BYTES - size)
+            piece = piece[: max(fits, 0 if block else 1)]
+            more = _BLOCK_BYTES  # full now
         block.extend(piece)
         i += len(piece)
-        if len(block) >= _BLOCK_ROWS:
+        size += more
+        if len(block) >= _BLOCK_ROWS or size >= _BLOCK_BYTES:
             full(i)
+            size = 0
 
 
 def _quarantine_overlong(src: InputStream, quarantine: _Sink, at: dict, head: bytes, max_line: int) -> None:

@@ -224,6 +224,77 @@ def test_normalize_skips_the_collapse_only_where_it_changes_nothing(text):
     assert normalize(text) == " ".join(nfkc.casefold().split())
 
 
+@pytest.mark.parametrize("block_bytes", [1 << 22, 3000], ids=["rows-bound", "bytes-bound"])
+def test_names_off_streams_write_what_one_line_at_a_time_writes(block_bytes, tmp_path, monkeypatch):
+    """Names off, a block's clean rows are written as runs of C's output with the other
+    lines' outcomes between them (`CleanInC.pieces`): the clean and quarantine files, the
+    statistics and the root equal one line at a time through `check`, blocks bounded by
+    rows or by bytes (lines of 9000 bytes among them, each over the bound alone)."""
+    if plain_rows.load() is None:
+        pytest.skip("no C compiler: the Python path alone")
+    corpus = tmp_path / "in.jsonl"
+    corpus.write_bytes(b"\n".join(_rows(6000, seed=11)) + b"\n")
+    config = DataValidationConfig()
+    config.gate.max_reject_rate = 1.0
+    config.pii.names.enabled = False
+
+    def one_at_a_time(self, lines, first_line, candidates, lengths):
+        out = []
+        for i, raw in enumerate(lines):
+            try:
+                out.append(orjson.dumps(self.check(raw, first_line + i)) + b"\n")
+            except validation._Rejected as rej:
+                out.append(rej.kept())
+        return out, None
+
+    runs = []
+    real_pieces = validation.CleanInC.pieces
+    monkeypatch.setattr(validation.CleanInC, "pieces", lambda *a: runs.append(real_pieces(*a)) or runs[-1])
+    monkeypatch.setattr(validation, "_BLOCK_BYTES", block_bytes)
+    outputs = []
+    for blocks in (True, False):
+        if not blocks:
+            monkeypatch.setattr(validation, "_BLOCK_ROWS", 1)
+            monkeypatch.setattr(validation.Validator, "judge_lines", one_at_a_time)
+        out = validation.OutputPaths.in_dir(str(tmp_path / f"out-{blocks}"))
+        result = validation.validate(str(corpus), out, config, show_progress=False)
+        outputs.append([open(p, "rb").read() for p in (out.clean, out.quarantine, out.stats)])
+        outputs[-1] += [result.metrics["rows_out"], result.metrics["merkle_root"]]
+    assert outputs[0] == outputs[1]
+    assert outputs[0][1].count(b"\n") > 500  # rejections among the runs
+    pieces = [p for r in runs for p in r if type(p) is bytes]
+    assert max(p.count(b"\n") for p in pieces) > 5  # runs of several lines in one slice
+
+
+def test_blocks_are_bounded_in_rows_and_bytes(monkeypatch):
+    """`fill_blocks` hands over every line once, in order, at the index it reports, in
+    blocks of at most `_BLOCK_ROWS` lines and `_BLOCK_BYTES` bytes, a longer line alone."""
+    monkeypatch.setattr(validation, "_BLOCK_ROWS", 50)
+    monkeypatch.setattr(validation, "_BLOCK_BYTES", 1000)
+    rng = random.Random(3)
+    sizes = [rng.choice([1, 10, 30]) if rng.random() < 0.95 else rng.choice([400, 1500]) for _ in range(3000)]
+    lines = [bytes([97 + i % 26]) * size for i, size in enumerate(sizes)]
+    block, blocks, seen = [], [], []
+    start = 0
+    while start < len(lines):
+        piece = lines[start : start + rng.choice([1, 2, 5, 20, 300])]
+
+        def full(k, piece=piece, start=start):
+            assert k == 0 or block[-1] is piece[k - 1]  # 0: full before this piece added any
+            blocks.append(list(block))
+            block.clear()
+
+        validation.fill_blocks(block, piece, full)
+        start += len(piece)
+    blocks += [block] if block else []
+    assert [line for b in blocks for line in b] == lines
+    for b, after in zip(blocks[:-1], blocks[1:], strict=True):
+        size = sum(map(len, b))
+        assert len(b) <= 50 and (size <= 1000 or len(b) == 1)
+        assert len(b) == 50 or size + len(after[0]) > 1000  # full: the next line did not fit
+    assert any(len(b) == 50 for b in blocks) and any(len(b) < 50 for b in blocks[:-1])
+
+
 def test_names_on_blocks_settle_as_one_line_at_a_time(tmp_path, monkeypatch):
     """Names on, a block's rows are judged together (`check_lines`: a plain row no
     candidate matched, of a pattern or a name, is clean at once; the rest are scanned and
@@ -254,7 +325,7 @@ def test_names_on_blocks_settle_as_one_line_at_a_time(tmp_path, monkeypatch):
     for blocks in (True, False):
         if not blocks:
             monkeypatch.setattr(validation, "_BLOCK_ROWS", 1)
-            monkeypatch.setattr(validation.Validator, "check_lines", one_at_a_time)
+            monkeypatch.setattr(validation.Validator, "judge_lines", lambda self, *a: (one_at_a_time(self, *a), None))
         proposed.clear()
         out = validation.OutputPaths.in_dir(str(tmp_path / f"out-{blocks}"))
         result = validation.validate(str(corpus), out, config, show_progress=False)
@@ -349,15 +420,15 @@ def test_a_stream_unfreezes_what_it_froze(tmp_path, monkeypatch):
     config = DataValidationConfig()
     config.pii.names.enabled = False
     seen = []
-    real = validation.Validator.check_lines
+    real = validation.Validator.judge_lines
 
-    def check_lines(self, *args):
+    def judge_lines(self, *args):
         seen.append(gc.get_freeze_count())
         if len(seen) == 2:
             raise RuntimeError("a stream that fails")
         return real(self, *args)
 
-    monkeypatch.setattr(validation.Validator, "check_lines", check_lines)
+    monkeypatch.setattr(validation.Validator, "judge_lines", judge_lines)
     validation.validate(str(corpus), validation.OutputPaths.in_dir(str(tmp_path / "a")), config, show_progress=False)
     assert gc.get_freeze_count() == 0
     with pytest.raises(RuntimeError):
