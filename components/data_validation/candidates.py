@@ -16,6 +16,7 @@ finder can find anything in: the others skip its candidate pass.
 
 from __future__ import annotations
 
+import functools
 import threading
 
 from kfp_llmops.components.data_validation import names, pii
@@ -72,21 +73,34 @@ def candidate_lines(lines: list[bytes], with_names: bool = False) -> dict[int, K
     ever left out."""
     import numpy as np
 
-    events: list[int] = []
+    ends: list[int] = []
+    ids: list[int] = []
     db, families = _database(with_names)
     db.scan(
         b"\n".join(lines),
-        match_event_handler=lambda i, _start, end, _flags, _ctx: events.extend((end - 1, i)),
+        match_event_handler=lambda i, _start, end, _flags, _ctx: ends.append(end) or ids.append(i),
     )
-    if not events:
+    if not ends:
         return {}
-    pairs = np.array(events, dtype=np.int64).reshape(-1, 2)
     bounds = np.cumsum(np.fromiter(map(len, lines), dtype=np.int64, count=len(lines)) + 1)
-    at = np.searchsorted(bounds, pairs[:, 0], side="right") * len(families) + pairs[:, 1]
-    found: dict[int, set[str]] = {}
-    for line, i in zip(*np.divmod(np.unique(at), len(families)), strict=True):
-        found.setdefault(int(line), set()).add(families[i][0])
-    return {line: None if ESCAPE in kinds else frozenset(kinds) for line, kinds in found.items()}
+    at = np.searchsorted(bounds, np.array(ends, dtype=np.int64) - 1, side="right")
+    masks = np.zeros(len(lines), dtype=np.int64)
+    np.bitwise_or.at(masks, at, np.left_shift(1, np.array(ids, dtype=np.int64)))
+    found = np.flatnonzero(masks)
+    kinds = _kinds_of(families)
+    return dict(zip(found.tolist(), map(kinds, masks[found].tolist()), strict=True))
+
+
+@functools.cache
+def _kinds_of(families: tuple[tuple[str, str], ...]):
+    """mask of expression ids -> the line's `Kinds` (None with an escape), one set a mask."""
+
+    @functools.cache
+    def kinds(mask: int) -> Kinds:
+        found = frozenset(families[i][0] for i in range(len(families)) if mask >> i & 1)
+        return None if ESCAPE in found else found
+
+    return kinds
 
 
 def line_kinds(raw: bytes) -> Kinds:

@@ -597,7 +597,9 @@ int64_t pii_rows(const uint8_t *buf, int64_t len, const int64_t *spec, const uin
         status[i] = 0;
         chars_out[i] = 0;
         density[i] = 0.0;
-        if (parse_plain(buf + start, buf + stop, spec, names, scratch, pairs, &n, &chars, &key) < 0) ok = 0;
+        int ascii;
+        if (parse_plain(buf + start, buf + stop, spec, names, scratch, pairs, &n, &chars, &key, &ascii) < 0 || !ascii)
+            ok = 0; /* the patterns here follow ASCII text alone */
         int64_t total = 0, word_total = 0;
         int secret = 0;
         for (int k = 0; k < n && ok; k++) {

@@ -1,10 +1,13 @@
-/* The names-off validator's common case in one pass over a block of lines: an ASCII
- * JSON object whose keys are exactly a string-only format's fields, each value a string
+/* The names-off validator's common case in one pass over a block of lines: a JSON
+ * object whose keys are exactly a string-only format's fields, each value a string
  * within its bounds. For such a line it gives what the Python path computes for it:
  * the clean row as orjson writes it, the characters the statistics count and the
- * exact-dedup key (BLAKE2b-64 of the normalized fields). Any other line (non-ASCII,
- * \u escapes, other types, whitespace tricks it does not know) is left to Python: the
- * answer for a line is either Python's answer or "not mine", never a third one.
+ * exact-dedup key (BLAKE2b-64 of the normalized fields). Non-ASCII text (raw UTF-8 or
+ * \u escapes) is its own where every character is in the table Python gives it
+ * (`plain_rows_unicode`: one whose NFKC form and case folding do not depend on its
+ * neighbours). Any other line (other characters, surrogates, other types, whitespace
+ * tricks it does not know) is left to Python: the answer for a line is either Python's
+ * answer or "not mine", never a third one.
  *
  * Built by plain_rows.py with the system C compiler, with pii_rows.c (included at the
  * end: one translation unit); loaded through ctypes. */
@@ -100,8 +103,46 @@ static inline int json_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\r'
 /* Python's str.isspace() over ASCII: what str.strip() and str.split() remove. */
 static inline int py_space(uint8_t c) { return c == ' ' || (c >= 9 && c <= 13) || (c >= 28 && c <= 31); }
 
-/* A JSON string at *p (just after its quote) unescaped into *w; 0 when not ours. */
-static int read_string(const uint8_t **p, const uint8_t *end, uint8_t **w) {
+/* Per BMP code point (set once by Python, before any scan; NULL: ASCII lines only):
+ * 0 not ours; bit 0 ours; bit 1 its normalized form differs, that form being U_POOL at
+ * bits 8-31, its length at bits 2-7 (never longer than the character's own UTF-8). */
+static const uint32_t *U_TABLE;
+static const uint8_t *U_POOL;
+
+void plain_rows_unicode(const uint32_t *table, const uint8_t *pool) {
+    U_TABLE = table;
+    U_POOL = pool;
+}
+
+static inline int hex_digit(uint8_t c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* The code point of the strict UTF-8 sequence at q (lead byte >= 0x80) and its length in
+ * *len; -1 for anything but a valid 2- or 3-byte sequence outside the surrogates. */
+static inline int32_t utf8_bmp(const uint8_t *q, const uint8_t *end, int *len) {
+    uint8_t c = q[0];
+    if (c >= 0xC2 && c <= 0xDF) {
+        if (end - q < 2 || (q[1] & 0xC0) != 0x80) return -1;
+        *len = 2;
+        return ((c & 0x1F) << 6) | (q[1] & 0x3F);
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (end - q < 3 || (q[1] & 0xC0) != 0x80 || (q[2] & 0xC0) != 0x80) return -1;
+        int32_t cp = ((c & 0x0F) << 12) | ((q[1] & 0x3F) << 6) | (q[2] & 0x3F);
+        if (cp < 0x800 || (cp >= 0xD800 && cp < 0xE000)) return -1;
+        *len = 3;
+        return cp;
+    }
+    return -1; /* a 4-byte sequence (outside the table) or an invalid byte: Python's */
+}
+
+/* A JSON string at *p (just after its quote) unescaped into *w (UTF-8); 0 when not ours.
+ * *ascii is cleared when it holds a character past ASCII. */
+static int read_string(const uint8_t **p, const uint8_t *end, uint8_t **w, int *ascii) {
     const uint8_t *q = *p;
     uint8_t *o = *w;
     while (q < end) {
@@ -112,6 +153,16 @@ static int read_string(const uint8_t **p, const uint8_t *end, uint8_t **w) {
             return 1;
         }
         if (c < 0x20) return 0; /* invalid JSON: Python says which error */
+        if (c >= 0x80) {
+            int len;
+            int32_t cp = utf8_bmp(q - 1, end, &len);
+            if (cp < 0 || !U_TABLE || !(U_TABLE[cp] & 1)) return 0;
+            memcpy(o, q - 1, (size_t)len);
+            o += len;
+            q += len - 1;
+            *ascii = 0;
+            continue;
+        }
         if (c != '\\') {
             *o++ = c;
             continue;
@@ -126,13 +177,46 @@ static int read_string(const uint8_t **p, const uint8_t *end, uint8_t **w) {
             case 'n': *o++ = 10; break;
             case 'r': *o++ = 13; break;
             case 't': *o++ = 9; break;
-            default: return 0; /* \u and anything else: Python's */
+            case 'u': {
+                if (end - q < 4) return 0;
+                int32_t cp = 0;
+                for (int k = 0; k < 4; k++) {
+                    int d = hex_digit(q[k]);
+                    if (d < 0) return 0;
+                    cp = (cp << 4) | d;
+                }
+                q += 4;
+                if (cp < 0x80) {
+                    *o++ = (uint8_t)cp;
+                } else if (cp >= 0xD800 && cp < 0xE000) {
+                    return 0; /* surrogates (pairs among them): Python's */
+                } else {
+                    if (!U_TABLE || !(U_TABLE[cp] & 1)) return 0;
+                    if (cp < 0x800) {
+                        *o++ = (uint8_t)(0xC0 | (cp >> 6));
+                    } else {
+                        *o++ = (uint8_t)(0xE0 | (cp >> 12));
+                        *o++ = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+                    }
+                    *o++ = (uint8_t)(0x80 | (cp & 0x3F));
+                    *ascii = 0;
+                }
+                break;
+            }
+            default: return 0; /* invalid JSON: Python's */
         }
     }
     return 0;
 }
 
-/* orjson's escaping of an ASCII string (quotes included). */
+/* Characters (code points) of UTF-8 text. */
+static inline int64_t code_points(const uint8_t *s, int64_t n) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += (s[i] & 0xC0) != 0x80;
+    return k;
+}
+
+/* orjson's escaping of a string (quotes included): UTF-8 as it is. */
 static uint8_t *write_string(uint8_t *o, const uint8_t *s, int64_t n) {
     static const char hex[] = "0123456789abcdef";
     *o++ = '"';
@@ -195,7 +279,9 @@ static int match_format(const int64_t *spec, const uint8_t *names, pair_t *pairs
     return -1;
 }
 
-/* ASCII casefold, whitespace runs to one space, stripped: dedup.normalize of ASCII text. */
+/* dedup.normalize: each character's NFKC form case-folded (ASCII: lower case; past
+ * ASCII: the table's form, never holding whitespace), whitespace runs to one space,
+ * stripped. */
 static uint8_t *normalize(uint8_t *o, const uint8_t *s, int64_t n) {
     int pending = 0, any = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -207,7 +293,22 @@ static uint8_t *normalize(uint8_t *o, const uint8_t *s, int64_t n) {
         if (pending) *o++ = ' ';
         pending = 0;
         any = 1;
-        *o++ = (c >= 'A' && c <= 'Z') ? (uint8_t)(c + 32) : c;
+        if (c < 0x80) {
+            *o++ = (c >= 'A' && c <= 'Z') ? (uint8_t)(c + 32) : c;
+            continue;
+        }
+        int len = c >= 0xE0 ? 3 : 2; /* read_string let only these in */
+        int32_t cp = len == 3 ? ((c & 0x0F) << 12) | ((s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F)
+                              : ((c & 0x1F) << 6) | (s[i + 1] & 0x3F);
+        uint32_t e = U_TABLE[cp];
+        if (e & 2) {
+            memcpy(o, U_POOL + (e >> 8), (e >> 2) & 63);
+            o += (e >> 2) & 63;
+        } else {
+            memcpy(o, s + i, (size_t)len);
+            o += len;
+        }
+        i += len - 1;
     }
     return o;
 }
@@ -215,9 +316,9 @@ static uint8_t *normalize(uint8_t *o, const uint8_t *s, int64_t n) {
 /* -1: not ours; else the format's index, with the line's pairs (unescaped into `scratch`),
  * the characters the statistics count and the exact-dedup key. */
 static int parse_plain(const uint8_t *p, const uint8_t *end, const int64_t *spec, const uint8_t *names,
-                       uint8_t *scratch, pair_t *pairs, int *count, int64_t *chars, uint64_t *key) {
-    for (const uint8_t *q = p; q < end; q++)
-        if (*q >= 0x80 || *q == 0) return -1;
+                       uint8_t *scratch, pair_t *pairs, int *count, int64_t *chars, uint64_t *key, int *ascii) {
+    if (memchr(p, 0, (size_t)(end - p))) return -1;
+    *ascii = 1;
     int n = 0;
     uint8_t *w = scratch;
     while (p < end && json_ws(*p)) p++;
@@ -227,14 +328,14 @@ static int parse_plain(const uint8_t *p, const uint8_t *end, const int64_t *spec
     for (;;) {
         if (n == MAX_PAIRS || p >= end || *p++ != '"') return -1;
         pairs[n].key = w;
-        if (!read_string(&p, end, &w)) return -1;
+        if (!read_string(&p, end, &w, ascii)) return -1;
         pairs[n].key_len = w - pairs[n].key;
         while (p < end && json_ws(*p)) p++;
         if (p >= end || *p++ != ':') return -1;
         while (p < end && json_ws(*p)) p++;
         if (p >= end || *p++ != '"') return -1; /* not a string value */
         pairs[n].val = w;
-        if (!read_string(&p, end, &w)) return -1;
+        if (!read_string(&p, end, &w, ascii)) return -1;
         pairs[n].val_len = w - pairs[n].val;
         n++;
         while (p < end && json_ws(*p)) p++;
@@ -262,13 +363,13 @@ static int parse_plain(const uint8_t *p, const uint8_t *end, const int64_t *spec
         while (pairs[i].key_len != fs[1] || memcmp(names + fs[0], pairs[i].key, (size_t)fs[1]) != 0) i++;
         order[j] = i;
         const uint8_t *v = pairs[i].val;
-        int64_t len = pairs[i].val_len;
+        int64_t bytes = pairs[i].val_len, len = *ascii ? bytes : code_points(v, bytes);
         if (len > fs[3]) return -1;
         if (fs[2] > 0) {
-            int64_t a = 0, b = len;
+            int64_t a = 0, b = bytes; /* the table holds no whitespace past ASCII */
             while (a < b && py_space(v[a])) a++;
             while (b > a && py_space(v[b - 1])) b--;
-            if (b - a < fs[2]) return -1;
+            if ((*ascii ? b - a : code_points(v + a, b - a)) < fs[2]) return -1;
         }
         total += len;
     }
@@ -312,8 +413,8 @@ int64_t plain_rows(const uint8_t *buf, int64_t len, const int64_t *spec, const u
         const uint8_t *nl = memchr(buf + start, '\n', (size_t)(len - start));
         int64_t stop = nl ? nl - buf : len;
         pair_t pairs[MAX_PAIRS];
-        int n;
-        int fmt = parse_plain(buf + start, buf + stop, spec, names, scratch, pairs, &n, &chars[i], &keys[i]);
+        int n, ascii;
+        int fmt = parse_plain(buf + start, buf + stop, spec, names, scratch, pairs, &n, &chars[i], &keys[i], &ascii);
         if (fmt < 0) {
             chars[i] = 0;
             keys[i] = 0;

@@ -53,7 +53,11 @@ def _c(lines: list[bytes]):
     ]
 
 
-_chars = st.sampled_from(list('ab AZ09/"\\\t\n\r\x08\x0c\x0b\x1c\x1f\x7f.,:{}[]') + ["é", "中", "\x00", "\u2028"])
+# Past ASCII: characters the table takes (CJK, kana, Hangul, fullwidth forms, letters
+# that fold or decompose) and ones it leaves to Python (combining marks, Hangul vowels,
+# spaces, a form longer than its character, surrogates, a plane past the BMP).
+_UNICODE = list("é中，Ａａ：ß΅ΣςЖжﬁ㎏한가ᄀ") + ["\u0301", "\u1161", "\u3000", "\u00a0", "\u2028", "İ", "\ufdfa", "😀"]
+_chars = st.sampled_from(list('ab AZ09/"\\\t\n\r\x08\x0c\x0b\x1c\x1f\x7f.,:{}[]') + ["\x00"] + _UNICODE)
 _text = st.text(_chars, max_size=12)
 _key = st.sampled_from(["prompt", "response", "text", "messages", "x", "Prompt"])
 _value = st.one_of(_text, _text, st.integers(-(2**40), 2**40), st.none(), st.lists(_text, max_size=2))
@@ -112,6 +116,53 @@ def test_plain_ascii_rows_as_writers_write_them_are_claimed(rows, spaced):
     for raw, got, want in zip(lines, _c(lines), map(_python, lines), strict=True):
         if want is not None and raw.isascii() and b"\\u" not in raw:
             assert got == want, raw
+
+
+_CJK = st.text(st.sampled_from(list("中文问题的地址是，：。！？（）ＡＢ１２ abc.")), max_size=30)
+
+
+@settings(max_examples=500, deadline=None)
+@given(rows=st.lists(st.tuples(_CJK, _CJK), min_size=1, max_size=5), escaped=st.booleans())
+def test_cjk_rows_as_writers_write_them_are_claimed(rows, escaped):
+    """Chinese text with fullwidth punctuation, raw UTF-8 or \\u-escaped, is C's."""
+    lines = [json.dumps({"prompt": p + "?", "response": r + "ok"}, ensure_ascii=escaped).encode() for p, r in rows]
+    for raw, got, want in zip(lines, _c(lines), map(_python, lines), strict=True):
+        assert want is not None and got == want, raw
+
+
+def test_the_unicode_table_holds_each_characters_normalized_form():
+    """Every BMP character the table takes normalizes alone to its entry (or to itself),
+    no longer in UTF-8, with no whitespace; and no character past the BMP composes with
+    one it takes (the BMP scan that finds the composing ones misses none)."""
+    import unicodedata
+
+    table, pool = plain_rows.unicode_table()
+    taken = 0
+    for cp in range(0x80, 0x10000):
+        e = int(table[cp])
+        if not e & 1:
+            continue
+        taken += 1
+        ch = chr(cp)
+        form = pool[e >> 8 : (e >> 8) + (e >> 2 & 63)].decode() if e & 2 else ch
+        assert normalize(ch) == form, hex(cp)
+        assert len(form.encode()) <= len(ch.encode()) and not any(x.isspace() for x in form)
+    assert taken > 60000
+    for cp in range(0x10000, 0x110000):
+        d = unicodedata.decomposition(chr(cp))
+        if d and not d.startswith("<") and len(d.split()) == 2:
+            assert not table[int(d.split()[1], 16)] & 1 if int(d.split()[1], 16) < 0x10000 else True, hex(cp)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(text=st.text(st.sampled_from(list("aZ  1.") + _UNICODE + list("ḁ\u0327Ǆǅǆ\u0345ΐ\u1100\u11a8\u0cd5")), max_size=20))
+def test_text_of_taken_characters_normalizes_as_each_one_does(text):
+    """`normalize` of a line the table takes is the concatenation its characters' forms
+    give (what plain_rows.c computes): no composition across characters."""
+    lines = [orjson.dumps({"prompt": text + "?", "response": "ok"})]
+    got = _c(lines)[0]
+    if got is not None:
+        assert got == _python(lines[0])
 
 
 def test_its_blake2b_is_hashlibs():
