@@ -167,13 +167,38 @@ typedef struct {
     int32_t priority, start, end, type;
 } found_t;
 
+/* JWT headers Python decoded for a call (pii._jwt_header_ok): n token heads, sorted as
+ * bytes sort, head i at heads[offsets[i]:offsets[i + 1]], ok[i] its verdict. */
+typedef struct {
+    const uint8_t *heads;
+    const int64_t *offsets;
+    const uint8_t *ok;
+    int64_t n;
+} jwt_t;
+
 typedef struct {
     const vm_t *vm;
     const conf_t *cf;
     const uint8_t *needles;
     found_t *found;
     int32_t n;
+    const jwt_t *jwt;
 } scan_t;
+
+/* The verdict on a JWT whose head (up to its first '.') is h[0:k]: 1, 0, or DECLINE when
+ * Python was not asked. */
+static int jwt_verdict(const jwt_t *jwt, const uint8_t *h, int64_t k) {
+    int64_t lo = 0, hi = jwt ? jwt->n : 0;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2, m = jwt->offsets[mid + 1] - jwt->offsets[mid];
+        int c = memcmp(jwt->heads + jwt->offsets[mid], h, (size_t)(m < k ? m : k));
+        if (c == 0) c = (m > k) - (m < k);
+        if (c == 0) return jwt->ok[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return DECLINE;
+}
 
 static int has(const uint8_t *s, int32_t n, const uint8_t *needle, int32_t k) {
     if (k == 0) return 1;
@@ -384,7 +409,11 @@ static int validate(scan_t *S, int32_t p, const uint8_t *s, int32_t n, int32_t a
             return b - a == 18 && cn_id_valid(S->cf, s + a);
         case V_JWT:
             if (a && (is_alnum(s[a - 1]) || s[a - 1] == '_' || s[a - 1] == '-')) return 0;
-            return DECLINE; /* the header is decoded in Python */
+            {
+                int32_t h = a;
+                while (h < b && s[h] != '.') h++;
+                return jwt_verdict(S->jwt, s + a, h - a); /* the header was decoded in Python */
+            }
         case V_BEARER: {
             int32_t ta = caps[2], tb = caps[3];
             if (ta < 0) return 0;
@@ -553,10 +582,11 @@ int32_t regex_search(const int32_t *code, const uint8_t *sets, int32_t entry, in
 /* find_pii over one string for tests: findings as (start, end, type) triples; their count
  * or DECLINE. */
 int64_t pii_find(const uint8_t *s, int64_t n, int32_t kinds, const int32_t *code, const uint8_t *sets,
-                 const int32_t *conf, const uint8_t *needles, int32_t *out, void *stack, int64_t stack_bytes) {
+                 const int32_t *conf, const uint8_t *needles, const jwt_t *jwt, int32_t *out, void *stack,
+                 int64_t stack_bytes) {
     vm_t vm = {code, sets, (entry_t *)stack, (int32_t)(stack_bytes / (int64_t)sizeof(entry_t))};
     found_t found[MAX_FOUND];
-    scan_t S = {&vm, (const conf_t *)conf, needles, found, 0};
+    scan_t S = {&vm, (const conf_t *)conf, needles, found, 0, jwt};
     if (find_pii(&S, s, (int32_t)n, kinds)) return DECLINE;
     for (int32_t i = 0; i < S.n; i++) {
         out[3 * i] = found[i].start;
@@ -574,7 +604,8 @@ int64_t pii_find(const uint8_t *s, int64_t n, int32_t kinds, const int32_t *code
  * 0: Python's. `redact`: type bits to redact; `quarantine`: secrets quarantine the row. */
 int64_t pii_rows(const uint8_t *buf, int64_t len, const int64_t *spec, const uint8_t *names, const int32_t *kinds,
                  const int32_t *code, const uint8_t *sets, const int32_t *conf, const uint8_t *needles,
-                 int32_t redact, int32_t quarantine, double max_density, int32_t *status, int64_t *chars_out,
+                 const jwt_t *jwt, int32_t redact, int32_t quarantine, double max_density, int32_t *status,
+                 int64_t *chars_out,
                  double *density, int64_t *found, int64_t *redacted, uint8_t *out, int64_t out_len, int64_t *offsets,
                  uint8_t *scratch, void *stack, int64_t stack_bytes) {
     static const char *const TOKENS[N_TYPES] = {"PERSON", "ADDRESS", "EMAIL", "PHONE", "IPV4", "IPV6", "CREDIT_CARD",
@@ -604,7 +635,7 @@ int64_t pii_rows(const uint8_t *buf, int64_t len, const int64_t *spec, const uin
         int secret = 0;
         for (int k = 0; k < n && ok; k++) {
             found_t f[MAX_FOUND];
-            scan_t S = {&vm, cf, needles, f, 0};
+            scan_t S = {&vm, cf, needles, f, 0, jwt};
             if (pairs[k].val_len > (1 << 30) || find_pii(&S, pairs[k].val, (int32_t)pairs[k].val_len, kinds[i]) ||
                 S.n > MAX_FOUND / 8) {
                 ok = 0;

@@ -4,13 +4,15 @@ Python path judges them; about a microsecond a row instead of Python's 30.
 
 Everything pii_rows.c needs to know about the recognizers comes from pii.py here: their
 patterns compiled into matcher programs (regex_program.py), priorities, types, gates,
-numeric fits and checksum tables. A row it cannot follow (a JWT's header, a row to
-quarantine, anything too large) it leaves to Python."""
+numeric fits and checksum tables; a JWT's header is decoded by pii.py too, before the
+call, for every token head the lines hold. A row it cannot follow (a row to quarantine,
+anything too large) it leaves to Python."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import re
 import threading
 from dataclasses import dataclass
 
@@ -114,13 +116,14 @@ def load():
             if lib is not None:
                 ptr, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
                 lib.pii_find.restype = i64
-                lib.pii_find.argtypes = [ctypes.c_char_p, i64, i32, *[ptr] * 6, i64]
+                lib.pii_find.argtypes = [ctypes.c_char_p, i64, i32, *[ptr] * 4, ctypes.POINTER(_Jwt), ptr, ptr, i64]
                 lib.regex_search.restype = i32
                 lib.regex_search.argtypes = [ptr, ctypes.c_char_p, i32, i32, ctypes.c_char_p, i32, i32, ptr, ptr, i64]
                 lib.pii_rows.restype = i64
                 lib.pii_rows.argtypes = [
                     *[ctypes.c_char_p, i64],  # the lines
                     *[ptr] * 7,  # formats (spec, names), kinds, tables (code, sets, conf, needles)
+                    ctypes.POINTER(_Jwt),  # the JWT headers' verdicts
                     *[i32, i32, ctypes.c_double],  # redact, quarantine, max density
                     *[ptr] * 5,  # status, chars, density, found, redacted
                     *[ptr, i64, ptr, ptr, ptr, i64],  # out and its size, offsets, scratch, stack and its size
@@ -132,6 +135,39 @@ def load():
 _STACK = 1 << 16  # backtracking entries (16 bytes each); a row that needs more is Python's
 
 
+class _Jwt(ctypes.Structure):
+    """pii_rows.c's jwt_t: token heads (sorted) and pii's verdict on each one's header."""
+
+    _fields_ = [("heads", ctypes.c_char_p), ("offsets", ctypes.c_void_p), ("ok", ctypes.c_char_p), ("n", ctypes.c_int64)]
+
+
+_HEAD = re.compile(rb"eyJ[A-Za-z0-9_-]{8,}")  # a JWT match's text up to its first '.'
+
+
+def jwt_verdicts(data: bytes) -> tuple[_Jwt, tuple]:
+    """The verdict of `pii._jwt_header_ok` on every head a JWT match in `data` can have,
+    for pii_rows.c (which declines a head it was not given). A match starts at an `eyJ`
+    and its head runs to the first '.', over the characters `_HEAD` takes: from each
+    `eyJ`, the longest such run is the only head a match there can have. A JSON line
+    holds a token's characters as they are (none of them is escaped but through \\u,
+    which makes the line Python's). The tuple keeps the buffers alive."""
+    import numpy as np
+
+    heads = set()
+    at = data.find(b"eyJ")
+    while at >= 0:
+        m = _HEAD.match(data, at)
+        if m:
+            heads.add(m.group())
+        at = data.find(b"eyJ", at + 1)
+    ordered = sorted(heads)
+    joined = b"".join(ordered)
+    offsets = np.zeros(len(ordered) + 1, dtype=np.int64)
+    np.cumsum([len(h) for h in ordered], out=offsets[1:])
+    ok = bytes(pii._jwt_header_ok(h.decode("ascii")) for h in ordered)
+    return _Jwt(joined, offsets.ctypes.data, ok, len(ordered)), (joined, offsets, ok)
+
+
 def find(text: str, kinds: frozenset[str] | None) -> list[pii.Finding] | None:
     """`pii.find_pii(text, kinds)` in C, or None where it declines (tests compare them)."""
     lib, t = load()
@@ -139,7 +175,8 @@ def find(text: str, kinds: frozenset[str] | None) -> list[pii.Finding] | None:
     mask = (1 << (_SECRET_BIT + 1)) - 1 if kinds is None else kinds_mask(kinds)
     out = (ctypes.c_int32 * (3 * 256))()
     stack = ctypes.create_string_buffer(_STACK * 16)
-    n = lib.pii_find(raw, len(raw), mask, t.code, t.sets, t.conf, t.needles, out, stack, len(stack))
+    jwt, _keep = jwt_verdicts(raw)
+    n = lib.pii_find(raw, len(raw), mask, t.code, t.sets, t.conf, t.needles, ctypes.byref(jwt), out, stack, len(stack))
     if n < 0:
         return None
     return [pii.Finding(out[3 * i], out[3 * i + 1], pii.ALL_TYPES[out[3 * i + 2]]) for i in range(n)]
@@ -186,6 +223,7 @@ def judge(lines: list[bytes], masks: list[int], formats, redact: frozenset[str],
 
     lib, t = load()
     buf = b"\n".join(lines)
+    jwt, _keep = jwt_verdicts(buf)
     n = len(lines)
     kinds = np.array(masks, dtype=np.int32)
     status = np.zeros(n, dtype=np.int32)
@@ -208,6 +246,7 @@ def judge(lines: list[bytes], masks: list[int], formats, redact: frozenset[str],
         t.sets,
         t.conf,
         t.needles,
+        ctypes.byref(jwt),
         redact_bits,
         int(quarantine),
         max_density,

@@ -88,21 +88,24 @@ def test_what_the_matcher_does_not_follow_is_refused_when_built():
         program.add(re.compile(r"(?m)a$", re.ASCII))  # `$` before every newline
 
 
-def test_find_pii_in_c_is_find_pii():
+def test_find_pii_in_c_is_find_pii(monkeypatch):
+    """Every text, JWTs included (their headers decoded by pii.py before the call)."""
+    real = pii_rows.jwt_verdicts
     samples = pii_corpus.labeled_samples(3000, seed=21) + pii_corpus.name_samples(600, seed=21)
     texts = [s.text for s in samples if s.text.isascii()]
     texts += _mutations(texts, 6000, seed=21)
     families = [None, frozenset({pii.CREDIT_CARD, pii.US_SSN}), frozenset({pii.EMAIL, pii.SECRET, pii.IPV6})]
-    found = declined = 0
+    found = 0
     for text in texts:
         for kinds in families:
             got = pii_rows.find(text, kinds)
-            if got is None:
-                declined += 1
-                assert "eyJ" in text, text  # only a JWT's header is left to Python
-                continue
             assert got == pii.find_pii(text, kinds), (text, kinds)
             found += len(got)
-    types = {f.type for t in texts[:3000] for f in (pii_rows.find(t, None) or ())}
-    assert set(pii.ALL_TYPES) - pii.NAME_TYPES - {pii.JWT} <= types
-    assert found > 3000 and declined < len(texts) // 10
+    types = {f.type for t in texts[:3000] for f in pii_rows.find(t, None)}
+    assert set(pii.ALL_TYPES) - pii.NAME_TYPES <= types
+    assert found > 3000
+    # A JWT whose head Python was not asked about is left to it, never guessed.
+    monkeypatch.setattr(pii_rows, "jwt_verdicts", lambda data: real(b""))
+    with_jwt = [t for t in texts if any(f.type == pii.JWT for f in pii.find_pii(t, None))]
+    assert with_jwt and all(pii_rows.find(t, None) is None for t in with_jwt)
+    assert all(pii_rows.find(t, None) is not None for t in texts[:500] if "eyJ" not in t)
