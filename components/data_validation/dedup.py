@@ -56,7 +56,8 @@ class FingerprintIndex:
 
     Memory stays flat however many rows pass through: a fixed-size Bloom filter of every
     key added (two bits of a 32 MiB array) says which keys cannot be there, up to
-    `_FLUSH` new keys wait in a dict, and the runs are files read through the OS file
+    `_FLUSH` new keys wait in memory (`add`'s in a dict, each `add_many`'s as one sorted
+    array: no Python object a key), and the runs are files read through the OS file
     cache, only where a lookup lands. A flush writes the waiting keys as one sorted run;
     `_FANIN` runs of a level are merged into one of the next, a chunk at a time. A key is
     in one place only (it is added once), so a lookup stops at the first hit. The answers
@@ -69,11 +70,14 @@ class FingerprintIndex:
     _FLUSH = 65536
     _FANIN = 8  # runs of a level merged into one of the next
     _CHUNK = 16384  # keys read from each run at a time while merging
+    _BATCH = 1024  # an add_many adding fewer new keys puts them in the dict
 
     def __init__(self, tmp_dir: str | None = None):
         self._dir = tempfile.mkdtemp(prefix="llmops-dedup-", dir=tmp_dir)
         self._bloom = bytearray(1 << (self._BLOOM_BITS - 3))
         self._pending: dict[int, int] = {}
+        self._batches: list[tuple[np.ndarray, np.ndarray]] = []  # add_many's new keys (sorted), lines
+        self._batched = 0
         self._levels: list[list[_Run]] = []
         self._written = 0  # runs written so far: their file names
         self.size = 0
@@ -94,7 +98,7 @@ class FingerprintIndex:
         bloom[b >> 3] |= 1 << (b & 7)
         self._pending[key] = line
         self.size += 1
-        if len(self._pending) >= self._FLUSH:
+        if len(self._pending) + self._batched >= self._FLUSH:
             self._flush()
         return None
 
@@ -116,7 +120,7 @@ class FingerprintIndex:
             pending = self._pending
             left = []
             for j in maybe.tolist():
-                first = pending.get(int(unique[j]))
+                first = pending.get(int(unique[j])) if pending else None
                 if first is None:
                     left.append(j)
                 else:
@@ -128,9 +132,14 @@ class FingerprintIndex:
         new = ~known
         for bits in (a[new], b[new]):
             np.bitwise_or.at(bloom, bits >> 3, np.left_shift(1, bits & 7).astype(np.uint8))
-        self._pending.update(zip(unique[new].tolist(), first_line[new].tolist(), strict=True))
-        self.size += int(new.sum())
-        if len(self._pending) >= self._FLUSH:
+        added = int(new.sum())
+        if added >= self._BATCH:
+            self._batches.append((unique[new].astype(np.int64), first_line[new]))  # np.unique sorted them
+            self._batched += added
+        elif added:  # a few keys: the dict (at most _FLUSH / _BATCH arrays to search)
+            self._pending.update(zip(unique[new].tolist(), first_line[new].tolist(), strict=True))
+        self.size += added
+        if len(self._pending) + self._batched >= self._FLUSH:
             self._flush()
         firsts = first_line[inverse.reshape(-1)]
         firsts[first_at[new]] = 0
@@ -142,9 +151,16 @@ class FingerprintIndex:
             yield from level
 
     def _find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(lines, found) of `keys` (int64) in the runs."""
+        """(lines, found) of `keys` (int64) among add_many's waiting keys and in the runs."""
         lines, found = np.zeros(len(keys), dtype=np.int64), np.zeros(len(keys), dtype=bool)
         left = np.arange(len(keys))
+        for batch, batch_lines in self._batches:
+            if not len(left):
+                break
+            at = np.minimum(np.searchsorted(batch, keys[left]), len(batch) - 1)
+            hit = batch[at] == keys[left]
+            lines[left[hit]], found[left[hit]] = batch_lines[at[hit]], True
+            left = left[~hit]
         for run in self._runs():
             if not len(left):
                 break
@@ -158,8 +174,11 @@ class FingerprintIndex:
         n = len(self._pending)
         keys = np.fromiter(self._pending.keys(), dtype=np.int64, count=n)
         lines = np.fromiter(self._pending.values(), dtype=np.int64, count=n)
+        keys = np.concatenate([keys, *(k for k, _ in self._batches)])
+        lines = np.concatenate([lines, *(v for _, v in self._batches)])
         order = np.argsort(keys)
         self._pending.clear()
+        self._batches, self._batched = [], 0
         return keys[order], lines[order]
 
     def _flush(self) -> None:

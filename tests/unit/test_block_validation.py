@@ -183,10 +183,13 @@ def test_the_families_a_line_holds_find_what_all_families_find():
     assert found > 1000
 
 
-def test_fingerprint_batches_answer_as_one_key_at_a_time(monkeypatch):
-    """`add_many` over batches, with repeats inside a batch and across batches, written
-    keys and Bloom false positives (a 2**10-bit filter), equals `add` key by key."""
+@pytest.mark.parametrize("arrays_from", [8, 1024], ids=["waiting-arrays", "waiting-dict"])
+def test_fingerprint_batches_answer_as_one_key_at_a_time(arrays_from, monkeypatch):
+    """`add_many` over batches (and `add` between them), with repeats inside a batch and
+    across batches, waiting keys in the dict and in arrays, written keys and Bloom false
+    positives (a 2**10-bit filter), equals `add` key by key."""
     monkeypatch.setattr(FingerprintIndex, "_FLUSH", 64)
+    monkeypatch.setattr(FingerprintIndex, "_BATCH", arrays_from)
     monkeypatch.setattr(FingerprintIndex, "_BLOOM_BITS", 10)
     rng = random.Random(9)
     keys = [rng.getrandbits(64) for _ in range(600)]
@@ -198,6 +201,10 @@ def test_fingerprint_batches_answer_as_one_key_at_a_time(monkeypatch):
         start = 0
         while start < len(keys):
             size = rng.choice([1, 3, 50, 200])
+            if size == 1 and rng.random() < 0.5:
+                got.append(many.add(keys[start], start + 1) or 0)
+                start += 1
+                continue
             batch = np.array(keys[start : start + size], dtype=np.uint64)
             got += many.add_many(batch, np.arange(start + 1, start + 1 + len(batch))).tolist()
             start += size
