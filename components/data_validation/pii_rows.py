@@ -138,7 +138,12 @@ _STACK = 1 << 16  # backtracking entries (16 bytes each); a row that needs more 
 class _Jwt(ctypes.Structure):
     """pii_rows.c's jwt_t: token heads (sorted) and pii's verdict on each one's header."""
 
-    _fields_ = [("heads", ctypes.c_char_p), ("offsets", ctypes.c_void_p), ("ok", ctypes.c_char_p), ("n", ctypes.c_int64)]
+    _fields_ = [
+        ("heads", ctypes.c_char_p),
+        ("offsets", ctypes.c_void_p),
+        ("ok", ctypes.c_char_p),
+        ("n", ctypes.c_int64),
+    ]
 
 
 _HEAD = re.compile(rb"eyJ[A-Za-z0-9_-]{8,}")  # a JWT match's text up to its first '.'

@@ -228,9 +228,8 @@ def _same_outputs(a: str, b: str) -> None:
 
 
 def run_in_image(path: str, names: bool) -> dict | None:
-    """The validator inside the data image (no Presidio, no torch there: the development
-    venv's peak RSS includes Presidio's spaCy plugin, which imports transformers and torch
-    when spaCy loads a model). None when the image is not built."""
+    """The validator inside the data image, as a pod runs it (none of the development
+    venv's other packages: Presidio, torch). None when the image is not built."""
     import subprocess
 
     from kfp_llmops.components import images

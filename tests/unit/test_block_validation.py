@@ -281,7 +281,7 @@ def test_blocks_are_bounded_in_rows_and_bytes(monkeypatch):
     rng = random.Random(3)
     sizes = [rng.choice([1, 10, 30]) if rng.random() < 0.95 else rng.choice([400, 1500]) for _ in range(3000)]
     lines = [bytes([97 + i % 26]) * size for i, size in enumerate(sizes)]
-    block, blocks, seen = [], [], []
+    block, blocks = [], []
     start = 0
     while start < len(lines):
         piece = lines[start : start + rng.choice([1, 2, 5, 20, 300])]

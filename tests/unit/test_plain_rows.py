@@ -154,8 +154,11 @@ def test_the_unicode_table_holds_each_characters_normalized_form():
             assert not table[int(d.split()[1], 16)] & 1 if int(d.split()[1], 16) < 0x10000 else True, hex(cp)
 
 
+_MIXED = list("aZ  1.") + _UNICODE + list("ḁ\u0327Ǆǅǆ\u0345ΐ\u1100\u11a8\u0cd5")  # combining, jamo, titlecase
+
+
 @settings(max_examples=2000, deadline=None)
-@given(text=st.text(st.sampled_from(list("aZ  1.") + _UNICODE + list("ḁ\u0327Ǆǅǆ\u0345ΐ\u1100\u11a8\u0cd5")), max_size=20))
+@given(text=st.text(st.sampled_from(_MIXED), max_size=20))
 def test_text_of_taken_characters_normalizes_as_each_one_does(text):
     """`normalize` of a line the table takes is the concatenation its characters' forms
     give (what plain_rows.c computes): no composition across characters."""
@@ -196,3 +199,21 @@ def test_without_a_compiler_the_validator_says_so_once_and_runs_its_python_path(
     monkeypatch.setattr(plain_rows, "_loaded", {})
     assert plain_rows.load() is not None  # built into the empty cache
     assert os.listdir(tmp_path / "cache" / "kfp-llmops") == [plain_rows._library_name()]
+
+
+def test_the_unicode_table_is_built_once_and_read_after(tmp_path, monkeypatch):
+    """Built and written to the cache folder the first time, read from there after; a
+    short file is not read as a table."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    built = plain_rows.cached_unicode_table()
+    want = plain_rows.unicode_table()
+    assert (built[0] == want[0]).all() and built[1] == want[1]
+    (path,) = (tmp_path / "kfp-llmops").glob("unicode-*.bin")
+    real = plain_rows.unicode_table
+    monkeypatch.setattr(plain_rows, "unicode_table", lambda: pytest.fail("built again"))
+    read = plain_rows.cached_unicode_table()
+    assert (read[0] == want[0]).all() and read[1] == want[1]
+    path.write_bytes(path.read_bytes()[:1000])
+    monkeypatch.setattr(plain_rows, "unicode_table", real)
+    again = plain_rows.cached_unicode_table()
+    assert (again[0] == want[0]).all() and len(path.read_bytes()) > 4 * 0x10000
