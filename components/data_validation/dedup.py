@@ -91,7 +91,7 @@ class FingerprintIndex:
         bloom, mask = self._bloom, (1 << self._BLOOM_BITS) - 1
         a, b = key & mask, (key >> 32) & mask
         if bloom[a >> 3] >> (a & 7) & bloom[b >> 3] >> (b & 7) & 1:
-            found, hit = self._find(np.array([key], dtype=np.int64))
+            found, hit = self._lookup(np.array([key], dtype=np.int64))
             if hit[0]:
                 return int(found[0])
         bloom[a >> 3] |= 1 << (a & 7)
@@ -127,7 +127,7 @@ class FingerprintIndex:
                     first_line[j], known[j] = first, True
             at = np.array(left, dtype=np.int64)
             if len(at):
-                found, hit = self._find(unique[at].astype(np.int64))
+                found, hit = self._lookup(unique[at].astype(np.int64))
                 first_line[at[hit]], known[at[hit]] = found[hit], True
         new = ~known
         for bits in (a[new], b[new]):
@@ -150,8 +150,8 @@ class FingerprintIndex:
         for level in self._levels:
             yield from level
 
-    def _find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(lines, found) of `keys` (int64) among add_many's waiting keys and in the runs."""
+    def _lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(lines, found) of `keys` (int64) among add_many's waiting keys, then `_find`."""
         lines, found = np.zeros(len(keys), dtype=np.int64), np.zeros(len(keys), dtype=bool)
         left = np.arange(len(keys))
         for batch, batch_lines in self._batches:
@@ -161,6 +161,15 @@ class FingerprintIndex:
             hit = batch[at] == keys[left]
             lines[left[hit]], found[left[hit]] = batch_lines[at[hit]], True
             left = left[~hit]
+        if len(left):
+            got, hit = self._find(keys[left])
+            lines[left[hit]], found[left[hit]] = got[hit], True
+        return lines, found
+
+    def _find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(lines, found) of `keys` (int64) in the runs."""
+        lines, found = np.zeros(len(keys), dtype=np.int64), np.zeros(len(keys), dtype=bool)
+        left = np.arange(len(keys))
         for run in self._runs():
             if not len(left):
                 break

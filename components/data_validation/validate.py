@@ -877,9 +877,10 @@ def _stream(
     last_pos = 0
     batched = validator.names is not None
     batch = config.pii.names.ner_batch_size
-    pending: list[tuple[int, bytes, Any]] = []  # (line, raw, outcome: clean bytes, _Scan or _Rejected)
+    # (line, raw, outcome: clean bytes, _Scan or _Rejected); a run of clean rows is one entry
+    pending: list[tuple[int, bytes, Any]] = []
     block: list[bytes] = []  # lines waiting for `judge_block`
-    doubtful = 0
+    doubtful = waiting = 0  # doubtful candidates and rows in `pending`
 
     def reject(rej: _Rejected, line_no: int, line: bytes) -> None:
         validator.by_reason[rej.reason] += 1
@@ -890,7 +891,7 @@ def _stream(
             validator.samples.append({k: v for k, v in entry.items() if k not in ("raw", "raw_b64")})
 
     def flush() -> None:
-        nonlocal rows_out, doubtful
+        nonlocal rows_out, doubtful, waiting
         scans = [s.proposal for _, _, s in pending if type(s) is _Scan]
         settled = iter(validator.names.settle(scans))
         kept: list[bytes] = []
@@ -905,28 +906,44 @@ def _stream(
                 kept.append(orjson.dumps(validator.complete(outcome, next(settled))) + b"\n")
             except _Rejected as rej:
                 reject(rej, line_no, line)
-        clean.write(b"".join(kept))
-        rows_out += len(kept)
+        data = b"".join(kept)
+        clean.write(data)
+        rows_out += data.count(b"\n")  # a clean row is one line: orjson escapes every newline
         pending.clear()
-        doubtful = 0
+        doubtful = waiting = 0
 
     def judge_block(last_line: int | None = None) -> None:
         """The lines in `block` (the last numbered `last_line`, by default the last read)
         through `check_lines`. Names off, their clean rows are written in one go; names
         on, they join `pending` one by one."""
-        nonlocal rows_out, doubtful
+        nonlocal rows_out, doubtful, waiting
         first = (rows_in if last_line is None else last_line) - len(block) + 1
         lengths: list[int] = []
         outcomes, in_c = validator.judge_lines(block, first, candidate_lines(block, batched), lengths)
         validator.stats.add_lengths(lengths)
         if batched:
-            if in_c is not None:
-                in_c.fill(outcomes)
-            for i, outcome in enumerate(outcomes):
+            # A run of clean rows waits as one entry, cut where one row at a time would
+            # settle for `_PENDING_ROWS` (so every NER batch is the same).
+            for piece in CleanInC.pieces(in_c, outcomes):
+                if type(piece) is bytes:
+                    rows = piece.count(b"\n")
+                    while waiting + rows >= _PENDING_ROWS:
+                        take = _PENDING_ROWS - waiting
+                        cut = int(np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == 10)[take - 1]) + 1
+                        pending.append((0, b"", piece[:cut]))
+                        waiting += take
+                        flush()
+                        piece, rows = piece[cut:], rows - take
+                    if rows:
+                        pending.append((0, b"", piece))
+                        waiting += rows
+                    continue
+                outcome = outcomes[piece]
                 if type(outcome) is _Scan:
                     doubtful += len(outcome.proposal.doubtful)
-                pending.append((first + i, block[i], outcome))
-                if doubtful >= batch or len(pending) >= _PENDING_ROWS:
+                pending.append((first + piece, block[piece], outcome))
+                waiting += 1
+                if doubtful >= batch or waiting >= _PENDING_ROWS:
                     flush()
             block.clear()
             return

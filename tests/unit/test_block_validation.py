@@ -183,18 +183,23 @@ def test_the_families_a_line_holds_find_what_all_families_find():
     assert found > 1000
 
 
+@pytest.mark.parametrize("storage", ["runs", "sqlite"])
 @pytest.mark.parametrize("arrays_from", [8, 1024], ids=["waiting-arrays", "waiting-dict"])
-def test_fingerprint_batches_answer_as_one_key_at_a_time(arrays_from, monkeypatch):
+def test_fingerprint_batches_answer_as_one_key_at_a_time(arrays_from, storage, monkeypatch):
     """`add_many` over batches (and `add` between them), with repeats inside a batch and
     across batches, waiting keys in the dict and in arrays, written keys and Bloom false
-    positives (a 2**10-bit filter), equals `add` key by key."""
+    positives (a 2**10-bit filter), equals `add` key by key; so does the benchmark's
+    SQLite baseline, which stores the written keys its own way."""
+    from tests.benchmarks.sqlite_index import SqliteFingerprintIndex
+
     monkeypatch.setattr(FingerprintIndex, "_FLUSH", 64)
     monkeypatch.setattr(FingerprintIndex, "_BATCH", arrays_from)
+    index = FingerprintIndex if storage == "runs" else SqliteFingerprintIndex
     monkeypatch.setattr(FingerprintIndex, "_BLOOM_BITS", 10)
     rng = random.Random(9)
     keys = [rng.getrandbits(64) for _ in range(600)]
     keys = [rng.choice(keys) if rng.random() < 0.4 else k for k in keys] * 2
-    one, many = FingerprintIndex(), FingerprintIndex()
+    one, many = FingerprintIndex(), index()
     try:
         expected = [one.add(k, line) or 0 for line, k in enumerate(keys, 1)]
         got: list[int] = []
@@ -302,11 +307,14 @@ def test_blocks_are_bounded_in_rows_and_bytes(monkeypatch):
     assert any(len(b) == 50 for b in blocks) and any(len(b) < 50 for b in blocks[:-1])
 
 
-def test_names_on_blocks_settle_as_one_line_at_a_time(tmp_path, monkeypatch):
+@pytest.mark.parametrize("ner_batch,pending_rows", [(16, 8192), (4096, 37)], ids=["by-names", "by-rows"])
+def test_names_on_blocks_settle_as_one_line_at_a_time(ner_batch, pending_rows, tmp_path, monkeypatch):
     """Names on, a block's rows are judged together (`check_lines`: a plain row no
     candidate matched, of a pattern or a name, is clean at once; the rest are scanned and
-    proposed) and join the NER batch where one line at a time would: the outputs equal
-    `begin` line by line, which runs the name finder on every row."""
+    proposed) and join the NER batch where one line at a time would (runs of clean rows
+    wait as one entry, cut where the pending rows fill): the outputs and every batch of
+    doubtful names the model sees equal `begin` line by line, which runs the name finder
+    on every row."""
     from kfp_llmops.components.data_validation.names import NameFinder
     from tests.benchmarks.corpus import write_corpus
 
@@ -314,7 +322,8 @@ def test_names_on_blocks_settle_as_one_line_at_a_time(tmp_path, monkeypatch):
     write_corpus(str(corpus), 400_000, seed=4)
     config = DataValidationConfig()
     config.gate.max_reject_rate = 1.0
-    config.pii.names.ner_batch_size = 16  # settles often, in the middle of blocks
+    config.pii.names.ner_batch_size = ner_batch  # 16: settles often, in the middle of blocks
+    monkeypatch.setattr(validation, "_PENDING_ROWS", pending_rows)  # 37: settles on the rows waiting
 
     def one_at_a_time(self, lines, first_line, candidates, lengths):
         out = []
@@ -325,15 +334,24 @@ def test_names_on_blocks_settle_as_one_line_at_a_time(tmp_path, monkeypatch):
                 out.append(rej)
         return out
 
-    proposed = []
-    real_propose = NameFinder.propose
+    proposed, asked = [], []
+    real_propose, real_settle = NameFinder.propose, NameFinder.settle
     monkeypatch.setattr(NameFinder, "propose", lambda self, texts: proposed.append(1) or real_propose(self, texts))
+
+    def settle(self, proposals):
+        batch = [(p.texts[i], c.start, c.end) for p in proposals for i, c in p.doubtful]
+        if batch:
+            asked[-1].append(batch)
+        return real_settle(self, proposals)
+
+    monkeypatch.setattr(NameFinder, "settle", settle)
     outputs, calls = [], []
     for blocks in (True, False):
         if not blocks:
             monkeypatch.setattr(validation, "_BLOCK_ROWS", 1)
             monkeypatch.setattr(validation.Validator, "judge_lines", lambda self, *a: (one_at_a_time(self, *a), None))
         proposed.clear()
+        asked.append([])
         out = validation.OutputPaths.in_dir(str(tmp_path / f"out-{blocks}"))
         result = validation.validate(str(corpus), out, config, show_progress=False)
         outputs.append([open(p, "rb").read() for p in (out.clean, out.quarantine, out.stats)])
@@ -342,6 +360,7 @@ def test_names_on_blocks_settle_as_one_line_at_a_time(tmp_path, monkeypatch):
     assert outputs[0] == outputs[1]
     assert outputs[0][3].get("PERSON") and outputs[0][3].get("EMAIL")  # names and patterns were found
     assert calls[0] < calls[1] / 3  # most rows skipped the name finder
+    assert asked[0] == asked[1] and len(asked[0]) >= 3
 
 
 def test_judged_rows_leave_no_reference_cycles():
