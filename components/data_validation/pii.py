@@ -544,13 +544,16 @@ def word_count(text: str) -> int:
     return words
 
 
+TOKENS = {kind: f"[{kind}]" for kind in ALL_TYPES}  # what redaction puts in a finding's place
+
+
 def redact(text: str, findings: Iterable[Finding], types: frozenset[str]) -> str:
     """Replace each finding of a redacted type by its typed token, e.g. `[EMAIL]`."""
     out, pos = [], 0
     for f in findings:
         if f.type in types:
             out.append(text[pos : f.start])
-            out.append(f"[{f.type}]")
+            out.append(TOKENS[f.type])
             pos = f.end
     if not out:
         return text

@@ -158,6 +158,7 @@ typedef struct {
     int32_t secret_types;       /* type bits that are secrets */
     int32_t email, ipv6, iban;  /* type ids */
     int32_t gates[N_SECRETS][5][2]; /* per secret: up to 5 needles as (offset, length) in needles */
+    int32_t tokens[N_TYPES][2];     /* per type: its redaction token (at most 16 bytes) in needles */
     int32_t iban_length[26 * 26];
     int32_t weights[17];
     uint8_t check[12];
@@ -608,9 +609,6 @@ int64_t pii_rows(const uint8_t *buf, int64_t len, const int64_t *spec, const uin
                  int64_t *chars_out,
                  double *density, int64_t *found, int64_t *redacted, uint8_t *out, int64_t out_len, int64_t *offsets,
                  uint8_t *scratch, void *stack, int64_t stack_bytes) {
-    static const char *const TOKENS[N_TYPES] = {"PERSON", "ADDRESS", "EMAIL", "PHONE", "IPV4", "IPV6", "CREDIT_CARD",
-                                                "IBAN", "US_SSN", "CN_RESIDENT_ID", "CLOUD_KEY", "PRIVATE_KEY",
-                                                "JWT", "BEARER_TOKEN"};
     const conf_t *cf = (const conf_t *)conf;
     vm_t vm = {code, sets, (entry_t *)stack, (int32_t)(stack_bytes / (int64_t)sizeof(entry_t))};
     found_t all[MAX_PAIRS][MAX_FOUND / 8];
@@ -670,11 +668,9 @@ int64_t pii_rows(const uint8_t *buf, int64_t len, const int64_t *spec, const uin
                     redacted[f->type]++;
                     memcpy(w, v + pos, (size_t)(f->start - pos));
                     w += f->start - pos;
-                    size_t t = strlen(TOKENS[f->type]);
-                    *w++ = '[';
-                    memcpy(w, TOKENS[f->type], t);
-                    w += t;
-                    *w++ = ']';
+                    const int32_t *token = cf->tokens[f->type];
+                    memcpy(w, needles + token[0], (size_t)token[1]);
+                    w += token[1];
                     pos = f->end;
                 }
                 memcpy(w, v + pos, (size_t)(pairs[k].val_len - pos));
