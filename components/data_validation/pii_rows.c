@@ -606,9 +606,8 @@ int64_t pii_find(const uint8_t *s, int64_t n, int32_t kinds, const int32_t *code
 int64_t pii_rows(const uint8_t *buf, int64_t len, const int64_t *spec, const uint8_t *names, const int32_t *kinds,
                  const int32_t *code, const uint8_t *sets, const int32_t *conf, const uint8_t *needles,
                  const jwt_t *jwt, int32_t redact, int32_t quarantine, double max_density, int32_t *status,
-                 int64_t *chars_out,
-                 double *density, int64_t *found, int64_t *redacted, uint8_t *out, int64_t out_len, int64_t *offsets,
-                 uint8_t *scratch, void *stack, int64_t stack_bytes) {
+                 int64_t *chars_out, double *density, int64_t *found, int64_t *redacted, uint8_t *out, int64_t out_len,
+                 int64_t *offsets, uint8_t *scratch, void *stack, int64_t stack_bytes) {
     const conf_t *cf = (const conf_t *)conf;
     vm_t vm = {code, sets, (entry_t *)stack, (int32_t)(stack_bytes / (int64_t)sizeof(entry_t))};
     found_t all[MAX_PAIRS][MAX_FOUND / 8];

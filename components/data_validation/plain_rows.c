@@ -297,10 +297,8 @@ static uint8_t *normalize(uint8_t *o, const uint8_t *s, int64_t n) {
             *o++ = (c >= 'A' && c <= 'Z') ? (uint8_t)(c + 32) : c;
             continue;
         }
-        int len = c >= 0xE0 ? 3 : 2; /* read_string let only these in */
-        int32_t cp = len == 3 ? ((c & 0x0F) << 12) | ((s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F)
-                              : ((c & 0x1F) << 6) | (s[i + 1] & 0x3F);
-        uint32_t e = U_TABLE[cp];
+        int len;
+        uint32_t e = U_TABLE[utf8_bmp(s + i, s + n, &len)]; /* read_string let only these in */
         if (e & 2) {
             memcpy(o, U_POOL + (e >> 8), (e >> 2) & 63);
             o += (e >> 2) & 63;

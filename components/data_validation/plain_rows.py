@@ -28,12 +28,17 @@ _loaded: dict[str, object] = {}
 DISABLE = "LLMOPS_PURE_PYTHON"  # set (to anything): the Python path, for comparisons
 
 
-def _library_name() -> str:
-    digest = hashlib.sha256(" ".join(_FLAGS).encode())
-    for source in _SOURCES:
-        with open(source, "rb") as handle:
+def _named(prefix: str, seed: str, files, suffix: str) -> str:
+    """A cached file's name: `prefix`, a hash of `seed` and of what `files` hold, `suffix`."""
+    digest = hashlib.sha256(seed.encode())
+    for path in files:
+        with open(path, "rb") as handle:
             digest.update(handle.read())
-    return f"plain_rows-{digest.hexdigest()[:16]}.so"
+    return f"{prefix}-{digest.hexdigest()[:16]}{suffix}"
+
+
+def _library_name() -> str:
+    return _named("plain_rows", " ".join(_FLAGS), _SOURCES, ".so")
 
 
 def build(folder: str) -> str:
@@ -144,8 +149,6 @@ def unicode_table():
     characters are (CJK, kana, Hangul syllables, most letters and punctuation); the
     rest send their line to Python. Built in about 70 ms, once, and only for data that
     is not ASCII."""
-    import unicodedata
-
     import numpy as np
 
     seconds = set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))  # Hangul V and T jamo
@@ -185,10 +188,7 @@ def unicode_table():
 
 def _table_name() -> str:
     """The cached table's file name: this Python's Unicode version and this file's code."""
-    digest = hashlib.sha256(unicodedata.unidata_version.encode())
-    with open(os.path.abspath(__file__), "rb") as handle:
-        digest.update(handle.read())
-    return f"unicode-{digest.hexdigest()[:16]}.bin"
+    return _named("unicode", unicodedata.unidata_version, [os.path.abspath(__file__)], ".bin")
 
 
 def cached_unicode_table():

@@ -192,7 +192,7 @@ class Validator:
             for fmt, keys in self._format_keys
         ]
         self.exact = (exact or FingerprintIndex()) if config.dedup.exact else None
-        self._in_c: tuple | None = None  # (plain_rows function, formats), once looked up
+        self._in_c: Any = False  # the plain_rows function (None: unavailable), once looked up
         near_index, near = near, config.dedup.near
         self.near = (
             (near_index or NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words))
@@ -553,11 +553,10 @@ class Validator:
         n = len(lines)
         scan = None
         if in_c and lines:
-            if self._in_c is None:
-                fn = plain_rows.load()
-                self._in_c = (fn, self._c_formats if fn is not None else None)
-            if self._in_c[0] is not None:
-                scan = plain_rows.scan(self._in_c[0], lines, self._in_c[1])
+            if self._in_c is False:
+                self._in_c = plain_rows.load()
+            if self._in_c is not None:
+                scan = plain_rows.scan(self._in_c, lines, self._c_formats)
         loaded = np.zeros(0, dtype=np.int64)
         if scan is None:
             mine = loaded
@@ -756,32 +755,33 @@ class CleanInC:
             out[i] = buf[a:b]
         return out
 
-    def pieces(self: CleanInC | None, out: list) -> list:
-        """The block's clean bytes in line order as few objects as it takes, a rejected
-        line as its index: each run of kept lines one slice of `buf` (consecutive lines
-        are adjacent there), every other line its own outcome from `out` (`self` None: no
-        line C judged)."""
-        if self is None:
-            return [o if type(o) is bytes else i for i, o in enumerate(out)]
-        n, buf, offsets = len(out), self.buf, self.offsets
-        others = np.ones(n, dtype=bool)
-        others[self.kept] = False
-        at = np.flatnonzero(others)
-        edges = np.empty(2 * len(at) + 2, dtype=np.int64)  # each run of kept lines: [start, end)
-        edges[0], edges[-1] = 0, n
-        edges[1:-1:2], edges[2:-1:2] = at, at + 1
-        bounds = offsets[edges].tolist()
-        pieces = []
-        for k, i in enumerate(at.tolist()):
-            a, b = bounds[2 * k], bounds[2 * k + 1]
-            if b > a:
-                pieces.append(buf[a:b])
-            o = out[i]
-            pieces.append(o if type(o) is bytes else i)
-        a, b = bounds[-2], bounds[-1]
+
+def clean_pieces(in_c: CleanInC | None, out: list) -> list:
+    """The block's clean bytes in line order as few objects as it takes, a rejected
+    line as its index: each run of kept lines one slice of `buf` (consecutive lines
+    are adjacent there), every other line its own outcome from `out` (`in_c` None: no
+    line C judged)."""
+    if in_c is None:
+        return [o if type(o) is bytes else i for i, o in enumerate(out)]
+    n, buf, offsets = len(out), in_c.buf, in_c.offsets
+    others = np.ones(n, dtype=bool)
+    others[in_c.kept] = False
+    at = np.flatnonzero(others)
+    edges = np.empty(2 * len(at) + 2, dtype=np.int64)  # each run of kept lines: [start, end)
+    edges[0], edges[-1] = 0, n
+    edges[1:-1:2], edges[2:-1:2] = at, at + 1
+    bounds = offsets[edges].tolist()
+    pieces = []
+    for k, i in enumerate(at.tolist()):
+        a, b = bounds[2 * k], bounds[2 * k + 1]
         if b > a:
             pieces.append(buf[a:b])
-        return pieces
+        o = out[i]
+        pieces.append(o if type(o) is bytes else i)
+    a, b = bounds[-2], bounds[-1]
+    if b > a:
+        pieces.append(buf[a:b])
+    return pieces
 
 
 @dataclass
@@ -914,8 +914,8 @@ def _stream(
 
     def judge_block(last_line: int | None = None) -> None:
         """The lines in `block` (the last numbered `last_line`, by default the last read)
-        through `check_lines`. Names off, their clean rows are written in one go; names
-        on, they join `pending` one by one."""
+        through `judge_lines`. Names off, their clean rows are written in one go; names
+        on, they join `pending` in order (a run of clean rows as one entry)."""
         nonlocal rows_out, doubtful, waiting
         first = (rows_in if last_line is None else last_line) - len(block) + 1
         lengths: list[int] = []
@@ -924,7 +924,7 @@ def _stream(
         if batched:
             # A run of clean rows waits as one entry, cut where one row at a time would
             # settle for `_PENDING_ROWS` (so every NER batch is the same).
-            for piece in CleanInC.pieces(in_c, outcomes):
+            for piece in clean_pieces(in_c, outcomes):
                 if type(piece) is bytes:
                     rows = piece.count(b"\n")
                     while waiting + rows >= _PENDING_ROWS:
@@ -949,7 +949,7 @@ def _stream(
             return
         kept: list[bytes] = []
         rejected = 0
-        for piece in CleanInC.pieces(in_c, outcomes):
+        for piece in clean_pieces(in_c, outcomes):
             if type(piece) is bytes:
                 kept.append(piece)
                 continue

@@ -239,7 +239,7 @@ def test_normalize_skips_the_collapse_only_where_it_changes_nothing(text):
 @pytest.mark.parametrize("block_bytes", [1 << 22, 3000], ids=["rows-bound", "bytes-bound"])
 def test_names_off_streams_write_what_one_line_at_a_time_writes(block_bytes, tmp_path, monkeypatch):
     """Names off, a block's clean rows are written as runs of C's output with the other
-    lines' outcomes between them (`CleanInC.pieces`): the clean and quarantine files, the
+    lines' outcomes between them (`clean_pieces`): the clean and quarantine files, the
     statistics and the root equal one line at a time through `check`, blocks bounded by
     rows or by bytes (lines of 9000 bytes among them, each over the bound alone)."""
     if plain_rows.load() is None:
@@ -260,8 +260,8 @@ def test_names_off_streams_write_what_one_line_at_a_time_writes(block_bytes, tmp
         return out, None
 
     runs = []
-    real_pieces = validation.CleanInC.pieces
-    monkeypatch.setattr(validation.CleanInC, "pieces", lambda *a: runs.append(real_pieces(*a)) or runs[-1])
+    real_pieces = validation.clean_pieces
+    monkeypatch.setattr(validation, "clean_pieces", lambda *a: runs.append(real_pieces(*a)) or runs[-1])
     monkeypatch.setattr(validation, "_BLOCK_BYTES", block_bytes)
     outputs = []
     for blocks in (True, False):
