@@ -24,7 +24,10 @@ from kfp_llmops.components.data_validation import names, pii
 ESCAPE = "ESCAPE"  # on a raw line: any character may hide behind it
 NAMES = "NAMES"  # the name finder's candidates (names on)
 CANDIDATES: tuple[tuple[str, str], ...] = (
-    (pii.CREDIT_CARD, r"(?:[0-9][ -]?){11,18}[0-9]"),
+    # A card's first twelve digits after the character before its run (a digit run in
+    # a raw line starts after a non-digit, or where the data does): one match a run
+    # instead of one at each of its digits past the twelfth.
+    (pii.CREDIT_CARD, r"(?:^|[^0-9])(?:[0-9][ -]?){11}[0-9]"),
     (
         pii.CN_RESIDENT_ID,
         r"[1-8][0-9]{5}(?:18|19|20)[0-9]{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12][0-9]|3[01])"
@@ -84,8 +87,9 @@ def candidate_lines(lines: list[bytes], with_names: bool = False) -> dict[int, K
         return {}
     bounds = np.cumsum(np.fromiter(map(len, lines), dtype=np.int64, count=len(lines)) + 1)
     at = np.searchsorted(bounds, np.array(ends, dtype=np.int64) - 1, side="right")
-    masks = np.zeros(len(lines), dtype=np.int64)
-    np.bitwise_or.at(masks, at, np.left_shift(1, np.array(ids, dtype=np.int64)))
+    # Each (line, expression) once, then a line's mask as the sum of its distinct bits.
+    pairs = np.unique(at * 64 + np.array(ids, dtype=np.int64))
+    masks = np.bincount(pairs >> 6, weights=np.left_shift(1, pairs & 63), minlength=len(lines)).astype(np.int64)
     found = np.flatnonzero(masks)
     kinds = _kinds_of(families)
     return dict(zip(found.tolist(), map(kinds, masks[found].tolist()), strict=True))

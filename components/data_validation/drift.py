@@ -37,7 +37,7 @@ class Histogram:
         """`add` of each value, binned in one go (numpy's side="right" is bisect_right)."""
         import numpy as np
 
-        bins = np.searchsorted(self.edges, np.array(values), side="right")
+        bins = np.searchsorted(self.edges, np.asarray(values), side="right")
         for i, n in enumerate(np.bincount(bins, minlength=len(self.counts)).tolist()):
             self.counts[i] += n
 
@@ -64,7 +64,10 @@ class DataStats:
         0.0: rows with no PII), counted in one go."""
         if len(lengths):
             self.length.add_many(lengths)
-            self.pii_density.add_many([0.0] * len(lengths) if densities is None else densities)
+            if densities is None:
+                self.pii_density.counts[bisect.bisect_right(self.pii_density.edges, 0.0)] += len(lengths)
+            else:
+                self.pii_density.add_many(densities)
 
     def to_json(self) -> dict:
         return {

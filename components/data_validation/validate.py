@@ -275,12 +275,15 @@ class Validator:
             if first is not None:
                 raise self._near_duplicate_of(first)
 
-    def _scan_patterns(self, obj: dict, fmt: RecordFormat, kinds: Kinds, names: bool = True) -> _Scan:
+    def _scan_patterns(
+        self, obj: dict, fmt: RecordFormat, kinds: Kinds, names: bool = True, proposal: Proposal | None = None
+    ) -> _Scan:
         """Pattern findings in every string of the record (extra and nested fields too),
         and the name candidates when names are on. `kinds`: the pattern families whose
         candidates the raw line holds (`candidates.line_kinds`); with none the record
         has no pattern finding, so its strings are only collected. Without `names` the
-        line holds no name candidate (`candidates.NAMES`): the name finder is skipped."""
+        line holds no name candidate (`candidates.NAMES`): the name finder is skipped.
+        `proposal`: the name finder's, already made of these strings (`_names_first`)."""
         scan = _Scan(obj, fmt)
         if all(type(v) is str for v in obj.values()):  # the common flat record
             if kinds != NONE:
@@ -291,7 +294,9 @@ class Validator:
         else:
             scan.scanned = self._visit(obj, "", scan, kinds)
         if self.names is not None:
-            scan.proposal = self.names.propose(scan.strings) if names else Proposal(scan.strings, None, ())
+            if proposal is None:
+                proposal = self.names.propose(scan.strings) if names else Proposal(scan.strings, None, ())
+            scan.proposal = proposal
         return scan
 
     def _visit(self, value: Any, path: str, scan: _Scan, kinds: Kinds) -> Any:
@@ -464,6 +469,9 @@ class Validator:
         `stats.add_lengths`. Every other row is scanned as `begin` scans it.
         """
         out, unique, in_c = self._deduplicated(lines, first_line, candidates, lengths)
+        proposals: dict[int, Proposal] = {}
+        if self.names is not None:
+            unique, candidates, proposals = self._names_first(lines, unique, candidates)
         unique = self._patterns_in_c(lines, unique, candidates, out)
         # `dumps(...) + b"\n"`, not OPT_APPEND_NEWLINE: orjson's result keeps a 4 KiB
         # buffer, and a block of them held at once costs 4 KiB a row; the sum is exact-sized.
@@ -477,7 +485,7 @@ class Validator:
             names = kinds is None or NAMES in kinds
             if names and kinds is not None:
                 kinds = kinds - {NAMES}
-            scan = self._scan_patterns(obj, fmt, kinds, names)
+            scan = self._scan_patterns(obj, fmt, kinds, names, proposals.get(i))
             if self.names is not None:
                 out[i] = scan
                 continue
@@ -486,6 +494,33 @@ class Validator:
             except _Rejected as rej:
                 out[i] = rej.kept()
         return out, in_c
+
+    def _names_first(
+        self, lines: list[bytes], unique: list[tuple], candidates: dict[int, Kinds]
+    ) -> tuple[list[tuple], dict[int, Kinds], dict[int, Proposal]]:
+        """Names on, the name finder's pass over each flat row that is a names candidate,
+        before its patterns: most find nothing (the line test is loose), and such a row is
+        then no names candidate (its kinds lose `NAMES`), so it is judged as names off
+        judges it, in C where it can be, instead of waiting for the NER batch as a scan.
+        Returns the rows (a C-parsed one loaded), the kinds, and the proposals found."""
+        candidates = dict(candidates)
+        proposals: dict[int, Proposal] = {}
+        rows = []
+        for row in unique:
+            i, obj, fmt, _ = row
+            kinds = candidates.get(i, NONE)
+            if kinds is not None and NAMES in kinds:
+                if obj is None:  # C parsed it: its object and values now
+                    obj = orjson.loads(lines[i])
+                    row = (i, obj, fmt, [obj[name] for name in fmt.fields])
+                if all(type(v) is str for v in obj.values()):  # `_scan_patterns`' strings
+                    proposal = self.names.propose(list(obj.values()))
+                    if proposal.per_text is None:
+                        candidates[i] = kinds - {NAMES}
+                    else:
+                        proposals[i] = proposal
+            rows.append(row)
+        return rows, candidates, proposals
 
     @functools.cached_property
     def _c_formats(self) -> plain_rows.Formats:
@@ -596,7 +631,8 @@ class Validator:
         None, the rows left as (index, object, format, values when plain), the clean rows
         of C's). Nothing a row does after its dedup changes what dedup says of another,
         so these are the verdicts of one row at a time. The rows C parsed (plain, no
-        pattern candidate) are concluded here: their clean bytes, their lengths to `lengths`."""
+        pattern candidate) are concluded here: their clean bytes, and their lengths
+        straight into the stats (`lengths` is for the rows Python concludes)."""
         n = len(lines)
         block = self.parse_block(
             lines,
@@ -620,7 +656,7 @@ class Validator:
                 out[i] = self._duplicate_of(int(firsts[i]))
             kept = mine[~repeated]
             in_c = CleanInC(buf, offsets, kept)
-            lengths.extend(chars[kept].tolist())
+            self.stats.add_lengths(chars[kept])
         near = self.near
         unique: list[tuple] = []
         for i, obj, fmt, values, text in parsed:
@@ -882,11 +918,13 @@ def _stream(
     block: list[bytes] = []  # lines waiting for `judge_block`
     doubtful = waiting = 0  # doubtful candidates and rows in `pending`
 
-    def reject(rej: _Rejected, line_no: int, line: bytes) -> None:
+    def reject(rej: _Rejected, line_no: int, line: bytes, into: list[bytes]) -> None:
+        """The quarantine line of a rejected row into `into` (the caller writes a block's
+        at once: one write and one hash update instead of one a row)."""
         validator.by_reason[rej.reason] += 1
         entry = {**validator.lines.where(line_no), "reason": rej.reason, "field": rej.field, "detail": rej.detail}
         entry.update(_raw_field(line))
-        quarantine.write(orjson.dumps(entry) + b"\n")
+        into.append(orjson.dumps(entry) + b"\n")
         if len(validator.samples) < 20:
             validator.samples.append({k: v for k, v in entry.items() if k not in ("raw", "raw_b64")})
 
@@ -895,19 +933,22 @@ def _stream(
         scans = [s.proposal for _, _, s in pending if type(s) is _Scan]
         settled = iter(validator.names.settle(scans))
         kept: list[bytes] = []
+        rejected: list[bytes] = []
         for line_no, line, outcome in pending:
             if type(outcome) is bytes:
                 kept.append(outcome)
                 continue
             if type(outcome) is _Rejected:
-                reject(outcome, line_no, line)
+                reject(outcome, line_no, line, rejected)
                 continue
             try:
                 kept.append(orjson.dumps(validator.complete(outcome, next(settled))) + b"\n")
             except _Rejected as rej:
-                reject(rej, line_no, line)
+                reject(rej, line_no, line, rejected)
         data = b"".join(kept)
         clean.write(data)
+        if rejected:
+            quarantine.write(b"".join(rejected))
         rows_out += data.count(b"\n")  # a clean row is one line: orjson escapes every newline
         pending.clear()
         doubtful = waiting = 0
@@ -948,19 +989,17 @@ def _stream(
             block.clear()
             return
         kept: list[bytes] = []
-        rejected = 0
+        rejected: list[bytes] = []
         for piece in clean_pieces(in_c, outcomes):
             if type(piece) is bytes:
                 kept.append(piece)
-                continue
-            if kept:
-                clean.write(b"".join(kept))
-                kept.clear()
-            reject(outcomes[piece], first + piece, block[piece])
-            rejected += 1
+            else:
+                reject(outcomes[piece], first + piece, block[piece], rejected)
         if kept:
             clean.write(b"".join(kept))
-        rows_out += len(block) - rejected
+        if rejected:
+            quarantine.write(b"".join(rejected))
+        rows_out += len(block) - len(rejected)
         block.clear()
 
     def take(lines: list[bytes]) -> None:

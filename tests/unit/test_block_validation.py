@@ -227,6 +227,9 @@ def test_lengths_counted_together_equal_one_by_one():
         one.add(n, 0.0)
     many.add_lengths(lengths)
     assert many.to_json() == one.to_json()
+    as_array = DataStats()  # as C's chars come: an array
+    as_array.add_lengths(np.array(lengths, dtype=np.int64))
+    assert as_array.to_json() == one.to_json()
 
 
 @settings(max_examples=500, deadline=None)
