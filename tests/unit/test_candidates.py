@@ -178,7 +178,7 @@ def test_names_in_any_arrangement(parts, seps):
 
 
 @settings(max_examples=600, deadline=None)
-@given(text=st.text(alphabet="AaBbMmZz .,'-:0123456789\n中À", max_size=40) | st.text(max_size=60))
+@given(text=st.text(alphabet="AaBbMmZzDrsSPOx .,'-:0123456789\n中À", max_size=40) | st.text(max_size=60))
 def test_names_shaped_noise(text):
     _assert_names_superset(text)
 
@@ -197,7 +197,7 @@ def test_plain_text_is_no_names_candidate():
 @pytest.mark.parametrize("rule", ["cue", "title", "pair", "number", "box"])
 def test_each_rule_of_the_name_finder_is_a_names_candidate(rule):
     """Every rule that makes a candidate, each in its own words, in both cases."""
-    capitals = ["Maria", "Priya", "Will", "O'Brien", "Jean-Luc", "McDonald", "Garcia", "Baker"]
+    capitals = ["Maria", "Priya", "Will", "O'Brien", "Jean-Luc", "McDonald", "DAngelo", "Garcia", "Baker"]
     cues = f"{names._STRONG_CUES}|{names._WEAK_CUES}".split("|")
     heads = {
         "cue": [f"{c2}{sep}" for c in cues for c2 in (c, c.title(), c.upper()) for sep in (" ", ", ", "  ")],
@@ -207,6 +207,11 @@ def test_each_rule_of_the_name_finder_is_a_names_candidate(rule):
         "box": ["PO ", "P.O. ", "P. O. "],
     }[rule]
     tails = ["Box 123, Springfield", "Street"] if rule == "box" else [*capitals, "Baker Street", "Smith"]
+    if rule == "number":  # an address whose every word ends in a period
+        tails += ["Abc. Street", "N. Abc. St.", "Mt. Vernon Ave."]
+    if rule == "title":  # as `_key` reads a title: apostrophes and hyphens dropped; an initial
+        heads += ["D'r. ", "Mr-s. ", "MaDam. ", "Ma'am. "]
+        tails += ["X", "X."]
     found = sum(_assert_names_superset(f"then {head}{tail} said so.") for head in heads for tail in tails)
     assert found  # the rule does make candidates here
 
