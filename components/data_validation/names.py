@@ -122,16 +122,18 @@ _EN_ADDRESS = re.compile(
 # capitalised words one space apart (a pair, a title without its period, every English
 # address but one whose every word ends in a period; the second as `_CAPS` starts a word,
 # so not "KEY" or "INV-"), a title, its period and a capital
-# ("Dr. Smith": a title's letters, an apostrophe or hyphen anywhere between them, as
-# `_key` drops them), a house number, a word, its period and a capital (the first of an
+# ("Dr. Smith": a capital, then the title's letters in either case, an apostrophe or
+# hyphen anywhere between them, as `_key` drops them), a house number, a word, its period and a capital (the first of an
 # address whose words all end in one: "12 Abc. Street"), "O. Box" ("P.O. Box"), or a cue
 # before a capital. A period after any other capitalised word ("...in Paris. The") is
 # no candidate: on the bench corpus that is four lines in ten the name pass skips.
 # JSON escapes none of these characters.
-_TITLE_WORDS = "|".join("['-]?".join(title) for title in sorted(TITLES))
+_TITLE_WORDS = "|".join(
+    title[0].upper() + "".join(f"['-]?[{c}{c.upper()}]" for c in title[1:]) for title in sorted(TITLES)
+)
 LINE_CANDIDATE = (
     r"[\x80-\xff]|\\u|[A-Z][A-Za-z'-]* [A-Z](?:[a-z]|[A-Z][a-z]|['-][A-Za-z]|[^A-Za-z0-9_'-]|$)"
-    rf"|(?i:{_TITLE_WORDS})\. [A-Z]|[0-9][A-Za-z]?,? [A-Z][a-z]*\. [A-Z]|O\. Box"
+    rf"|(?:{_TITLE_WORDS})\. [A-Z]|[0-9][A-Za-z]?,? [A-Z][a-z]*\. [A-Z]|O\. Box"
     rf"|(?i:{'|'.join(c for c in f'{_STRONG_CUES}|{_WEAK_CUES}'.split('|') if c.isascii())}),? +[A-Z]"
 )
 _ADDRESS_NEGATIVE = re.compile(
