@@ -535,12 +535,15 @@ def is_han(ch: str) -> bool:
     return "\u4e00" <= ch <= "\u9fff"
 
 
+_HAN_CHAR = re.compile("[\u4e00-\u9fff]")  # `is_han`'s range, for counting in one call
+
+
 def word_count(text: str) -> int:
     """Whitespace-separated words, plus one per two Han characters: Chinese has no spaces
     and its words average under two characters, so a sentence is not one "word"."""
     words = len(text.split())
     if not text.isascii():
-        words += sum(1 for ch in text if is_han(ch)) // 2
+        words += len(_HAN_CHAR.findall(text)) // 2
     return words
 
 

@@ -1,6 +1,7 @@
 """PERSON and ADDRESS: the candidate pass, NER confirmation of the doubtful ones, the
 pinned model, and the names in the validator's redaction, density and metrics."""
 
+import itertools
 import json
 
 import pytest
@@ -151,6 +152,9 @@ def test_the_model_runs_on_numpys_blas_on_one_thread(confirmer, monkeypatch):
 def test_word_count_counts_chinese_words():
     assert pii.word_count("Hi there, Maria") == 3
     assert pii.word_count("我是张伟住在北京") == 1 + 4  # one run, eight characters
+    edges = "\u4dff\u4e00\u9fff\ua000 a中"
+    for text in ("".join(p) for p in itertools.product(edges, repeat=3)):
+        assert pii.word_count(text) == len(text.split()) + sum(map(pii.is_han, text)) // 2, text
     assert pii.word_count("Hello 你好") == 2 + 1
 
 
