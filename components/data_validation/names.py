@@ -118,7 +118,9 @@ _EN_ADDRESS = re.compile(
 )
 # What a raw JSON line must hold for `NameFinder.candidates` to find anything in one of
 # its strings (`candidates.candidate_lines` looks for it a block at a time, names on): a
-# byte outside ASCII or a `\u` escape (the Chinese rules; any capital outside ASCII), two
+# byte outside ASCII or a `\u` escape (the Chinese rules; any capital outside ASCII;
+# matched once a run, at its first byte or its last escape: one event a run for
+# Hyperscan to report, not one a character), two
 # capitalised words one space apart (a pair, a title without its period, every English
 # address but one whose every word ends in a period; the second as `_CAPS` starts a word,
 # so not "KEY" or "INV-"), a title, its period and a capital
@@ -132,7 +134,7 @@ _TITLE_WORDS = "|".join(
     title[0].upper() + "".join(f"['-]?[{c}{c.upper()}]" for c in title[1:]) for title in sorted(TITLES)
 )
 LINE_CANDIDATE = (
-    r"[\x80-\xff]|\\u|[A-Z][A-Za-z'-]* [A-Z](?:[a-z]|[A-Z][a-z]|['-][A-Za-z]|[^A-Za-z0-9_'-]|$)"
+    r"(?:^|[\x00-\x7f])[\x80-\xff]|\\u[0-9A-Fa-f]{4}(?:[^\\]|\\[^u]|$)|[A-Z][A-Za-z'-]* [A-Z](?:[a-z]|[A-Z][a-z]|['-][A-Za-z]|[^A-Za-z0-9_'-]|$)"
     rf"|(?:{_TITLE_WORDS})\. [A-Z]|[0-9][A-Za-z]?,? [A-Z][a-z]*\. [A-Z]|O\. Box"
     rf"|(?i:{'|'.join(c for c in f'{_STRONG_CUES}|{_WEAK_CUES}'.split('|') if c.isascii())}),? +[A-Z]"
 )

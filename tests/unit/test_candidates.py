@@ -224,3 +224,13 @@ def test_a_card_after_any_character_json_may_escape(before):
         text = f"pay with{before}{card} today"
         assert any(f.type == pii.CREDIT_CARD for f in pii.find_pii(text)), text
         _assert_superset(text)
+
+
+@pytest.mark.parametrize("after", ["\n", "\t", '"', "\\", "/", " ", ""])
+def test_escaped_chinese_before_any_escape_is_a_names_candidate(after):
+    """Written ASCII-only, a run of Han characters is a run of `\\u` escapes, matched at
+    its last: whatever follows it (another escape among them) the line is a candidate."""
+    for text in (f"客户信息：朱英{after}", f"我是张伟{after}x", f"{after}王先生"):
+        raw = json.dumps({"prompt": text}).encode()
+        assert _FINDER.candidates(text), text
+        assert may_hold_a_name(raw), raw
