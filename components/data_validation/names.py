@@ -134,7 +134,8 @@ _TITLE_WORDS = "|".join(
     title[0].upper() + "".join(f"['-]?[{c}{c.upper()}]" for c in title[1:]) for title in sorted(TITLES)
 )
 LINE_CANDIDATE = (
-    r"(?:^|[\x00-\x7f])[\x80-\xff]|\\u[0-9A-Fa-f]{4}(?:[^\\]|\\[^u]|$)|[A-Z][A-Za-z'-]* [A-Z](?:[a-z]|[A-Z][a-z]|['-][A-Za-z]|[^A-Za-z0-9_'-]|$)"
+    r"(?:^|[\x00-\x7f])[\x80-\xff]|\\u[0-9A-Fa-f]{4}(?:[^\\]|\\[^u]|$)"
+    r"|[A-Z][A-Za-z'-]* [A-Z](?:[a-z]|[A-Z][a-z]|['-][A-Za-z]|[^A-Za-z0-9_'-]|$)"
     rf"|(?:{_TITLE_WORDS})\. [A-Z]|[0-9][A-Za-z]?,? [A-Z][a-z]*\. [A-Z]|O\. Box"
     rf"|(?i:{'|'.join(c for c in f'{_STRONG_CUES}|{_WEAK_CUES}'.split('|') if c.isascii())}),? +[A-Z]"
 )
