@@ -117,19 +117,21 @@ _EN_ADDRESS = re.compile(
     r"(?:,? ?(?:[A-Z]{2} \d{5}(?:-\d{4})?|[A-Z]{1,2}\d[A-Z\d]? ?\d[A-Z]{2}))?(?![\w-])"
 )
 # What a raw JSON line must hold for `NameFinder.candidates` to find anything in one of
-# its strings (`candidates.candidate_lines` looks for it a block at a time, names on): a
-# byte outside ASCII or a `\u` escape (the Chinese rules; any capital outside ASCII;
-# matched once a run, at its first byte or its last escape: one event a run for
-# Hyperscan to report, not one a character), two
-# capitalised words one space apart (a pair, a title without its period, every English
-# address but one whose every word ends in a period; the second as `_CAPS` starts a word,
-# so not "KEY" or "INV-"), a title, its period and a capital
-# ("Dr. Smith": a capital, then the title's letters in either case, an apostrophe or
-# hyphen anywhere between them, as `_key` drops them), a house number, a word, its period and a capital (the first of an
-# address whose words all end in one: "12 Abc. Street"), "O. Box" ("P.O. Box"), or a cue
-# before a capital. A period after any other capitalised word ("...in Paris. The") is
-# no candidate: on the bench corpus that is four lines in ten the name pass skips.
-# JSON escapes none of these characters.
+# its strings (`candidates.candidate_lines` looks for it a block at a time, names on):
+# - a byte outside ASCII or a `\u` escape (the Chinese rules; any capital outside
+#   ASCII), matched once a run, at its first byte or its last escape: one event a run
+#   for Hyperscan to report, not one a character;
+# - two capitalised words one space apart, the second where `_CAPS` can start a word (not
+#   "KEY" or "INV-"): a pair, a title without its period, and every English address but
+#   one whose every word ends in a period;
+# - a title, its period and a capital ("Dr. Smith"): a capital, then the title's letters
+#   in either case, an apostrophe or hyphen anywhere between them, as `_key` drops them;
+# - a house number, a word, its period and a capital (the first word of an address whose
+#   words all end in one: "12 Abc. Street"), or "O. Box" ("P.O. Box");
+# - or a cue before a capital.
+# A period after any other capitalised word ("...in Paris. The") is no candidate: on the
+# bench corpus that is four lines in ten the name pass skips. JSON escapes none of these
+# characters.
 _TITLE_WORDS = "|".join(
     title[0].upper() + "".join(f"['-]?[{c}{c.upper()}]" for c in title[1:]) for title in sorted(TITLES)
 )

@@ -510,9 +510,9 @@ class Validator:
             i, obj, fmt, _ = row
             kinds = candidates.get(i, NONE)
             if kinds is not None and NAMES in kinds:
-                if obj is None:  # C parsed it: its object and values now
-                    obj = orjson.loads(lines[i])
-                    row = (i, obj, fmt, [obj[name] for name in fmt.fields])
+                if obj is None:
+                    row = _loaded(lines, row)
+                    obj = row[1]
                 if all(type(v) is str for v in obj.values()):  # `_scan_patterns`' strings
                     proposal = self.names.propose(list(obj.values()))
                     if proposal.per_text is None:
@@ -563,11 +563,7 @@ class Validator:
         for k, row in enumerate(unique):
             if k in done:
                 continue
-            if row[1] is None:  # C parsed it: its object and values now
-                i, _, fmt, _ = row
-                obj = orjson.loads(lines[i])
-                row = (i, obj, fmt, [obj[name] for name in fmt.fields])
-            left.append(row)
+            left.append(_loaded(lines, row) if row[1] is None else row)
         return left
 
     def parse_block(
@@ -790,6 +786,14 @@ class CleanInC:
         for i, a, b in zip(kept.tolist(), offsets[kept].tolist(), offsets[kept + 1].tolist(), strict=True):
             out[i] = buf[a:b]
         return out
+
+
+def _loaded(lines: list[bytes], row: tuple) -> tuple:
+    """A row C parsed, (index, None, format, None), with its object and values: C keeps
+    no object, so one is loaded only for a row that a later step leaves to Python."""
+    i, _, fmt, _ = row
+    obj = orjson.loads(lines[i])
+    return (i, obj, fmt, [obj[name] for name in fmt.fields])
 
 
 def clean_pieces(in_c: CleanInC | None, out: list) -> list:
