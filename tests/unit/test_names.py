@@ -127,7 +127,8 @@ def test_the_model_runs_on_numpys_blas_on_one_thread(confirmer, monkeypatch):
     import spacy
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    assert confirmer.nlp.get_pipe("tok2vec").model.ops.use_blis is False
+    assert confirmer.nlp.pipe_names == ["ner"]  # its own tok2vec; the shared one is dropped
+    assert confirmer.nlp.get_pipe("ner").model.ops.use_blis is False
     threads = []
     real_pipe = confirmer.nlp.pipe
 
@@ -147,6 +148,40 @@ def test_the_model_runs_on_numpys_blas_on_one_thread(confirmer, monkeypatch):
         next(((e.start_char, e.end_char) for e in doc.ents if e.label_ == "PERSON"), None) for doc in blis.pipe(texts)
     ]
     assert spans == expected and any(spans)
+
+
+def test_a_ner_that_listens_to_the_shared_tok2vec_keeps_it(tmp_path):
+    """Only a tok2vec no component listens to is dropped: a model whose ner reads the
+    shared one (as larger spaCy models do) keeps it, and finds what it found before."""
+    import spacy
+    from spacy.training import Example
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("tok2vec")
+    listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 96, "upstream": "*"}
+    nlp.add_pipe(
+        "ner",
+        config={
+            "model": {
+                "@architectures": "spacy.TransitionBasedParser.v2",
+                "state_type": "ner",
+                "extra_state_tokens": False,
+                "hidden_width": 16,
+                "maxout_pieces": 2,
+                "use_upper": True,
+                "tok2vec": listener,
+            }
+        },
+    )
+    text = "Yesterday Maria Garcia called."
+    examples = [Example.from_dict(nlp.make_doc(text), {"entities": [(10, 22, "PERSON")]})]
+    nlp.initialize(lambda: examples)
+    for _ in range(20):
+        nlp.update(examples)
+    nlp.to_disk(tmp_path / "m")
+    loaded = ner._load.__wrapped__(str(tmp_path / "m"), None)
+    assert loaded.pipe_names == ["tok2vec", "ner"]
+    assert [(e.start_char, e.end_char) for e in loaded(text).ents] == [(10, 22)]
 
 
 def test_word_count_counts_chinese_words():
