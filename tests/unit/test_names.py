@@ -184,6 +184,18 @@ def test_a_ner_that_listens_to_the_shared_tok2vec_keeps_it(tmp_path):
     assert [(e.start_char, e.end_char) for e in loaded(text).ents] == [(10, 22)]
 
 
+def test_capitalised_words_are_the_lookbehind_firsts():
+    """`_CAPS` checks the character before a capital after matching it (so `re` skips
+    from capital to capital): on every short text over the edge characters it finds the
+    words the plain lookbehind-first pattern finds."""
+    import re
+
+    plain = re.compile(rf"(?<![\w'\u2019-]){names._CAPWORD}(?![\w'\u2019-])")
+    edges = "Aa'\u2019- 1_\u00c9\u00df\u00ff\u00de"
+    for text in ("".join(p) for n in (1, 2, 3, 4) for p in itertools.product(edges, repeat=n)):
+        assert [m.span() for m in names._CAPS.finditer(text)] == [m.span() for m in plain.finditer(text)], text
+
+
 def test_word_count_counts_chinese_words():
     assert pii.word_count("Hi there, Maria") == 3
     assert pii.word_count("我是张伟住在北京") == 1 + 4  # one run, eight characters
