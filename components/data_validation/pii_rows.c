@@ -158,7 +158,7 @@ typedef struct {
     int32_t secret_types;       /* type bits that are secrets */
     int32_t email, ipv6, iban;  /* type ids */
     int32_t gates[N_SECRETS][5][2]; /* per secret: up to 5 needles as (offset, length) in needles */
-    int32_t tokens[N_TYPES][2];     /* per type: its redaction token (at most 16 bytes) in needles */
+    int32_t tokens[N_TYPES][2];     /* per type: its redaction token in needles (offset, length) */
     int32_t iban_length[26 * 26];
     int32_t weights[17];
     uint8_t check[12];
@@ -650,7 +650,10 @@ int64_t pii_rows(const uint8_t *buf, int64_t len, const int64_t *spec, const uin
         }
         /* The clean row, each value redacted: at most 2 bytes a character or token byte. */
         int64_t need = 16;
-        for (int k = 0; k < n && ok; k++) need += 2 * (pairs[k].key_len + pairs[k].val_len + 16 * counts[k]) + 8;
+        for (int k = 0; k < n && ok; k++) {
+            need += 2 * (pairs[k].key_len + pairs[k].val_len) + 8;
+            for (int32_t j = 0; j < counts[k]; j++) need += 2 * (int64_t)cf->tokens[all[k][j].type][1];
+        }
         if (ok && (o - out) + 2 * need > out_len) ok = 0;
         if (ok) {
             uint8_t *vals[MAX_PAIRS];

@@ -93,8 +93,6 @@ def _tables() -> Tables:
         conf += pairs + [0, 0] * (_NEEDLES - len(rec.gate))
     for kind in pii.ALL_TYPES:  # the redaction tokens, in type-id order, among the needles
         token = pii.TOKENS[kind].encode("ascii")
-        if len(token) > _TOKEN:
-            raise ValueError(f"{kind}: a redaction token longer than {_TOKEN} bytes")
         conf += [len(needles), len(token)]
         needles += token
     letters = [chr(65 + i) for i in range(26)]
@@ -109,8 +107,6 @@ def _tables() -> Tables:
         bytes(needles) or b"\0",
     )
 
-
-_TOKEN = 16  # pii_rows.c sizes a redacted value for tokens this long at most
 
 _lock = threading.Lock()
 _loaded: dict[str, object] = {}
