@@ -64,12 +64,14 @@ FUNCTION_WORDS = frozenset("the a an and or but of in on at to for from with by 
 
 TITLES = frozenset("mr mrs ms miss mx dr prof sir dame madam".split())
 _CAPITAL = r"[A-Z\u00C0-\u00DE]"
-_CAPWORD = _CAPITAL + r"[a-z\u00DF-\u00FF]*(?:[A-Z][a-z\u00DF-\u00FF]+)?(?:['\u2019-][A-Z]?[a-z\u00DF-\u00FF]+)?"
+_AFTER_CAPITAL = r"[a-z\u00DF-\u00FF]*(?:[A-Z][a-z\u00DF-\u00FF]+)?(?:['\u2019-][A-Z]?[a-z\u00DF-\u00FF]+)?"
+_CAPWORD = _CAPITAL + _AFTER_CAPITAL
+_WORD_CHAR = r"[\w'\u2019-]"  # what a capitalised word may not touch on either side
 # A capital not after a word character: the capital first and the character before it
-# checked after it (`(?<![...].)`), so `re` skips from capital to capital; a pattern that
-# opens with its lookbehind is tried at every position, 1.5x the time of the name pass's
-# scan here.
-_CAPS = re.compile(rf"{_CAPITAL}(?<![\w'\u2019-].){_CAPWORD[len(_CAPITAL) :]}(?![\w'\u2019-])")
+# checked after it (`(?<!{_WORD_CHAR}.)`), so `re` skips from capital to capital; a
+# pattern that opens with its lookbehind is tried at every position, 1.5x the time of the
+# name pass's scan here.
+_CAPS = re.compile(rf"{_CAPITAL}(?<!{_WORD_CHAR}.){_AFTER_CAPITAL}(?!{_WORD_CHAR})")
 # A cue right before a capitalised word. Strong cues name whoever follows; weak ones only
 # with a known given name or a vocative ("Thanks Priya," / "Hi Will!").
 _STRONG_CUES = "my name is|my name's|name:|call me|signed|regards|sincerely|dear"
