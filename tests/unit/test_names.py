@@ -156,6 +156,7 @@ def test_a_ner_that_listens_to_the_shared_tok2vec_keeps_it(tmp_path):
     import spacy
     from spacy.training import Example
 
+    spacy.util.fix_random_seed(0)  # the same initial weights, so the same trained model, every run
     nlp = spacy.blank("en")
     nlp.add_pipe("tok2vec")
     listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 96, "upstream": "*"}
