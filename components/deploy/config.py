@@ -14,7 +14,33 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class VllmSettings(_Section):
+    """vLLM's engine for `engine: vllm` (its engine arguments of the same names)."""
+
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Weights and activations; float32 is what evaluation judged on CPU."
+    )
+    max_num_seqs: int = Field(16, ge=1, description="Requests generated together (the running batch's bound).")
+    kv_cache_gib: float = Field(1.0, gt=0, description="Memory for the paged KV cache.")
+    prefix_caching: bool = Field(True, description="Reuse the KV cache of a prompt prefix seen before.")
+    compile: bool = Field(
+        False, description="torch.compile the model (slower start, faster steps); false: eager (enforce_eager)."
+    )
+    cpu_cores: str = Field(
+        "",
+        pattern=r"^([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?$",
+        description="CPU engine: the cores its threads are bound to (e.g. 0-3); empty: every core this process may use.",
+    )
+
+
 class Serving(_Section):
+    engine: Literal["auto", "vllm", "transformers"] = Field(
+        "auto",
+        description="vllm: vLLM's async engine inside Triton (continuous batching, paged KV cache); transformers: "
+        "the project's generation routine, a batch at a time; auto: vllm where it is installed. Recorded resolved in "
+        "serving.json.",
+    )
+    vllm: VllmSettings = Field(default_factory=VllmSettings)
     model_name: str = Field("llm", pattern=r"^[A-Za-z0-9_.-]+$")
     instance_kind: Literal["KIND_CPU", "KIND_GPU"] = "KIND_CPU"
     instance_count: int = Field(1, ge=1)
@@ -26,6 +52,12 @@ class Serving(_Section):
         description="The most new tokens a request may ask for. A request "
         "that does not say gets the blessed decoding's bound (serving.json); every "
         "answer ends at the model's EOS or a stop string.",
+    )
+    max_waiting: int = Field(
+        64,
+        ge=0,
+        description="Requests the OpenAI front end admits beyond vllm.max_num_seqs running ones; more get "
+        "a 429 with Retry-After.",
     )
     key_file: str = Field(
         "/var/run/secrets/kfp-llmops/watermark/key",
@@ -238,6 +270,11 @@ class Cluster(_Section):
 
 
 class DeployConfig(StageConfig):
+    @property
+    def frontend_limits(self) -> tuple[int, int]:
+        """(running, waiting) requests the OpenAI front end admits."""
+        return self.serving.vllm.max_num_seqs, self.serving.max_waiting
+
     MOVED: ClassVar[dict[str, str]] = {
         **{f"sla.{key}": f"gate.{key}" for key in Gate.model_fields if key != "threshold"},
         "threshold": "gate.threshold",

@@ -129,8 +129,8 @@ class LoadGenerator:
                 with lock:
                     n = self._counter
                     self._counter += 1
-                request = llm_client.body(
-                    self.prompts[n % len(self.prompts)], stream=True, max_new_tokens=self.max_new_tokens, seed=n
+                request = llm_client.request(
+                    self.prompts[n % len(self.prompts)], stream=True, max_tokens=self.max_new_tokens, seed=n
                 )
                 backend, answer = self._one(box, request)
                 gaps = answer.gaps_ms

@@ -75,7 +75,7 @@ class LocalTarget:
         for server in (self.stable, self.canary):  # both load in parallel, then wait
             if server is not None:
                 server.wait_ready(timeout)
-        self.split = NginxSplit(self.work, self.stable.address if self.stable else None, self.canary.address, host)
+        self.split = NginxSplit(self.work, self.stable.backend if self.stable else None, self.canary.backend, host)
         self.split.start(0 if has_stable else 100)
         serving_state.note_process(self.state_dir, self.split.proc.pid)
         if self.cfg.metrics.source == "prometheus":
@@ -94,8 +94,12 @@ class LocalTarget:
 
     def _triton(self, repo: str, role: str) -> TritonServer:
         """A started (not yet ready) server, listed for the next rollout to stop should this one be killed."""
-        server = TritonServer(repo, self.work, role, self.cfg.local.host, self.server_env).start()
-        serving_state.note_process(self.state_dir, server.proc.pid)
+        cfg = self.cfg
+        server = TritonServer(
+            repo, self.work, role, cfg.local.host, self.server_env, cfg.serving.model_name, cfg.frontend_limits
+        ).start()
+        for pid in server.pids:
+            serving_state.note_process(self.state_dir, pid)
         return server
 
     def warm_up(self, requests: int = 8) -> None:
@@ -106,7 +110,7 @@ class LocalTarget:
         for server in (self.stable, self.canary):
             if server is None:
                 continue
-            host, port = server.address.rsplit(":", 1)
+            host, port = server.frontend.address.rsplit(":", 1)
             ld = self.cfg.traffic
             seen: list = []
             LoadGenerator(
@@ -172,9 +176,10 @@ class LocalTarget:
             return None
 
     def load(self) -> LoadGenerator:
-        roles = {self.canary.address: "canary"}
-        if self.stable is not None:
-            roles[self.stable.address] = "stable"
+        roles = {}
+        for role, server in (("canary", self.canary), ("stable", self.stable)):
+            if server is not None:
+                roles.update({server.address: role, server.frontend.address: role})
         ld = self.cfg.traffic
         return LoadGenerator(
             self.split.host,
@@ -216,7 +221,7 @@ class LocalTarget:
             self.stable = self._triton(served_dir(self.state_dir, "stable"), "stable")
             self.stable.wait_ready(self.cfg.local.startup_timeout_s)
             if self.split is not None:
-                self.split.stable = self.stable.address
+                self.split.stable = self.stable.backend
             restarted = True
         if self.stable is not None and self.split is not None:
             self.split.set_canary_percent(0)
@@ -267,11 +272,11 @@ def serving(
     info = repository.verify(folder, rec["model_root"], rec["repository_root"])
     work = tempfile.mkdtemp(prefix="llmops-serve-")
     env = {"LLMOPS_WATERMARK_KEY_FILE": os.path.abspath(key_file)} if key_file else {}
-    server = TritonServer(folder, work, "stable", host, env)
+    server = TritonServer(folder, work, "stable", host, env, info["model_name"], cfg.frontend_limits)
     split = None
     try:
         server.start().wait_ready(cfg.local.startup_timeout_s)
-        split = NginxSplit(work, None, server.address, host, port).start(100)
+        split = NginxSplit(work, None, server.backend, host, port).start(100)
         yield split.url, {**info, "server": server}
     finally:
         for part in (split, server):
@@ -291,8 +296,9 @@ def serve(state_dir: str, port: int = 0, host: str = "127.0.0.1", key_file: str 
         with serving(state_dir, port, host, key_file) as (url, info):
             announce(
                 f"{url} serving {info['model_name']} version {info['version']} (model root "
-                f"{info['model_root'][:16]}…): POST {url}/v2/models/{info['model_name']}/generate or "
-                "generate_stream; Ctrl-C stops"
+                f"{info['model_root'][:16]}…, engine {info['settings'].get('engine', 'transformers')}): OpenAI API "
+                f"at {url}/v1 (chat/completions, completions, models), Triton's at "
+                f"{url}/v2/models/{info['model_name']}/generate and generate_stream; Ctrl-C stops"
             )
             while not stop:
                 if not info["server"].alive():

@@ -1,6 +1,7 @@
-"""Triton's Prometheus counters and the served model's token-latency histograms for one
-model, parsed with prometheus_client's parser, their change over an analysis interval,
-and quantiles of a histogram's change computed as PromQL's `histogram_quantile` does."""
+"""Triton's Prometheus counters and the served model's token-latency histograms (vLLM's
+names, `serving_metrics`) for one model, parsed with prometheus_client's parser, their
+change over an analysis interval, and quantiles of a histogram's change computed as
+PromQL's `histogram_quantile` does."""
 
 from __future__ import annotations
 
@@ -13,10 +14,15 @@ COUNTERS = {
     "nv_inference_request_failure": "failure",
     "nv_inference_request_duration_us": "duration_us",
     "nv_inference_count": "inferences",
-    "llm_generation_tokens_total": "generated_tokens",
+    "vllm:generation_tokens_total": "generated_tokens",
 }
-# What model.py exports (seconds), by the short name the analysis uses.
-HISTOGRAMS = {"llm_time_to_first_token_seconds": "ttft", "llm_inter_token_latency_seconds": "itl"}
+# The token-latency histograms (seconds) by the short name the analysis uses: the first
+# name a server exports is read (vLLM before 0.11 called inter-token latency
+# time_per_output_token, which servers on it still export).
+HISTOGRAMS = {
+    "ttft": ("vllm:time_to_first_token_seconds",),
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+}
 QUANTILES = (0.5, 0.95, 0.99)
 
 
@@ -24,7 +30,7 @@ def parse(text: str, model: str) -> dict:
     """Totals of the counters for `model` (all versions; failures over all reasons) and its
     histograms' cumulative bucket counts (`{"ttft": {upper bound: count}}`)."""
     out: dict = {name: 0.0 for name in COUNTERS.values()}
-    out.update({key: {} for key in HISTOGRAMS.values()})
+    found: dict = {}  # histogram name -> {upper bound: count}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.labels.get("model") != model:
@@ -33,10 +39,12 @@ def parse(text: str, model: str) -> dict:
             key = COUNTERS.get(sample.name) or COUNTERS.get(sample.name.removesuffix("_total"))
             if key:
                 out[key] += sample.value
-            elif sample.name.endswith("_bucket") and sample.name.removesuffix("_bucket") in HISTOGRAMS:
-                buckets = out[HISTOGRAMS[sample.name.removesuffix("_bucket")]]
+            elif sample.name.endswith("_bucket"):
+                buckets = found.setdefault(sample.name.removesuffix("_bucket"), {})
                 le = float(sample.labels["le"])
                 buckets[le] = buckets.get(le, 0.0) + sample.value
+    for key, names in HISTOGRAMS.items():
+        out[key] = next((found[name] for name in names if name in found), {})
     return out
 
 
@@ -86,7 +94,7 @@ def token_latency(d: dict | None) -> dict | None:
     if d is None:
         return None
     out = {}
-    for key in HISTOGRAMS.values():
+    for key in HISTOGRAMS:
         buckets = d.get(key) or {}
         out[key] = {
             "observations": int(buckets.get(math.inf, 0)),

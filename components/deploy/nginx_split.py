@@ -1,7 +1,10 @@
 """nginx in front of stable and canary: weighted upstreams (reloaded at each step, no
 dropped traffic), `X-Canary: always|never` to pin a request, the serving upstream echoed
 in `X-Upstream` so clients can attribute every response, and responses passed through
-unbuffered so a stream's pieces arrive as they are generated."""
+unbuffered so a stream's pieces arrive as they are generated.
+
+Each side is a Triton server and its OpenAI-compatible front end (`Backend`): `/v1/` goes
+to the front ends, everything else to the Triton servers, split by the same weights."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 
 from kfp_llmops.components.common import atomic
 from kfp_llmops.components.common.errors import InputError, LlmopsError
@@ -31,25 +35,44 @@ http {{
         {weighted}
         keepalive 16;
     }}
+    upstream weighted_v1 {{
+        {weighted_v1}
+        keepalive 16;
+    }}
     upstream stable {{ server {stable}; keepalive 8; }}
     upstream canary {{ server {canary}; keepalive 8; }}
+    upstream stable_v1 {{ server {stable_v1}; keepalive 8; }}
+    upstream canary_v1 {{ server {canary_v1}; keepalive 8; }}
     map $http_x_canary $pool {{ default weighted; always canary; never stable; }}
     server {{
         listen {host}:{port};
         location = /nginx-health {{ return 200 "ok"; }}
+        location /v1/ {{
+            proxy_pass http://${{pool}}_v1;
+{proxied}
+        }}
         location / {{
             proxy_pass http://$pool;
-            proxy_http_version 1.1;
+{proxied}
+        }}
+    }}
+}}
+"""
+_PROXIED = """            proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_next_upstream error timeout;
             proxy_read_timeout 120s;
             proxy_buffering off;              # server-sent events reach the client as each piece is sent
             client_max_body_size 16m;
-            add_header X-Upstream $upstream_addr always;
-        }}
-    }}
-}}
-"""
+            add_header X-Upstream $upstream_addr always;"""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One side of the split: its Triton server's and its OpenAI front end's host:port."""
+
+    triton: str
+    openai: str
 
 
 def find_nginx() -> str:
@@ -70,7 +93,7 @@ def upstream_lines(stable: str | None, canary: str, canary_percent: int) -> str:
 
 
 class NginxSplit:
-    def __init__(self, work: str, stable: str | None, canary: str, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, work: str, stable: Backend | None, canary: Backend, host: str = "127.0.0.1", port: int = 0):
         """`port` 0: a free one."""
         self.dir = os.path.abspath(os.path.join(work, "nginx"))
         self.stable, self.canary, self.host = stable, canary, host
@@ -86,14 +109,18 @@ class NginxSplit:
     def _write(self) -> None:
         for sub in ("tmp/body", "tmp/proxy", "tmp/fastcgi", "tmp/uwsgi", "tmp/scgi"):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
-        stable = self.stable or f"{self.canary} down"
+        stable, canary = self.stable, self.canary
         text = _CONF.format(
             dir=self.dir,
             host=self.host,
             port=self.port,
-            stable=stable,
-            canary=self.canary,
-            weighted=upstream_lines(self.stable, self.canary, self.canary_percent),
+            stable=stable.triton if stable else f"{canary.triton} down",
+            canary=canary.triton,
+            stable_v1=stable.openai if stable else f"{canary.openai} down",
+            canary_v1=canary.openai,
+            weighted=upstream_lines(stable and stable.triton, canary.triton, self.canary_percent),
+            weighted_v1=upstream_lines(stable and stable.openai, canary.openai, self.canary_percent),
+            proxied=_PROXIED,
         )
         atomic.write_text(os.path.join(self.dir, "nginx.conf"), text)
 

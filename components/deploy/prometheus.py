@@ -50,10 +50,21 @@ class PromQL:
                 out[key] = 0.0
                 continue
             out[key] = rows[0][1]
-        for metric, key in HISTOGRAMS.items():
-            rows = self.query(f'sum by (le) ({metric}_bucket{{model="{model}",{selector}}})')
+        for key, names in HISTOGRAMS.items():
+            rows = []
+            for metric in names:  # the first name the server exports
+                rows = self.query(f'sum by (le) ({metric}_bucket{{model="{model}",{selector}}})')
+                if rows:
+                    break
             out[key] = {float(labels["le"]): value for labels, value in rows}
         return out
+
+    def _exported(self, names: tuple[str, ...], model: str, selector: str) -> str:
+        """The first of a histogram's names with series for `model` (else the first)."""
+        for metric in names:
+            if self.query(f'count({metric}_count{{model="{model}",{selector}}})'):
+                return metric
+        return names[0]
 
     def token_latency(self, model: str, selector: str, seconds: float) -> dict:
         """Time to first token and inter-token latency over the last `seconds`, as a canary
@@ -61,7 +72,8 @@ class PromQL:
         many observations it rests on."""
         window = f"{max(1, math.ceil(seconds))}s"
         out = {}
-        for metric, key in HISTOGRAMS.items():
+        for key, names in HISTOGRAMS.items():
+            metric = self._exported(names, model, selector)
             series = f'{metric}_bucket{{model="{model}",{selector}}}'
             count = self.query(f'sum(increase({metric}_count{{model="{model}",{selector}}}[{window}]))')
             out[key] = {"observations": int(round(count[0][1])) if count else 0}

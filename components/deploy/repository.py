@@ -71,7 +71,18 @@ def serving_settings(cfg: DeployConfig, model_root: str, version: int, kgw: KGW 
         "watermark": {"enabled": cfg.watermark.enabled, "kgw": kgw.model_dump() if kgw else None},
         "drill": cfg.drill.model_dump(),
         "threads": 1,
+        "engine": resolved_engine(cfg.serving.engine),
+        "vllm": cfg.serving.vllm.model_dump(),
     }
+
+
+def resolved_engine(engine: str) -> str:
+    """`auto` is vllm where it is installed (this environment is the serving one's base)."""
+    if engine != "auto":
+        return engine
+    from .serving_env import vllm_installed
+
+    return "vllm" if vllm_installed() else "transformers"
 
 
 def build(

@@ -1,6 +1,6 @@
-"""The held-out questions asked of what is served, through nginx, as a user asks them:
-the exact-match rate users get, to set beside the one the watermark stage measured with
-the watermark on (what was judged must be what is served)."""
+"""The held-out questions asked of what is served, through nginx and the OpenAI API, as a
+user asks them: the exact-match rate users get, to set beside the one the watermark stage
+measured with the watermark on (what was judged must be what is served)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def exact_match(url: str, model: str, eval_path: str, progress=None) -> dict:
     rows = read_eval_set(eval_path)
     got = []
     for row in rows:
-        answer = llm_client.ask(url, model, llm_client.body(row["prompt"]))
+        answer = llm_client.ask(url, model, llm_client.request(row["prompt"]))
         if not answer.ok:
             raise RuntimeError(f"{row['id']}: the server answered {answer.status}: {answer.error}")
         got.append(answer.text)

@@ -47,6 +47,13 @@ def ensure_env(path: str | None = None) -> str:
     return path
 
 
+def vllm_installed() -> bool:
+    """Whether vLLM is importable here (located, not imported: importing it takes seconds)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
 def check_env(path: str | None = None) -> str:
     path = path or env_dir()
     if not os.path.exists(os.path.join(path, "bin", "python3")):
@@ -101,4 +108,5 @@ def server_environment(env_path: str) -> dict:
     )
     for var in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
         env.pop(var, None)
+    env["LC_ALL"] = "C.UTF-8"  # model.py's Python reads files in the locale's encoding (triton_model)
     return env

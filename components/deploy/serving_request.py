@@ -15,8 +15,9 @@ from kfp_llmops.components.common.decoding import Decoding
 
 # name -> (Triton datatype, optional); each is one value per request (dims [1] per batch
 # row). `text_input` or `messages` (a JSON list of role/content turns, rendered with the
-# model's chat template) is the prompt; unset sampling inputs take the blessed decoding
-# and `temperature` alone turns sampling on; `stop` ends the answer at its first
+# model's chat template) is the prompt; unset sampling inputs take the blessed decoding,
+# `temperature` alone turns sampling on and `do_sample` false asks for greedy decoding
+# (OpenAI's temperature 0); `stop` ends the answer at its first
 # occurrence; `min_new_tokens` asks for a long answer (the watermark smoke test);
 # `stream` sends the answer piece by piece (generate_stream), else in one response.
 INPUTS = {
@@ -30,8 +31,17 @@ INPUTS = {
     "min_new_tokens": ("TYPE_INT32", True),
     "stop": ("TYPE_STRING", True),
     "stream": ("TYPE_BOOL", True),
+    "do_sample": ("TYPE_BOOL", True),
 }
-OUTPUTS = {"text_output": "TYPE_STRING"}
+# The answer (or its next piece); a request's last response also says why it ended
+# (stop: EOS or a stop string; length: the token bound; abort: the client left) and how
+# many tokens its prompt and answer took, which OpenAI clients read as `usage`.
+OUTPUTS = {
+    "text_output": "TYPE_STRING",
+    "finish_reason": "TYPE_STRING",
+    "prompt_tokens": "TYPE_INT32",
+    "completion_tokens": "TYPE_INT32",
+}
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,10 @@ def parse(values: dict, blessed: Decoding, limit: int) -> ServedRequest:
     update = {k: values[k] for k in ("max_new_tokens", "temperature", "top_k", "top_p") if k in values}
     if "temperature" in values:
         update["do_sample"] = True
+    if "do_sample" in values:
+        if not values["do_sample"] and "temperature" in values:
+            raise ValueError("do_sample: false (greedy) given with a temperature")
+        update["do_sample"] = bool(values["do_sample"])
     try:
         decoding = Decoding.model_validate({**blessed.model_dump(), **update})
     except ValidationError as exc:

@@ -1,5 +1,6 @@
 """Smoke tests of the canary through the traffic split with `X-Canary: always`: server
-and model ready, metadata, real answers (streamed and not), and the KGW watermark
+and model ready, metadata, the OpenAI API's model list, real answers through it (streamed
+and not), and the KGW watermark
 detected on what the canary generated (long answers to an open-ended prompt, sampled:
 what the watermark stage measured detection on; served answers stop at EOS)."""
 
@@ -61,15 +62,23 @@ def run(url: str, cfg: DeployConfig, watermark=None, tokenizer=None, headers: di
             f"versions {m.get('versions')}",
         ),
     )
+    check(
+        "openai_models",
+        lambda: (
+            m := _get(url, "/v1/models", headers)[1],
+            [d.get("id") for d in m.get("data", [])] == [model],
+            f"models {[d.get('id') for d in m.get('data', [])]}",
+        ),
+    )
     texts = []
     sm = cfg.smoke
     for i in range(sm.requests):  # long answers asked for, as the watermark stage's detection texts are
-        request = llm_client.body(
+        request = llm_client.request(
             sm.prompt,
             stream=i % 2 == 1,
-            max_new_tokens=sm.max_new_tokens,
+            max_tokens=sm.max_new_tokens,
             seed=i,
-            min_new_tokens=sm.max_new_tokens,
+            min_tokens=sm.max_new_tokens,
             temperature=sm.temperature,
         )
         text = check(

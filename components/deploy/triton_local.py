@@ -1,5 +1,7 @@
-"""One real Triton Inference Server process on this machine: start on free ports, wait
-until the model is ready, scrape its metrics, stop it with everything it started."""
+"""One real Triton Inference Server process on this machine, with the OpenAI-compatible
+front end of its model beside it (`openai_frontend`) when a model name is given: start
+on free ports, wait until the model is ready, scrape its metrics, stop it with
+everything it started."""
 
 from __future__ import annotations
 
@@ -64,12 +66,25 @@ def stop_group(proc: subprocess.Popen | None, first: signal.Signals | None, grac
 
 
 class TritonServer:
-    """`role` names it in logs and errors (stable, canary)."""
+    """`role` names it in logs and errors (stable, canary); `model`: the served model's
+    name, whose OpenAI-compatible front end is started too (`limits`: its max_running and
+    max_waiting)."""
 
-    def __init__(self, repository: str, work: str, role: str, host: str = "127.0.0.1", env: dict | None = None):
+    def __init__(
+        self,
+        repository: str,
+        work: str,
+        role: str,
+        host: str = "127.0.0.1",
+        env: dict | None = None,
+        model: str | None = None,
+        limits: tuple[int, int] = (16, 64),
+    ):
         self.repository, self.work, self.role, self.host = repository, work, role, host
         self.extra_env = env or {}
+        self.model, self.limits = model, limits
         self.proc: subprocess.Popen | None = None
+        self.frontend = None  # OpenAIFrontend, with a model
         self.http_port = self.grpc_port = self.metrics_port = 0
         self.log_path = os.path.join(work, f"tritonserver-{role}.log")
 
@@ -80,6 +95,17 @@ class TritonServer:
     @property
     def url(self) -> str:
         return f"http://{self.address}"
+
+    @property
+    def backend(self):
+        """This side of an nginx split: Triton and its front end."""
+        from .nginx_split import Backend
+
+        return Backend(self.address, self.frontend.address if self.frontend else self.address)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in (self.proc, self.frontend and self.frontend.proc) if p is not None]
 
     def start(self) -> TritonServer:
         env_path = serving_env.check_env()
@@ -124,6 +150,11 @@ class TritonServer:
             preexec_fn=die_with_parent,
         )
         log.close()
+        if self.model:
+            from .openai_frontend import OpenAIFrontend
+
+            self.frontend = OpenAIFrontend(self.url, self.model, self.work, self.role, self.host, 0, *self.limits)
+            self.frontend.start()
         return self
 
     def log_tail(self, lines: int = 6) -> str:
@@ -135,7 +166,7 @@ class TritonServer:
         return " | ".join(tail)
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and self.proc.poll() is None and (not self.frontend or self.frontend.alive())
 
     def ready(self) -> bool:
         try:
@@ -149,6 +180,8 @@ class TritonServer:
             if not self.alive():
                 raise LlmopsError(f"{self.role} tritonserver exited with {self.proc.returncode}: {self.log_tail()}")
             if self.ready():
+                if self.frontend is not None:
+                    self.frontend.wait_ready(max(5.0, deadline - time.monotonic()))
                 return
             time.sleep(0.25)
         self.stop()
@@ -166,5 +199,7 @@ class TritonServer:
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, then SIGKILL the whole process group: a stub in a bad state can keep
-        tritonserver alive past SIGTERM."""
+        tritonserver alive past SIGTERM. The front end goes first."""
+        if self.frontend is not None:
+            self.frontend.stop()
         stop_group(self.proc, signal.SIGTERM, grace)

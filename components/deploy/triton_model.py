@@ -2,19 +2,20 @@
 
 Decoupled: a request with `stream` true gets its answer piece by piece as tokens are
 chosen (Triton's generate_stream endpoint, server-sent events), any other request one
-response (the generate endpoint). It loads the version's `weights/` with transformers
-and answers through the project's one generation routine, by default exactly as
-evaluation judged the model (the blessing's decoding in serving.json), each answer ending
-at the model's EOS or a request's stop string, with the KGW watermark processor whose
-parameters the watermark stage verified. `serving_request` reads and checks each request
-(a text or a chat, sampling within the served bound). The key comes from the file
-serving.json names (a mounted Secret) or $LLMOPS_WATERMARK_KEY.
+response (the generate endpoint); the last response of every request also carries
+`finish_reason` (stop, length) and its prompt and completion token counts, which the
+OpenAI-compatible front end reports as `usage`. `serving_request` reads and checks each
+request (a text or a chat, sampling within the served bound) and it is tokenized once,
+by the project's one prompt format.
 
-It exports, per model and version, what LLM servers are run on: time to first token and
-inter-token latency histograms and generated and prompt token counters (Triton's custom
-metrics, on its /metrics beside its own). Time to first token counts from when the model
-takes the request up (Triton's queue time is its own `nv_inference_queue_duration_us`).
-`drill` in serving.json injects failures or latency on purpose.
+The engine answering is serving.json's `engine`: `vllm` (vLLM's async engine, continuous
+batching: `engine_vllm`) or `transformers` (a batch at a time through the project's one
+generation routine: `engine_transformers`). Either answers by default exactly as
+evaluation judged the model (the blessing's decoding), each answer ending at the model's
+EOS or a request's stop string, with the KGW watermark whose parameters the watermark
+stage verified. The key comes from the file serving.json names (a mounted Secret) or
+$LLMOPS_WATERMARK_KEY. Either exports vLLM's metric names per model and version
+(`serving_metrics`). `drill` in serving.json injects failures or latency on purpose.
 """
 
 import json
@@ -24,9 +25,6 @@ import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-
-TTFT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
-ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]
 
 
 def _values(request, names) -> dict:
@@ -50,22 +48,28 @@ def _error(message: str):
     return pb_utils.InferenceResponse(error=error)
 
 
-def _text(piece: str):
-    return pb_utils.InferenceResponse(
-        [pb_utils.Tensor("text_output", np.array([[piece.encode("utf-8")]], dtype=object))]
-    )
+def _response(text: str, final: dict | None = None):
+    tensors = [pb_utils.Tensor("text_output", np.array([[text.encode("utf-8")]], dtype=object))]
+    if final is not None:
+        tensors += [
+            pb_utils.Tensor("finish_reason", np.array([[final["reason"].encode()]], dtype=object)),
+            pb_utils.Tensor("prompt_tokens", np.array([[final["prompt_tokens"]]], dtype=np.int32)),
+            pb_utils.Tensor("completion_tokens", np.array([[final["completion_tokens"]]], dtype=np.int32)),
+        ]
+    return pb_utils.InferenceResponse(tensors)
 
 
-class _Live:
-    """One request being answered."""
+class Live:
+    """One request being answered: what the engines call to answer it."""
 
-    def __init__(self, sender, served):
-        self.sender, self.served = sender, served
+    def __init__(self, sender, served, prompt_ids: list[int]):
+        self.sender, self.served, self.prompt_ids = sender, served, prompt_ids
+        self.arrived = time.monotonic()
         self.last = None  # when its previous token came
         self.tokens = 0
         self.gone = False  # the client went away (or its stream broke): nothing more is sent
 
-    def send(self, response=None, final: bool = False) -> None:
+    def _send(self, response=None, final: bool = False) -> None:
         """Send unless the client is gone; a broken stream ends this request, not the others."""
         if self.gone:
             return
@@ -78,78 +82,79 @@ class _Live:
         except Exception:  # noqa: BLE001 - a cancelled or closed request refuses further responses
             self.gone = True
 
+    def cancelled(self) -> bool:
+        if not self.gone and self.sender.is_cancelled():
+            self.gone = True
+        return self.gone
+
+    def piece(self, text: str) -> None:
+        """The next piece of a streamed answer (a collected answer is sent whole at the end)."""
+        if self.served.stream:
+            self._send(_response(text))
+
+    def finish(self, text: str, reason: str, completion_tokens: int) -> None:
+        final = {"reason": reason, "prompt_tokens": len(self.prompt_ids), "completion_tokens": completion_tokens}
+        self._send(_response(text, final), final=True)
+
+    def fail(self, message: str) -> None:
+        self._send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), final=True)
+
 
 class TritonPythonModel:
     def initialize(self, args):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        import locale
 
+        # The stub embeds Python without the environment's locale: files opened without an
+        # encoding would be read as ASCII (vLLM's and torch's own sources among them).
+        locale.setlocale(locale.LC_ALL, os.environ.get("LC_ALL") or "C.UTF-8")
         from kfp_llmops.components.common.decoding import Decoding
         from kfp_llmops.components.deploy import serving_request
+        from kfp_llmops.components.deploy.serving_metrics import ServingMetrics
 
         here = os.path.join(args["model_repository"], args["model_version"])
         with open(os.path.join(here, "serving.json"), encoding="utf-8") as handle:
             self.settings = json.load(handle)
-        torch.set_num_threads(int(self.settings.get("threads", 1)))
         weights = os.path.join(here, "weights")
-        self.tokenizer = AutoTokenizer.from_pretrained(weights)
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(weights).eval()
-        from kfp_llmops.components.common.generation import context_size
-
-        self.context = context_size(self.model)
         self.requests = serving_request
         self.decoding = Decoding.model_validate(self.settings["decoding"])
         self.limit = int(self.settings["max_new_tokens_limit"])
-        self.processors = []
-        mark = self.settings["watermark"]
-        if mark["enabled"]:
+        self.metrics = ServingMetrics(pb_utils, args["model_name"], args["model_version"])
+        key_file = os.environ.get("LLMOPS_WATERMARK_KEY_FILE") or self.settings.get("key_file")
+        if not os.path.isfile(key_file or ""):
+            key_file = None  # fall back to $LLMOPS_WATERMARK_KEY
+        engine = self.settings.get("engine", "transformers")
+        if engine == "vllm":
+            from kfp_llmops.components.deploy.engine_vllm import VllmEngine
+
+            self.engine = VllmEngine(weights, self.settings, self.metrics, key_file)
+        else:
+            from kfp_llmops.components.deploy.engine_transformers import TransformersEngine
+
+            self.engine = TransformersEngine(weights, self.settings, self.metrics, self._processors(here, key_file))
+        drill = self.settings.get("drill", {})
+        self.failure_rate = float(drill.get("failure_rate", 0.0))
+        self.rng = random.Random(int(drill.get("seed", 0)))
+
+    def _processors(self, here: str, key_file):
+        """The watermark's transformers processor for a vocabulary size (none with it off)."""
+
+        def make(vocab_size: int) -> list:
+            mark = self.settings["watermark"]
+            if not mark["enabled"]:
+                return []
             from kfp_llmops.components.common.watermark.keys import load_key
             from kfp_llmops.components.common.watermark.kgw import logits_processor
             from kfp_llmops.components.common.watermark.params import KGW
 
-            key_file = os.environ.get("LLMOPS_WATERMARK_KEY_FILE") or self.settings.get("key_file")
-            if not os.path.isfile(key_file or ""):
-                key_file = None  # fall back to $LLMOPS_WATERMARK_KEY
             params = KGW.parse(mark["kgw"], os.path.join(here, "serving.json"))
-            self.processors = [logits_processor(params.watermark(load_key(key_file), len(self.tokenizer)))]
-        drill = self.settings.get("drill", {})
-        self.failure_rate = float(drill.get("failure_rate", 0.0))
-        self.added_latency = float(drill.get("added_latency_ms", 0.0)) / 1000.0
-        self.first_token_latency = float(drill.get("first_token_latency_ms", 0.0)) / 1000.0
-        self.token_latency = float(drill.get("token_latency_ms", 0.0)) / 1000.0
-        self.rng = random.Random(int(drill.get("seed", 0)))
-        labels = {"model": args["model_name"], "version": args["model_version"]}
-        # The families must outlive their metrics: keep both.
-        self.families = {
-            "ttft": pb_utils.MetricFamily(
-                "llm_time_to_first_token_seconds",
-                "Time from taking a request up to its first generated token.",
-                pb_utils.MetricFamily.HISTOGRAM,
-            ),
-            "itl": pb_utils.MetricFamily(
-                "llm_inter_token_latency_seconds",
-                "Time between successive tokens of one answer.",
-                pb_utils.MetricFamily.HISTOGRAM,
-            ),
-            "generated": pb_utils.MetricFamily(
-                "llm_generation_tokens_total", "Tokens generated.", pb_utils.MetricFamily.COUNTER
-            ),
-            "prompt": pb_utils.MetricFamily(
-                "llm_prompt_tokens_total", "Prompt tokens read.", pb_utils.MetricFamily.COUNTER
-            ),
-        }
-        self.ttft = self.families["ttft"].Metric(labels=labels, buckets=TTFT_BUCKETS)
-        self.itl = self.families["itl"].Metric(labels=labels, buckets=ITL_BUCKETS)
-        self.generated = self.families["generated"].Metric(labels=labels)
-        self.prompt_tokens = self.families["prompt"].Metric(labels=labels)
+            return [logits_processor(params.watermark(load_key(key_file), vocab_size))]
+
+        return make
 
     def execute(self, requests):
         from kfp_llmops.components.common.generation import prompt_ids
+        from kfp_llmops.components.deploy.serving_metrics import PROMPT_TOKENS
 
-        if self.added_latency:
-            time.sleep(self.added_latency)
         groups = {}
         for request in requests:
             sender = request.get_response_sender()
@@ -161,72 +166,23 @@ class TritonPythonModel:
                 continue
             try:
                 served = self.requests.parse(_values(request, self.requests.INPUTS), self.decoding, self.limit)
-                ids = prompt_ids(self.tokenizer, served.prompt)
-                self.requests.check_fits(len(ids), served.decoding.max_new_tokens, self.context)
+                ids = prompt_ids(self.engine.tokenizer, served.prompt)
+                self.requests.check_fits(len(ids), served.decoding.max_new_tokens, self.engine.context)
             except (ValueError, TypeError) as exc:
                 sender.send(_error(str(exc)), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 continue
-            self.prompt_tokens.increment(len(ids))
-            groups.setdefault(served.batch_key, []).append(_Live(sender, served))
+            except Exception as exc:  # noqa: BLE001 - a request the template cannot render fails alone
+                sender.send(
+                    _error(f"prompt: cannot be rendered ({type(exc).__name__})"),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
+                continue
+            if self.settings.get("engine") != "vllm":
+                self.metrics.add(PROMPT_TOKENS, len(ids))  # vLLM counts what it reads itself
+            groups.setdefault(served.batch_key, []).append(Live(sender, served, ids))
         for members in groups.values():
-            self._answer(members)
+            self.engine.submit(members)
         return None
 
-    def _answer(self, members):
-        """Generate one batch; stream or collect each answer; every request ends with a final response."""
-        from kfp_llmops.components.common.detokenize import TextStream, answer_text
-        from kfp_llmops.components.common.generation import generate
-
-        first = members[0].served
-        streams = [TextStream(self.tokenizer, m.served.stop) for m in members]
-        started = time.monotonic()
-        step = [0]
-
-        def on_token(i, token):
-            live, text = members[i], streams[i]
-            live.tokens += 1
-            if live.tokens > step[0]:  # the batch's next decoding step: drills sleep once per step
-                step[0] = live.tokens
-                pause = self.first_token_latency if step[0] == 1 else self.token_latency
-                if pause:
-                    time.sleep(pause)
-            now = time.monotonic()
-            if live.last is None:
-                self.ttft.observe(now - started)
-            else:
-                self.itl.observe(now - live.last)
-            live.last = now
-            if token is None:
-                return True
-            self.generated.increment(1)
-            piece = text.push(token)
-            if live.served.stream:
-                if live.sender.is_cancelled():
-                    live.gone = True
-                elif piece:
-                    live.send(_text(piece))
-            return text.stopped or live.gone
-
-        try:
-            generate(
-                self.model,
-                self.tokenizer,
-                [m.served.prompt for m in members],
-                batch_size=len(members),
-                seed=first.seed,
-                min_new_tokens=first.min_new_tokens,
-                max_prompt_tokens=self.context,
-                processors=self.processors,
-                on_token=on_token,
-                **first.decoding.generate_kwargs(),
-            )
-        except Exception as exc:  # noqa: BLE001 - every request still gets its final response
-            for live in members:
-                live.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"generation failed: {exc}")), True)
-            return
-        for live, text in zip(members, streams, strict=False):
-            if live.served.stream:
-                rest = text.finish()
-                live.send(_text(rest) if rest else None, final=True)
-            else:
-                live.send(_text(answer_text(self.tokenizer, text.tokens, live.served.stop)), final=True)
+    def finalize(self):
+        self.engine.close()

@@ -22,6 +22,7 @@ from kfp_llmops.pipelines.cli.main import main
 pytestmark = pytest.mark.timeout(300)
 
 FAST = (
+    "serving: {engine: transformers}\n"  # the vLLM engine's rollouts: test_vllm_serving.py
     "interval_s: 3\nsteps: [50, 100]\ngate: {min_requests: 10}\n"
     "smoke: {max_new_tokens: 48, requests: 3}\nlocal: {startup_timeout_s: 150}\n"
     "metrics: {source: prometheus}\n"
@@ -31,6 +32,7 @@ FAST = (
 # Where what is tested is the state folder, not the analysis: one step, and latency
 # tolerant enough that another process starting beside the rollout is not a regression.
 STATE_ONLY = (
+    "serving: {engine: transformers}\n"
     "interval_s: 3\nsteps: [100]\ngate: {min_requests: 10, latency_tolerance: 5.0, "
     "token_latency_slack_ms: 500}\nsequential: {enabled: false}\n"
     "smoke: {max_new_tokens: 48, requests: 3}\nlocal: {startup_timeout_s: 150}\n"
@@ -242,7 +244,10 @@ def test_too_little_traffic_extends_the_interval_instead_of_failing_it(released,
     what 2 s can bring): each interval waits up to max_interval_s, then judges what came.
     Latency is not what this test judges: two servers of the same model on two cores
     differ by up to 2x in a short interval, so the tolerance is wide here."""
-    cfg = DeployConfig.load("interval_s: 2\nmax_interval_s: 5\ngate: {min_requests: 400, latency_tolerance: 3.0}\n")
+    cfg = DeployConfig.load(
+        "serving: {engine: transformers}\ninterval_s: 2\nmax_interval_s: 5\n"
+        "gate: {min_requests: 400, latency_tolerance: 3.0}\n"
+    )
     record, _ = _canary(released, tmp_path, cfg)
     assert record["decision"] == "promoted", record["reason"]
     first = record["intervals"][0]
@@ -272,7 +277,7 @@ def test_the_declared_interface_is_what_triton_reports(released, tmp_path):
     finally:
         server.stop()
     assert interface.compare(*live, *declared_interface(_cfg())) == []
-    unbatched = DeployConfig.load(FAST + "serving: {max_batch_size: 1}\n")
+    unbatched = DeployConfig.load(FAST.replace("{engine: transformers}", "{engine: transformers, max_batch_size: 1}"))
     assert interface.compare(*live, *declared_interface(unbatched)) == []
     assert _no_servers_left()
 
@@ -281,7 +286,7 @@ def _ask(url: str, prompt, stream: bool = False, **inputs) -> tuple[int, str]:
     """(status, answer or the error) from the generate endpoints."""
     from kfp_llmops.components.deploy import llm_client
 
-    got = llm_client.ask(url, "llm", llm_client.body(prompt, stream=stream, **inputs), timeout=60)
+    got = llm_client.ask(url, "llm", llm_client.generate_body(prompt, stream=stream, **inputs), timeout=60)
     return got.status, got.error or got.text
 
 
@@ -340,11 +345,11 @@ def test_the_server_answers_as_evaluation_judged_streamed_or_not(released, tmp_p
     split = None
     try:
         server.wait_ready(150)
-        split = NginxSplit(str(tmp_path), None, server.address).start(100)
+        split = NginxSplit(str(tmp_path), None, server.backend).start(100)
         served = [_ask(split.url, p) for p in prompts]
         streamed = [_ask(split.url, p, stream=True) for p in prompts]
         timed = llm_client.ask(
-            split.url, "llm", llm_client.body(prompts[0], stream=True, max_new_tokens=90, min_new_tokens=90)
+            split.url, "llm", llm_client.generate_body(prompts[0], stream=True, max_tokens=90, min_tokens=90)
         )
         short = _ask(server.url, prompts[0], max_new_tokens=3)
         cut = _ask(server.url, prompts[0], stop=judged[0].split()[1])
@@ -358,7 +363,7 @@ def test_the_server_answers_as_evaluation_judged_streamed_or_not(released, tmp_p
         }
         with socket.create_connection((split.host, split.port)) as gone:  # a client that leaves mid-stream
             payload = json.dumps(
-                llm_client.body(prompts[1], stream=True, max_new_tokens=90, min_new_tokens=90)
+                llm_client.generate_body(prompts[1], stream=True, max_tokens=90, min_tokens=90)
             ).encode()
             gone.sendall(
                 b"POST /v2/models/llm/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: "

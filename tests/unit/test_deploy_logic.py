@@ -189,18 +189,21 @@ def test_a_change_of_transaction_policy_is_breaking():
     assert interface.compare(meta, new, meta, new) == []
 
 
+def _histogram(name: str, counts, labels='model="llm",version="1"') -> str:
+    rows = "".join(f'{name}_bucket{{le="{le}",{labels}}} {n}\n' for le, n in counts)
+    return (
+        f"# TYPE {name} histogram\n{rows}{name}_count{{{labels}}} {counts[-1][1]}\n{name}_sum{{{labels}}} 1.0\n"
+    )
+
+
 def test_histograms_parse_and_quantiles_follow_promql():
+    """vLLM's metric names, as both engines export them (serving_metrics)."""
+
     def text(counts):
-        rows = "".join(
-            f'llm_time_to_first_token_seconds_bucket{{le="{le}",model="llm",version="1"}} {n}\n' for le, n in counts
-        )
         return (
-            "# TYPE llm_time_to_first_token_seconds histogram\n"
-            + rows
-            + f'llm_time_to_first_token_seconds_count{{model="llm",version="1"}} {counts[-1][1]}\n'
-            f'llm_time_to_first_token_seconds_sum{{model="llm",version="1"}} 1.0\n'
-            "# TYPE llm_generation_tokens counter\n"
-            'llm_generation_tokens_total{model="llm",version="1"} 50\n'
+            _histogram("vllm:time_to_first_token_seconds", counts)
+            + "# TYPE vllm:generation_tokens counter\n"
+            'vllm:generation_tokens_total{model="llm",version="1"} 50\n'
         )
 
     before = metrics.parse(text([("0.1", 0), ("0.5", 0), ("+Inf", 0)]), "llm")
@@ -215,6 +218,20 @@ def test_histograms_parse_and_quantiles_follow_promql():
     assert lat["ttft"]["observations"] == 40 and lat["ttft"]["p50_ms"] == pytest.approx(300.0)
     assert lat["itl"]["observations"] == 0 and math.isnan(lat["itl"]["p50_ms"])
     assert metrics.delta(after, before) is None  # a restart: no values
+
+
+def test_inter_token_latency_is_read_under_vllms_older_name_too():
+    """A server on an older vLLM exports time_per_output_token; the newer name wins when both are there."""
+    old = metrics.parse(_histogram("vllm:time_per_output_token_seconds", [("0.1", 4), ("+Inf", 4)]), "llm")
+    assert old["itl"] == {0.1: 4, math.inf: 4}
+    both = metrics.parse(
+        _histogram("vllm:time_per_output_token_seconds", [("0.1", 4), ("+Inf", 4)])
+        + _histogram("vllm:inter_token_latency_seconds", [("0.1", 1), ("+Inf", 2)]),
+        "llm",
+    )
+    assert both["itl"] == {0.1: 1, math.inf: 2}
+    other = metrics.parse(_histogram("vllm:inter_token_latency_seconds", [("+Inf", 2)], 'model="other"'), "llm")
+    assert other["itl"] == {}
 
 
 def test_kserve_manifests_validate_against_the_crd_with_unknown_fields_rejected():

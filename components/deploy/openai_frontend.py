@@ -1,0 +1,248 @@
+"""The OpenAI-compatible API of one Triton server: `POST /v1/chat/completions`,
+`POST /v1/completions` (streamed as server-sent events or not) and `GET /v1/models`, for
+the clients users own (the `openai` SDK, LangChain, lm-evaluation-harness, guidellm,
+genai-perf).
+
+A translation layer, not a second generation loop: each request becomes one request to
+the served model's `generate_stream` on its Triton server (`openai_api` maps the fields),
+whose engine answers it; the pieces come back as OpenAI chunks, the last response's
+`finish_reason` and token counts as `usage`. A client that goes away closes its Triton
+stream, which cancels the request in the engine. At most `max_running + max_waiting`
+requests are taken at once; more get a 429 with `Retry-After`.
+
+`python -m kfp_llmops.components.deploy.openai_frontend --triton URL --model NAME --port N`
+runs it; `OpenAIFrontend` starts and stops that process beside a `TritonServer`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from kfp_llmops.components.common.errors import LlmopsError
+
+from . import openai_api
+from .triton_local import die_with_parent, free_ports, http_get, stop_group
+
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+def _event(payload) -> bytes:
+    return b"data: " + (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n"
+
+
+class _Upstream(Exception):
+    """Triton answered with an error."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+    def api_error(self) -> openai_api.ApiError:
+        if self.status == 400:  # named as the client named it
+            name, _, rest = self.message.partition(": ")
+            param = openai_api.PARAMS.get(name)
+            return openai_api.ApiError(400, f"{param}: {rest}" if param else self.message, param)
+        return openai_api.ApiError(
+            503 if self.status == 503 else 500, f"the model failed to answer: {self.message}", kind="server_error"
+        )
+
+
+def _error_text(raw: bytes) -> str:
+    """Triton's one-line error, from a JSON body or a server-sent event."""
+    text = raw.strip()
+    text = text[5:] if text.startswith(b"data:") else text
+    try:
+        return str(json.loads(text).get("error", "")) or text.decode("utf-8", "replace")[:300]
+    except ValueError:
+        return text.decode("utf-8", "replace")[:300]
+
+
+def make_app(triton: str, model: str, max_running: int = 16, max_waiting: int = 64, timeout_s: float = 600.0):
+    """The aiohttp application serving `model` from the Triton server at `triton`."""
+    import aiohttp
+    from aiohttp import web
+
+    state = {"inflight": 0, "created": int(time.time())}
+    capacity = max_running + max_waiting
+    generate = f"{triton.rstrip('/')}/v2/models/{model}/generate_stream"
+
+    async def session_start(app):
+        connector = aiohttp.TCPConnector(limit=capacity, limit_per_host=capacity)
+        app["session"] = aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_s)
+        )
+
+    async def session_stop(app):
+        await app["session"].close()
+
+    def error(exc: openai_api.ApiError, headers: dict | None = None):
+        return web.json_response(exc.body(), status=exc.status, headers=headers)
+
+    async def events(upstream):
+        """Triton's server-sent events as dicts; an error event raises _Upstream."""
+        async for line in upstream.content:
+            if not line.startswith(b"data:"):
+                continue
+            event = json.loads(line[5:])
+            if "error" in event:
+                raise _Upstream(500, str(event["error"]))
+            yield event
+
+    async def models(request):
+        return web.json_response(openai_api.models(model, state["created"]))
+
+    async def health(request):
+        async with request.app["session"].get(f"{triton.rstrip('/')}/v2/health/ready") as resp:
+            return web.Response(status=200 if resp.status == 200 else 503)
+
+    async def complete(request, chat: bool):
+        try:
+            body = await request.json()
+        except ValueError:
+            return error(openai_api.ApiError(400, "request body: not valid JSON"))
+        try:
+            t = openai_api.translate(body, chat, model)
+        except openai_api.ApiError as exc:
+            return error(exc)
+        if state["inflight"] >= capacity:
+            busy = openai_api.ApiError(
+                429, f"the server is at its bound of {capacity} requests; retry shortly", kind="rate_limit_exceeded"
+            )
+            return error(busy, {"Retry-After": "1"})
+        state["inflight"] += 1
+        try:
+            async with request.app["session"].post(generate, json={**t.inputs, "stream": True}) as upstream:
+                if upstream.status != 200:
+                    raise _Upstream(upstream.status, _error_text(await upstream.read()))
+                if t.stream:
+                    return await _stream(request, t, upstream)
+                pieces, final = [], {}
+                async for event in events(upstream):
+                    pieces.append(str(event.get("text_output", "")))
+                    if "finish_reason" in event:
+                        final = event
+                return web.json_response(openai_api.response(t, "".join(pieces), final))
+        except _Upstream as exc:
+            return error(exc.api_error())
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return error(openai_api.ApiError(503, f"the model server is unreachable: {type(exc).__name__}",
+                                             kind="server_error"), {"Retry-After": "1"})  # fmt: skip
+        finally:
+            state["inflight"] -= 1
+
+    async def _stream(request, t, upstream):
+        """Pieces as chunks while they come; a client gone ends the upstream stream too."""
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        first = True
+        try:
+            try:
+                async for event in events(upstream):
+                    piece = str(event.get("text_output", ""))
+                    final = event if "finish_reason" in event else None
+                    if piece or first:
+                        await response.write(_event(openai_api.chunk(t, piece, None, first)))
+                        first = False
+                    if final is not None:
+                        await response.write(_event(openai_api.chunk(t, None, final)))
+                        if t.include_usage:
+                            await response.write(_event(openai_api.usage_chunk(t, final)))
+            except _Upstream as exc:  # headers are sent: the error travels as an event
+                await response.write(_event(exc.api_error().body()))
+            await response.write(_event(b"[DONE]"))
+        except (ConnectionResetError, ConnectionError):
+            upstream.close()  # the client left: closing Triton's stream cancels the request
+        return response
+
+    async def chat(request):
+        return await complete(request, True)
+
+    async def completions(request):
+        return await complete(request, False)
+
+    app = web.Application(client_max_size=1 << 20)
+    app.on_startup.append(session_start)
+    app.on_cleanup.append(session_stop)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/v1/completions", completions)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    from aiohttp import web
+
+    parser = argparse.ArgumentParser(description="OpenAI-compatible API over one Triton server's model.")
+    parser.add_argument("--triton", required=True, help="The Triton server's HTTP URL.")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--max-running", type=int, default=16)
+    parser.add_argument("--max-waiting", type=int, default=64)
+    args = parser.parse_args(argv)
+    app = make_app(args.triton, args.model, args.max_running, args.max_waiting)
+    # A client that disconnects cancels its handler (aiohttp's default leaves it running).
+    web.run_app(app, host=args.host, port=args.port, handler_cancellation=True, print=None, access_log=None)
+
+
+class OpenAIFrontend:
+    """The front end of one Triton server as a process of its own: started beside the
+    server, ready once it answers, stopped with it."""
+
+    def __init__(self, triton_url: str, model: str, work: str, role: str, host: str = "127.0.0.1",
+                 port: int = 0, max_running: int = 16, max_waiting: int = 64):  # fmt: skip
+        self.triton_url, self.model, self.work, self.role, self.host = triton_url, model, work, role, host
+        self.port, self.max_running, self.max_waiting = port, max_running, max_waiting
+        self.proc: subprocess.Popen | None = None
+        self.log_path = os.path.join(work, f"openai-{role}.log")
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def start(self) -> OpenAIFrontend:
+        os.makedirs(self.work, exist_ok=True)
+        self.port = self.port or free_ports(1, self.host)[0]
+        cmd = [sys.executable, "-m", __name__, "--triton", self.triton_url, "--model", self.model]
+        cmd += ["--host", self.host, "--port", str(self.port)]
+        cmd += ["--max-running", str(self.max_running), "--max-waiting", str(self.max_waiting)]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent
+            )
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise LlmopsError(f"{self.role} OpenAI front end exited with {self.proc.returncode} ({self.log_path})")
+            try:
+                if http_get(f"{self.url}/v1/models", 1.0)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise LlmopsError(f"{self.role} OpenAI front end not ready after {timeout:.0f} s ({self.log_path})")
+
+    def stop(self) -> None:
+        stop_group(self.proc, signal.SIGTERM, 5.0)
+
+
+if __name__ == "__main__":
+    main()
