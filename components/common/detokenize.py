@@ -57,7 +57,7 @@ class TextStream:
             safe = safe[:-1].rstrip()
         for k in range(min(len(self.stop) - 1, len(safe)), 0, -1):
             if safe.endswith(self.stop[:k]):
-                safe = safe[:-k]
+                safe = safe[:-k].rstrip()  # the answer is stripped: no space before the stop is sent
                 break
         return self._emit(safe)
 

@@ -29,7 +29,8 @@ class VllmSettings(_Section):
     cpu_cores: str = Field(
         "",
         pattern=r"^([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?$",
-        description="CPU engine: the cores its threads are bound to (e.g. 0-3); empty: every core this process may use.",
+        description="CPU engine: the cores its threads are bound to (e.g. 0-3); empty: every core this process "
+        "may use.",
     )
 
 

@@ -135,6 +135,16 @@ class VllmEngine:
         self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-engine", daemon=True)
         self.thread.start()
         self.engine = asyncio.run_coroutine_threadsafe(self._start(args, metrics), self.loop).result()
+        asyncio.run_coroutine_threadsafe(self._warm_up(), self.loop).result()
+
+    async def _warm_up(self) -> None:
+        """One token generated before the model reports ready: a model the engine cannot run
+        (an attention shape its kernels lack) fails its load, not every request after."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, detokenize=False, stop_token_ids=[self.eos])
+        async for _ in self.engine.generate({"prompt_token_ids": [self.eos]}, params, "warm-up"):
+            pass
 
     @staticmethod
     async def _start(args: dict, metrics):

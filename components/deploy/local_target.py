@@ -285,7 +285,14 @@ def serving(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def serve(state_dir: str, port: int = 0, host: str = "127.0.0.1", key_file: str | None = None, announce=print) -> None:
+def serve(
+    state_dir: str,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    key_file: str | None = None,
+    announce=print,
+    cfg: DeployConfig | None = None,
+) -> None:
     """`serving` in the foreground until SIGINT or SIGTERM; `announce` gets the URL first,
     once the model answers."""
     import signal
@@ -293,12 +300,13 @@ def serve(state_dir: str, port: int = 0, host: str = "127.0.0.1", key_file: str 
     stop = []
     previous = {s: signal.signal(s, lambda *_: stop.append(True)) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with serving(state_dir, port, host, key_file) as (url, info):
+        with serving(state_dir, port, host, key_file, cfg) as (url, info):
             announce(
                 f"{url} serving {info['model_name']} version {info['version']} (model root "
                 f"{info['model_root'][:16]}…, engine {info['settings'].get('engine', 'transformers')}): OpenAI API "
                 f"at {url}/v1 (chat/completions, completions, models), Triton's at "
-                f"{url}/v2/models/{info['model_name']}/generate and generate_stream; Ctrl-C stops"
+                f"{url}/v2/models/{info['model_name']}/generate and generate_stream; metrics at "
+                f"http://{host}:{info['server'].metrics_port}/metrics; Ctrl-C stops"
             )
             while not stop:
                 if not info["server"].alive():

@@ -56,8 +56,14 @@ _NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0, "logprobs": (None, Fa
 class ApiError(Exception):
     """An OpenAI-style error: HTTP status, message, type, the parameter at fault, code."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error",
-                 code: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.kind, self.code = status, message, param, kind, code
 
@@ -153,8 +159,12 @@ def translate(body, chat: bool, served_model: str) -> Translated:
         raise _bad(unknown[0], "unrecognized request argument")
     model = body.get("model")
     if model != served_model:
-        raise ApiError(404, f"model: {model!r} is not served here (this server serves {served_model!r})",
-                       "model", code="model_not_found")  # fmt: skip
+        raise ApiError(
+            404,
+            f"model: {model!r} is not served here (this server serves {served_model!r})",
+            "model",
+            code="model_not_found",
+        )
     for name, neutral in _NEUTRAL.items():
         if name in body and body[name] not in (neutral if isinstance(neutral, tuple) else (neutral,)):
             raise _bad(name, "not supported by this server")

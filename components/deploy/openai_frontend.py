@@ -131,8 +131,10 @@ def make_app(triton: str, model: str, max_running: int = 16, max_waiting: int = 
         except _Upstream as exc:
             return error(exc.api_error())
         except (aiohttp.ClientError, TimeoutError) as exc:
-            return error(openai_api.ApiError(503, f"the model server is unreachable: {type(exc).__name__}",
-                                             kind="server_error"), {"Retry-After": "1"})  # fmt: skip
+            return error(
+                openai_api.ApiError(503, f"the model server is unreachable: {type(exc).__name__}", kind="server_error"),
+                {"Retry-After": "1"},
+            )
         finally:
             state["inflight"] -= 1
 
@@ -196,8 +198,17 @@ class OpenAIFrontend:
     """The front end of one Triton server as a process of its own: started beside the
     server, ready once it answers, stopped with it."""
 
-    def __init__(self, triton_url: str, model: str, work: str, role: str, host: str = "127.0.0.1",
-                 port: int = 0, max_running: int = 16, max_waiting: int = 64):  # fmt: skip
+    def __init__(
+        self,
+        triton_url: str,
+        model: str,
+        work: str,
+        role: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_running: int = 16,
+        max_waiting: int = 64,
+    ):
         self.triton_url, self.model, self.work, self.role, self.host = triton_url, model, work, role, host
         self.port, self.max_running, self.max_waiting = port, max_running, max_waiting
         self.proc: subprocess.Popen | None = None

@@ -759,12 +759,21 @@ def deploy_canary(
 @click.option("--port", default=0, show_default=True, help="nginx's port (0: a free one).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--key-file", help="Watermark key file (else $LLMOPS_WATERMARK_KEY).")
-def deploy_serve(state_dir, port, host, key_file) -> None:
-    """Serve the promoted model (Triton behind nginx, its watermark as promoted) in the
-    foreground; the first line printed is the URL; Ctrl-C or SIGTERM stops everything."""
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="Deploy config YAML: its serving and local sections (admission bounds, startup timeout).",
+)
+def deploy_serve(state_dir, port, host, key_file, config_path) -> None:
+    """Serve the promoted model (Triton and its OpenAI-compatible API behind nginx, its
+    engine and watermark as promoted) in the foreground; the first line printed starts
+    with the URL; Ctrl-C or SIGTERM stops everything."""
+    from kfp_llmops.components.deploy import DeployConfig
     from kfp_llmops.components.deploy.local_target import serve
 
-    serve(state_dir, port, host, key_file, announce=lambda line: click.echo(line))
+    cfg = DeployConfig.load(config_path)
+    serve(state_dir, port, host, key_file, announce=lambda line: click.echo(line), cfg=cfg)
 
 
 @deploy.command("render")

@@ -191,9 +191,7 @@ def test_a_change_of_transaction_policy_is_breaking():
 
 def _histogram(name: str, counts, labels='model="llm",version="1"') -> str:
     rows = "".join(f'{name}_bucket{{le="{le}",{labels}}} {n}\n' for le, n in counts)
-    return (
-        f"# TYPE {name} histogram\n{rows}{name}_count{{{labels}}} {counts[-1][1]}\n{name}_sum{{{labels}}} 1.0\n"
-    )
+    return f"# TYPE {name} histogram\n{rows}{name}_count{{{labels}}} {counts[-1][1]}\n{name}_sum{{{labels}}} 1.0\n"
 
 
 def test_histograms_parse_and_quantiles_follow_promql():
@@ -201,8 +199,7 @@ def test_histograms_parse_and_quantiles_follow_promql():
 
     def text(counts):
         return (
-            _histogram("vllm:time_to_first_token_seconds", counts)
-            + "# TYPE vllm:generation_tokens counter\n"
+            _histogram("vllm:time_to_first_token_seconds", counts) + "# TYPE vllm:generation_tokens counter\n"
             'vllm:generation_tokens_total{model="llm",version="1"} 50\n'
         )
 

@@ -45,6 +45,9 @@ def test_a_stop_string_ends_the_stream_and_is_never_sent_in_part():
     assert len(stream.tokens) < len(ids)  # the tokens after the stop were never asked for
     _, pieces = _stream(tok, tok.encode("Ends with half a stop \nQ"), stop="\nQ:")
     assert "".join(pieces) == "Ends with half a stop \nQ".strip()  # held back, then sent: it never became the stop
+    ids = tok.encode("12 meX and more")  # a space before the start of the stop string is not sent either
+    stream, pieces = _stream(tok, ids, stop="meX and")
+    assert "".join(pieces) == "12" == answer_text(tok, ids, "meX and") and not stream.diverged
 
 
 def test_requests_are_read_within_the_blessed_decoding_and_bad_ones_named_in_one_line():
