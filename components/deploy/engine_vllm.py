@@ -58,16 +58,13 @@ def engine_args(weights: str, settings: dict, context: int, vocab_size: int, key
 
 def _environment(settings: dict) -> None:
     """Before vLLM is imported: no network (no usage reports, no hub), and on a CPU the
-    engine's threads bound to the configured cores (vLLM's own default keeps one core of
-    two for its front end)."""
-    cores = (settings.get("vllm") or {}).get("cpu_cores") or ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
-    for name, value in (
-        ("VLLM_CPU_OMP_THREADS_BIND", cores),
-        ("VLLM_NO_USAGE_STATS", "1"),
-        ("DO_NOT_TRACK", "1"),
-        ("HF_HUB_OFFLINE", "1"),
-    ):
-        os.environ.setdefault(name, value)
+    engine's threads bound to serving.json's cores, else to every core this server may
+    use (its affinity: the local target gives stable and canary half each; vLLM's own
+    default keeps one of two cores for its front end)."""
+    cores = (settings.get("vllm") or {}).get("cpu_cores")
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores or ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    for name in ("VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_HUB_OFFLINE"):
+        os.environ.setdefault(name, "1")
 
 
 def sampling_params(served, eos: int):

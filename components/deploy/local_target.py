@@ -96,11 +96,30 @@ class LocalTarget:
         """A started (not yet ready) server, listed for the next rollout to stop should this one be killed."""
         cfg = self.cfg
         server = TritonServer(
-            repo, self.work, role, cfg.local.host, self.server_env, cfg.serving.model_name, cfg.frontend_limits
+            repo,
+            self.work,
+            role,
+            cfg.local.host,
+            self.server_env,
+            cfg.serving.model_name,
+            cfg.frontend_limits,
+            self._cores(role),
         ).start()
         for pid in server.pids:
             serving_state.note_process(self.state_dir, pid)
         return server
+
+    def _cores(self, role: str) -> list[int] | None:
+        """With stable and canary side by side, each server (its engine and every process
+        it starts) gets half the cores, as two pods get CPUs of their own: two engines
+        whose processes wait for each other by spinning, on shared cores, slow each other
+        unevenly (one vLLM engine was measured at a sixth of the other's throughput),
+        which the analysis would read as a regression of whichever side lost."""
+        cores = sorted(os.sched_getaffinity(0))
+        half = len(cores) // 2
+        if not self.state.get("stable") or not half:
+            return None
+        return cores[:half] if role == "stable" else cores[half:]
 
     def warm_up(self, requests: int = 8) -> None:
         """A few requests to each server first: a fresh server's first inferences are slow

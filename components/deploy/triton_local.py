@@ -47,6 +47,18 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
+def _start_on(cpus: list[int] | None):
+    """preexec_fn: `die_with_parent`, and the child (with every process it starts) kept to
+    `cpus` when given."""
+
+    def start() -> None:
+        die_with_parent()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    return start
+
+
 def stop_group(proc: subprocess.Popen | None, first: signal.Signals | None, grace: float = 10.0) -> None:
     """Send `first` to the process group started with `start_new_session` and give it
     `grace` seconds, then SIGKILL the group (children included) and reap the leader."""
@@ -68,7 +80,7 @@ def stop_group(proc: subprocess.Popen | None, first: signal.Signals | None, grac
 class TritonServer:
     """`role` names it in logs and errors (stable, canary); `model`: the served model's
     name, whose OpenAI-compatible front end is started too (`limits`: its max_running and
-    max_waiting)."""
+    max_waiting); `cpus`: the cores the server and its engine run on (all: None)."""
 
     def __init__(
         self,
@@ -79,8 +91,10 @@ class TritonServer:
         env: dict | None = None,
         model: str | None = None,
         limits: tuple[int, int] = (16, 64),
+        cpus: list[int] | None = None,
     ):
         self.repository, self.work, self.role, self.host = repository, work, role, host
+        self.cpus = cpus
         self.extra_env = env or {}
         self.model, self.limits = model, limits
         self.proc: subprocess.Popen | None = None
@@ -147,7 +161,7 @@ class TritonServer:
             env={**serving_env.server_environment(env_path), **self.extra_env},
             start_new_session=True,
             cwd=self.work,
-            preexec_fn=die_with_parent,
+            preexec_fn=_start_on(self.cpus),
         )
         log.close()
         if self.model:
