@@ -108,3 +108,26 @@ def fs_group(path: str, gid: int) -> None:
         for name in [root] + [os.path.join(root, n) for n in dirs + files]:
             os.chown(name, -1, gid)
             os.chmod(name, os.stat(name).st_mode | 0o060 | (0o2010 if os.path.isdir(name) else 0))
+
+
+# What the serving tests ask: two texts and a chat that goes on from an assistant's turn.
+SERVED_PROMPTS = [
+    "Tell me about item 3 and its color.",
+    "Tell me about item 17 and its color.",
+    [
+        {"role": "user", "content": "Tell me about item 5."},
+        {"role": "assistant", "content": "It is red."},
+        {"role": "user", "content": "And item 9?"},
+    ],
+]
+
+
+def serve_process(state: str, *args: str):
+    """`llmops deploy serve --state STATE ARGS` started (its stdout a pipe): the process."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "kfp_llmops.pipelines.cli.main", "deploy", "serve", "--state", state, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "LLMOPS_NO_PROGRESS": "1"},
+    )

@@ -341,10 +341,11 @@ class ClusterTarget:
             t.concurrency,
             t.timeout_s,
             headers=self.headers,
+            api="triton",
         )
 
     def smoke(self, watermark=None, tokenizer=None) -> dict:
-        return smoke.run(self.url, self.cfg, watermark, tokenizer)
+        return smoke.run(self.url, self.cfg, watermark, tokenizer, api="triton")
 
     def interfaces(self):
         """(stable metadata, stable config) from the live model over the Open Inference

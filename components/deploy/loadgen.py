@@ -68,7 +68,10 @@ class LoadGenerator:
         concurrency: int,
         timeout: float = 30.0,
         headers: dict | None = None,
+        api: str = "openai",
     ):
+        """`api`: openai (the front ends' /v1) or triton (the generate extension: the
+        cluster targets, whose pods serve Triton's protocol only)."""
         self.host, self.port, self.model, self.roles = host, port, model, roles
         self.prompts, self.max_new_tokens, self.concurrency, self.timeout = (
             prompts,
@@ -77,6 +80,7 @@ class LoadGenerator:
             timeout,
         )
         self.headers = dict(headers or {})
+        self.build = llm_client.request if api == "openai" else llm_client.generate_body
         self._counter = 0
 
     def _role(self, upstream: str | None) -> str:
@@ -129,7 +133,7 @@ class LoadGenerator:
                 with lock:
                     n = self._counter
                     self._counter += 1
-                request = llm_client.request(
+                request = self.build(
                     self.prompts[n % len(self.prompts)], stream=True, max_tokens=self.max_new_tokens, seed=n
                 )
                 backend, answer = self._one(box, request)

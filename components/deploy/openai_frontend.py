@@ -27,7 +27,7 @@ import time
 from kfp_llmops.components.common.errors import LlmopsError
 
 from . import openai_api
-from .triton_local import die_with_parent, free_ports, http_get, stop_group
+from .triton_local import die_with_parent, free_ports, stop_group, wait_for_http
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
@@ -238,18 +238,11 @@ class OpenAIFrontend:
         return self.proc is not None and self.proc.poll() is None
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise LlmopsError(f"{self.role} OpenAI front end exited with {self.proc.returncode} ({self.log_path})")
-            try:
-                if http_get(f"{self.url}/v1/models", 1.0)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise LlmopsError(f"{self.role} OpenAI front end not ready after {timeout:.0f} s ({self.log_path})")
+        try:
+            wait_for_http(f"{self.url}/v1/models", self.proc, timeout, f"{self.role} OpenAI front end")
+        except LlmopsError as exc:
+            self.stop()
+            raise LlmopsError(f"{exc} (log: {self.log_path})") from None
 
     def stop(self) -> None:
         stop_group(self.proc, signal.SIGTERM, 5.0)

@@ -38,8 +38,11 @@ def answer(url: str, model: str, request: dict, headers: dict) -> str:
     return got.text
 
 
-def run(url: str, cfg: DeployConfig, watermark=None, tokenizer=None, headers: dict | None = None) -> dict:
-    """One gate check (JSON) per probe; `passed` is the conjunction. Never raises for a bad canary."""
+def run(
+    url: str, cfg: DeployConfig, watermark=None, tokenizer=None, headers: dict | None = None, api: str = "openai"
+) -> dict:
+    """One gate check (JSON) per probe; `passed` is the conjunction. Never raises for a bad
+    canary. `api`: openai (answers through /v1) or triton (the generate extension only)."""
     headers = CANARY if headers is None else headers
     model = cfg.serving.model_name
     checks: list[gates.Check] = []
@@ -62,18 +65,20 @@ def run(url: str, cfg: DeployConfig, watermark=None, tokenizer=None, headers: di
             f"versions {m.get('versions')}",
         ),
     )
-    check(
-        "openai_models",
-        lambda: (
-            m := _get(url, "/v1/models", headers)[1],
-            [d.get("id") for d in m.get("data", [])] == [model],
-            f"models {[d.get('id') for d in m.get('data', [])]}",
-        ),
-    )
+    if api == "openai":
+        check(
+            "openai_models",
+            lambda: (
+                m := _get(url, "/v1/models", headers)[1],
+                [d.get("id") for d in m.get("data", [])] == [model],
+                f"models {[d.get('id') for d in m.get('data', [])]}",
+            ),
+        )
+    build = llm_client.request if api == "openai" else llm_client.generate_body
     texts = []
     sm = cfg.smoke
     for i in range(sm.requests):  # long answers asked for, as the watermark stage's detection texts are
-        request = llm_client.request(
+        request = build(
             sm.prompt,
             stream=i % 2 == 1,
             max_tokens=sm.max_new_tokens,

@@ -39,6 +39,22 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
+def wait_for_http(url: str, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    """Until `url` answers 200; LlmopsError naming `what` if `proc` exits first or the
+    time runs out (the caller stops what it started)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise LlmopsError(f"{what} exited with {proc.returncode}")
+        try:
+            if http_get(url, 1.0)[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise LlmopsError(f"{what} not ready after {timeout:.0f} s")
+
+
 def die_with_parent() -> None:
     """preexec_fn: the child gets SIGKILL when the process that started it dies (Linux's
     PR_SET_PDEATHSIG), so a rollout killed outright does not leave its servers running."""

@@ -351,9 +351,9 @@ def _changes(blessing_path: str) -> str:
 
 
 def ask_served_model(serving_dir: str, key_file: str, eval_path: str, stages: list[dict]) -> dict:
-    """The held-out questions asked of the promoted model through nginx (`llmops deploy
-    serve`'s stack), beside the exact-match rate the watermark stage measured with the
-    watermark on."""
+    """The held-out questions asked of the promoted model through nginx and the OpenAI API
+    (`llmops deploy serve`'s stack), beside the exact-match rate the watermark stage
+    measured with the watermark on."""
     from kfp_llmops.components.common.progress import progress
     from kfp_llmops.components.deploy.local_target import serving
     from kfp_llmops.components.deploy.served_answers import exact_match
@@ -367,6 +367,7 @@ def ask_served_model(serving_dir: str, key_file: str, eval_path: str, stages: li
         "exact_match": got["exact_match"],
         "questions": got["questions"],
         "version": info["version"],
+        "engine": info["settings"].get("engine", "transformers"),
         "watermark_stage_exact_match": marked,
     }
 
@@ -395,7 +396,8 @@ def format_summary(summary: dict) -> str:
     if served:
         stage = served["watermark_stage_exact_match"]
         lines.append(
-            f"served (version {served['version']}, through nginx): exact match {served['exact_match']:.1%} on "
+            f"served (version {served['version']}, engine {served.get('engine', 'transformers')}, OpenAI API through "
+            f"nginx): exact match {served['exact_match']:.1%} on "
             f"{served['questions']} held-out questions; the watermark stage measured "
             + (f"{stage:.1%}" if stage is not None else "n/a")
             + " with the watermark on"

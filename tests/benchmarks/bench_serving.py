@@ -31,7 +31,7 @@ def _ask_all(url: str, prompts: list, stream: bool, rounds: int, **inputs) -> di
     ttft, itl, total, pieces = [], [], [], []
     for _ in range(rounds):
         for p in prompts:
-            a = llm_client.ask(url, "llm", llm_client.body(p, stream=stream, **inputs))
+            a = llm_client.ask(url, "llm", llm_client.generate_body(p, stream=stream, **inputs))
             if not a.ok:
                 raise RuntimeError(f"{a.status}: {a.error}")
             ttft.append(a.ttft_ms)
@@ -51,7 +51,11 @@ def _ask_all(url: str, prompts: list, stream: bool, rounds: int, **inputs) -> di
 
 def _tokens(url: str, prompts: list, tokenizer, **inputs) -> float:
     return statistics.fmean(
-        len(tokenizer.encode(llm_client.ask(url, "llm", llm_client.body(p, **inputs)).text, add_special_tokens=False))
+        len(
+            tokenizer.encode(
+                llm_client.ask(url, "llm", llm_client.generate_body(p, **inputs)).text, add_special_tokens=False
+            )
+        )
         for p in prompts
     )
 

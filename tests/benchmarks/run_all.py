@@ -10,6 +10,7 @@ from tests.benchmarks import (
     bench_ckpt,
     bench_data,
     bench_deploy,
+    bench_engine,
     bench_eval,
     bench_load,
     bench_serving,
@@ -31,6 +32,7 @@ def main(only: list[str]) -> None:
         ("watermark", bench_watermark),
         ("deploy", bench_deploy),
         ("serving", bench_serving),
+        ("engine", bench_engine),
         ("signing", bench_signing),
     )
     unknown = set(only) - {name for name, _ in benches}

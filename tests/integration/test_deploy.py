@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from helpers import tiny_model
+from helpers import SERVED_PROMPTS, serve_process, tiny_model
 from kfp_llmops.components.common import integrity
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.records import read_serving_state as read_state
@@ -367,15 +367,7 @@ def test_the_server_answers_as_evaluation_judged_streamed_or_not(released, tmp_p
     from kfp_llmops.components.deploy.nginx_split import NginxSplit
     from kfp_llmops.components.deploy.triton_local import TritonServer
 
-    prompts = [
-        "Tell me about item 3 and its color.",
-        "Tell me about item 17 and its color.",
-        [
-            {"role": "user", "content": "Tell me about item 5."},
-            {"role": "assistant", "content": "It is red."},
-            {"role": "user", "content": "And item 9?"},
-        ],
-    ]
+    prompts = SERVED_PROMPTS
     tokenizer = AutoTokenizer.from_pretrained(released["model"])
     model = AutoModelForCausalLM.from_pretrained(released["model"]).eval()
     processor = logits_processor(KGW.watermark(987654321, len(tokenizer)))
@@ -457,26 +449,8 @@ def test_deploy_serve_runs_the_promoted_model_until_told_to_stop(released, tmp_p
     """`llmops deploy serve`: the URL on the first line, a chat answered through it as the
     promoted model answers, everything stopped on SIGTERM."""
     import signal
-    import subprocess
-    import sys
 
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kfp_llmops.pipelines.cli.main",
-            "deploy",
-            "serve",
-            "--state",
-            released["state"],
-            "--key-file",
-            released["key"],
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "LLMOPS_NO_PROGRESS": "1"},
-    )
+    proc = serve_process(released["state"], "--key-file", released["key"])
     try:
         first = proc.stdout.readline()
         url = first.split()[0]

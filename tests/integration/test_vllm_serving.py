@@ -10,8 +10,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -19,7 +17,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from helpers import tiny_model
+from helpers import SERVED_PROMPTS, serve_process, tiny_model
 from kfp_llmops.components.deploy import DeployConfig, build_repository, repository, serving_state, watermark_params
 
 pytestmark = [
@@ -31,16 +29,13 @@ pytestmark = [
 
 KEY = 987654321
 KGW = watermark_params({"kgw": {"delta": 4.0}})
-SERVE = "serving: {engine: vllm, max_waiting: 16, vllm: {max_num_seqs: 16}}\nlocal: {startup_timeout_s: 300}\n"
-PROMPTS = [
-    "Tell me about item 3 and its color.",
-    "Tell me about item 17 and its color.",
-    [
-        {"role": "user", "content": "Tell me about item 5."},
-        {"role": "assistant", "content": "It is red."},
-        {"role": "user", "content": "And item 9?"},
-    ],
-]
+# The engine sleeps 15 ms a decoding step (a drill), as a real model's step takes: the
+# tiny model's own 2 ms steps finish a 90-token answer before a disconnect travels back.
+SERVE = (
+    "serving: {engine: vllm, max_waiting: 16, vllm: {max_num_seqs: 16}}\nlocal: {startup_timeout_s: 300}\n"
+    "drill: {token_latency_ms: 15}\n"
+)
+PROMPTS = SERVED_PROMPTS
 
 
 def _metric(url: str, name: str) -> float:
@@ -91,25 +86,7 @@ def served(tmp_path_factory):
 
     judged, completions = judge(PROMPTS, 24)
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kfp_llmops.pipelines.cli.main",
-            "deploy",
-            "serve",
-            "--state",
-            state,
-            "--key-file",
-            str(key),
-            "--config",
-            str(config),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "LLMOPS_NO_PROGRESS": "1"},
-    )
+    proc = serve_process(state, "--key-file", str(key), "--config", str(config))
     first = proc.stdout.readline()
     if not first:
         proc.wait(timeout=30)
