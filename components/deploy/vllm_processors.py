@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
@@ -52,21 +53,21 @@ class KGWProcessor(_Rows):
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         if self.watermark is None or not self.rows:
             return logits
-        width = self.watermark.width
-        context = torch.zeros((logits.shape[0], width), dtype=torch.int64)
-        marked = []
+        width, n = self.watermark.width, logits.shape[0]
+        context = np.zeros((n, width), dtype=np.int64)
+        marked = np.zeros(n, dtype=bool)
         for index, (prompt, output) in self.rows.items():
-            if index >= logits.shape[0]:
-                continue
-            tail = (prompt[-width:] + list(output[-width:]))[-width:]
+            tail = output[-width:]
             if len(tail) < width:
-                continue  # too short a context to seed a green list: left as it is
-            context[index] = torch.tensor(tail, dtype=torch.int64)
-            marked.append(index)
-        if not marked:
-            return logits
-        rows = torch.tensor(marked, dtype=torch.int64)
-        logits[rows] = self.watermark.bias(context[rows], logits[rows])
+                tail = (prompt[-width:] + list(tail))[-width:]
+            if index < n and len(tail) == width:  # a shorter context seeds no green list: left as it is
+                context[index] = tail
+                marked[index] = True
+        if marked.all():
+            return self.watermark.bias(torch.from_numpy(context), logits)
+        if marked.any():
+            rows = torch.from_numpy(np.flatnonzero(marked))
+            logits[rows] = self.watermark.bias(torch.from_numpy(context[marked]), logits[rows])
         return logits
 
 

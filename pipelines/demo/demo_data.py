@@ -355,8 +355,9 @@ DEMO_TRAIN = "steps: 1200\nmicro_batch: 16\ncheckpoint_interval: 300\n"
 # Short intervals keep the demo quick; the watermark is served with the parameters the
 # watermark stage verified (DEMO_WATERMARK's). The serving state persists in the run
 # folder, so a second `make demo` rolls out a canary against the version the first one
-# promoted.
-DEMO_DEPLOY = "interval_s: 5\nsteps: [25, 50, 100]\nsmoke: {max_new_tokens: 64}\n"
+# promoted. vLLM's engine takes about 40 s to start on 2 cores (longer on one, beside
+# another): the startup bound leaves room.
+DEMO_DEPLOY = "interval_s: 5\nsteps: [25, 50, 100]\nsmoke: {max_new_tokens: 64}\nlocal: {startup_timeout_s: 300}\n"
 
 
 def write_demo_configs(out_dir: str) -> dict[str, str]:

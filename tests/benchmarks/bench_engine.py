@@ -21,7 +21,6 @@ import os
 import random
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -171,22 +170,23 @@ def processor_cost(weights: str, rows: int = 16, steps: int = 200) -> dict:
     rng = np.random.default_rng(0)
     outputs = [[] for _ in range(rows)]
     proc.rows = {i: (tokenizer.encode(f"prompt {i}"), outputs[i]) for i in range(rows)}
-    # Real answers repeat tokens: draw them from the 2,000 most common ids.
+    # Real answers repeat tokens: draw them from the 2,000 most common ids. The first pass
+    # meets most previous tokens for the first time (their green lists are built); the
+    # second repeats the same tokens (every list cached, as in a server that has run a while).
     draws = rng.integers(0, min(vocab, 2000), size=(steps, rows))
     logits = torch.randn(rows, vocab)
-    times = []
-    for step in range(steps):
-        for i in range(rows):
-            outputs[i].append(int(draws[step, i]))
-        t0 = time.perf_counter()
-        proc.apply(logits.clone())
-        times.append(time.perf_counter() - t0)
-    return {
-        "rows": rows,
-        "steps": steps,
-        "apply_p50_ms": _q(times, 0.5) * 1000,
-        "apply_mean_ms": 1000 * statistics.fmean(times),
-    }
+    passes = []
+    for _ in range(2):
+        times = []
+        for step in range(steps):
+            for i in range(rows):
+                outputs[i].append(int(draws[step, i]))
+            t0 = time.perf_counter()
+            proc.apply(logits.clone())
+            times.append(time.perf_counter() - t0)
+        passes.append(times)
+    cold, warm = passes
+    return {"rows": rows, "steps": steps, "cold_p50_ms": _q(cold, 0.5) * 1000, "warm_p50_ms": _q(warm, 0.5) * 1000}
 
 
 def main() -> dict:
@@ -217,7 +217,8 @@ def main() -> dict:
         "vllm_vs_transformers_tokens_per_s": top["vllm"]["tokens_per_s"] / top["transformers"]["tokens_per_s"],
         "vllm_vs_vllm_serve_tokens_per_s": top["vllm"]["tokens_per_s"] / top["vllm serve"]["tokens_per_s"],
         "vllm_vs_transformers_ttft_p99": top["vllm"]["ttft_p99_ms"] / top["transformers"]["ttft_p99_ms"],
-        "watermark_share_of_step": cost["apply_p50_ms"] / top["vllm"]["itl_p50_ms"],
+        "watermark_share_of_step": cost["cold_p50_ms"] / top["vllm"]["itl_p50_ms"],
+        "watermark_share_of_step_warm": cost["warm_p50_ms"] / top["vllm"]["itl_p50_ms"],
     }
 
 
@@ -237,8 +238,9 @@ def report(r: dict) -> str:
         f"  at 16: vllm / transformers output tokens/s {r['vllm_vs_transformers_tokens_per_s']:.2f}x (target >= 4); "
         f"vllm / vllm serve {r['vllm_vs_vllm_serve_tokens_per_s']:.2f}x (target >= 0.85); TTFT p99 vllm / "
         f"transformers {r['vllm_vs_transformers_ttft_p99']:.3f} (target <= 0.33)",
-        f"  watermark processor: {w['apply_p50_ms']:.2f} ms p50 on {w['rows']} rows, "
-        f"{r['watermark_share_of_step']:.1%} of the vllm path's step at 16 (target <= 10%)",
+        f"  watermark processor on {w['rows']} rows: {w['cold_p50_ms']:.2f} ms p50 while green lists are built, "
+        f"{w['warm_p50_ms']:.2f} ms once cached: {r['watermark_share_of_step']:.1%} / "
+        f"{r['watermark_share_of_step_warm']:.1%} of the vllm path's step at 16 (target <= 10%)",
     ]
     return "\n".join(lines)
 
