@@ -57,7 +57,8 @@ def engine_args(weights: str, settings: dict, context: int, vocab_size: int, key
 
 
 def _environment(settings: dict) -> None:
-    """Before vLLM is imported: no network (no usage reports, no hub), and on a CPU the
+    """Before vLLM is imported: no network (no usage reports, no hub), a shared-memory ring
+    that fits a container's /dev/shm, and on a CPU the
     engine's threads bound to serving.json's cores, else to every core this server may
     use (its affinity: the local target gives stable and canary half each; vLLM's own
     default keeps one of two cores for its front end)."""
@@ -65,6 +66,10 @@ def _environment(settings: dict) -> None:
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores or ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
     for name in ("VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_HUB_OFFLINE"):
         os.environ.setdefault(name, "1")
+    # The engine talks to its worker through a ring of 10 shared-memory chunks: 4 MiB each
+    # (vLLM's 16 would ask 160 MiB of a container's 64 MiB /dev/shm; larger messages
+    # go over a socket instead).
+    os.environ.setdefault("VLLM_MQ_MAX_CHUNK_BYTES_MB", "4")
 
 
 def sampling_params(served, eos: int):

