@@ -23,10 +23,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip uninstall -q -y $(UNUSED_WITH_VLLM)
 	$(PY) -m pip install -q --no-deps nvidia-pytriton==0.7.0
 	{ test -x /usr/sbin/nginx && test -x /usr/bin/prometheus && test -x /usr/bin/mpirun && test -x /usr/bin/unshare \
-	  && test -x /usr/sbin/ip; } \
-	  || apt-get install -y -q --no-install-recommends nginx prometheus openmpi-bin iproute2 util-linux >/dev/null \
+	  && test -x /usr/sbin/ip && ldconfig -p | grep -q libnuma.so.1; } \
+	  || apt-get install -y -q --no-install-recommends nginx prometheus openmpi-bin iproute2 util-linux libnuma1 >/dev/null \
 	  || (apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends nginx prometheus openmpi-bin \
-	      iproute2 util-linux >/dev/null)
+	      iproute2 util-linux libnuma1 >/dev/null)
 	$(BIN)/llmops deploy setup
 	$(PYTHON) -m venv $(VENV)/checkov
 	$(VENV)/checkov/bin/pip install -q checkov==3.3.30
@@ -74,7 +74,7 @@ test: $(STAMP) images
 	$(BIN)/ruff check components pipelines tests images
 	$(BIN)/ruff format --check components pipelines tests images
 	$(BIN)/llmops compile --check
-	$(PY) -m pytest -q --durations=25 tests
+	$(PY) -m pytest -q --durations=40 tests
 
 # Byte-compiled first, as an installed package (and the images) run: a process that
 # compiles its own sources each time (PYTHONDONTWRITEBYTECODE set) spends 50 ms more.

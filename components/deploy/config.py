@@ -38,8 +38,8 @@ class Serving(_Section):
     engine: Literal["auto", "vllm", "transformers"] = Field(
         "auto",
         description="vllm: vLLM's async engine inside Triton (continuous batching, paged KV cache); transformers: "
-        "the project's generation routine, a batch at a time; auto: vllm where it is installed. Recorded resolved in "
-        "serving.json.",
+        "the project's generation routine, a batch at a time; auto: vllm where it is installed and runs the "
+        "model (vLLM's CPU attention takes a few head sizes), else transformers. Recorded resolved in serving.json.",
     )
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     model_name: str = Field("llm", pattern=r"^[A-Za-z0-9_.-]+$")

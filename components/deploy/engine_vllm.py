@@ -121,6 +121,22 @@ def _stat_logger(metrics):
     return TritonStatLogger
 
 
+def check_kernels() -> None:
+    """vLLM's CPU build only warns when its compiled ops fail to load (libnuma.so.1 missing,
+    say) and its engine then dies in a worker on an op it lacks; this says why at load."""
+    import torch
+    from vllm.platforms import current_platform
+
+    if current_platform.device_type != "cpu":
+        return
+    current_platform.import_kernels()
+    if not hasattr(torch.ops._C, "init_cpu_memory_env"):
+        raise RuntimeError(
+            "vLLM's CPU kernels did not load (the warning 'Failed to import from vllm._C...' above says why; "
+            "libnuma1 is one of their libraries)"
+        )
+
+
 class VllmEngine:
     def __init__(self, weights: str, settings: dict, metrics, key_file: str | None):
         from transformers import AutoConfig, AutoTokenizer
@@ -133,6 +149,7 @@ class VllmEngine:
         self.context = context_of(AutoConfig.from_pretrained(weights)) or 2048
         self.added_latency = float((settings.get("drill") or {}).get("added_latency_ms", 0.0)) / 1000.0
         args = engine_args(weights, settings, self.context, len(self.tokenizer), key_file)
+        check_kernels()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-engine", daemon=True)
         self.thread.start()

