@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -123,8 +124,43 @@ class HashingCheckpointEngine(TorchCheckpointEngine):
             torch.serialization.set_crc32_options(crc)
 
     def load(self, path: str, map_location=None):
-        """Only ever called on files the caller verified against the manifest first."""
-        try:
+        """Only ever called on files the caller verified against the manifest first, and
+        never unpickled beyond tensors, containers and DeepSpeed's own state types
+        (`safe_load`): a verified root says who wrote a file, not that it is harmless."""
+        return safe_load(path, map_location)
+
+
+def _deepspeed_types() -> list:
+    """What DeepSpeed's ZeRO optimizer states hold besides tensors: its stage enum and
+    its loss scalers (plain attributes, set without running their code)."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+
+    return [ZeroStageEnum, LossScaler, DynamicLossScaler]
+
+
+def _enum_member(cls, name: str):
+    """Python pickles an enum member as getattr(its class, its name); this is that getattr
+    for DeepSpeed's enums alone (a general getattr would reach any attribute)."""
+    import enum
+
+    if not (isinstance(cls, type) and issubclass(cls, enum.Enum) and cls in _deepspeed_types()):
+        raise pickle.UnpicklingError(f"getattr on {cls!r} in a checkpoint: only DeepSpeed's enums are allowed")
+    return cls[name]
+
+
+def safe_load(path: str, map_location=None):
+    """torch.load with weights_only=True, DeepSpeed's types allowed; anything else in the
+    pickle (a payload that would run code) is refused before it is unpickled, naming it."""
+    allowed = [*_deepspeed_types(), (_enum_member, "__builtin__.getattr"), (_enum_member, "builtins.getattr")]
+    try:
+        with torch.serialization.safe_globals(allowed):
             return torch.load(path, map_location=map_location, weights_only=True)
-        except Exception:  # noqa: BLE001 - DeepSpeed's optimizer states hold plain Python objects
-            return torch.load(path, map_location=map_location, weights_only=False)
+    except pickle.UnpicklingError as exc:
+        from kfp_llmops.components.common.errors import InputError
+
+        lines = [line.strip() for line in str(exc).rsplit("WeightsUnpickler error:", 1)[-1].splitlines()]
+        named = [line for line in lines if "GLOBAL" in line or "unrecognized" in line or "getattr on" in line]
+        reason = (named or [line for line in lines if line] or ["unreadable"])[0].split(". Please use")[0]
+        what = "a checkpoint holds tensors and DeepSpeed's state only"
+        raise InputError(f"{path}: refused to load: {reason} ({what})") from None

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kfp_llmops.components.common import merkle
-from kfp_llmops.components.common.errors import environment_problem
+from kfp_llmops.components.common.errors import InputError, environment_problem
 from kfp_llmops.components.training.ckpt_engine import HashingCheckpointEngine
 
 STATE = {"w": torch.arange(70_000, dtype=torch.float32), "step": 3}
@@ -83,3 +83,43 @@ def test_a_full_disk_under_torchs_zip_writer_is_still_said_as_a_full_disk(room):
     problem = environment_problem(raised.value, "/ckpt/rank0.pt", "writing checkpoint")
     assert problem is not None and str(problem).startswith("writing checkpoint /ckpt/rank0.pt: no space left")
     assert environment_problem(RuntimeError("unexpected pos 704 vs 598")) is None  # no disk behind it
+
+
+class _Payload:
+    """What a planted checkpoint carries: unpickling it runs a command."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_holding_a_pickled_payload_is_refused_before_it_runs(tmp_path):
+    marker = tmp_path / "ran"
+    engine, path = _save(tmp_path, {"w": torch.ones(3), "extra": _Payload(marker)})
+    with pytest.raises(InputError, match=r"rank0.pt: refused to load: .*system"):
+        engine.load(str(path))
+    assert not marker.exists()
+    torch.load(path, weights_only=False)  # what the fallback this replaced did
+    assert marker.exists()
+
+
+def test_deepspeeds_own_state_types_load_and_no_other_getattr(tmp_path):
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+
+    state = {"zero_stage": ZeroStageEnum.weights, "loss_scaler": LossScaler(1.0), "w": torch.ones(2)}
+    engine, path = _save(tmp_path, state)
+    loaded = engine.load(str(path))
+    assert loaded["zero_stage"] is ZeroStageEnum.weights and loaded["loss_scaler"].cur_scale == 1.0
+    import enum
+
+    class Other(enum.Enum):
+        A = 1
+
+    globals()["Other"] = Other  # picklable by name, not one of DeepSpeed's
+    Other.__qualname__ = "Other"
+    engine, path = _save(tmp_path, {"e": Other.A})
+    with pytest.raises(InputError, match="refused to load"):
+        engine.load(str(path))
