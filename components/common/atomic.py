@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from typing import BinaryIO
 
 
@@ -18,6 +19,33 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _exclusive(folder: str, name: str) -> tuple[str, int]:
+    """A new file beside `name` that nobody else writes: a name of its own per writer (two
+    writers of one file never share a partial file), created exclusively and never through
+    a link planted at that name. Mode as `open` gives (the umask's), not mkstemp's 0600:
+    the images' user reads what a root process wrote."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    while True:
+        tmp = os.path.join(folder, f"{name}.{secrets.token_hex(4)}.partial")
+        try:
+            return tmp, os.open(tmp, flags, 0o666)
+        except FileExistsError:
+            continue
+
+
+def fsync_tree(path: str) -> None:
+    """Every file and folder under `path` on disk, folders after what they hold (a copy
+    that a pointer is about to name must be there after a power cut, not only its name)."""
+    for folder, _, files in os.walk(path, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(folder)
+
+
 class AtomicFile:
     """A binary file that appears at `path` only on `commit()`; `abort()` (or an
     exception inside `with`) leaves `path` as it was. Streams of any size."""
@@ -26,9 +54,9 @@ class AtomicFile:
         self.path, self.durable = path, durable
         folder, name = os.path.split(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
-        self.tmp = os.path.join(folder, f"{name}.partial")
         try:
-            self.handle: BinaryIO = open(self.tmp, "wb", buffering=buffering)
+            self.tmp, fd = _exclusive(folder, name)
+            self.handle: BinaryIO = os.fdopen(fd, "wb", buffering=buffering)
         except OSError as exc:
             from .errors import environment_problem
 
@@ -125,23 +153,64 @@ def copy2(source: str, dest: str) -> str:
         raise_as_environment_problem(exc, dest, "copying to")
 
 
-def copy_tree(source: str, dest: str) -> str:
-    """`source` copied to `dest` whole or not at all (through `dest.partial`), with hard
-    links where both are on one volume, so a second copy of the weights costs nothing."""
+def copy_tree(source: str, dest: str, link: bool = True, copy_function=copy2) -> str:
+    """`source` copied to `dest` whole or not at all: copied beside it under a name of its
+    own, on disk (files and folders fsynced) before it takes `dest`'s name; a `dest` that
+    was there is swapped with it in one step (moved aside where the file system cannot)
+    and removed only once the copy holds its name: never deleted before. With
+    `link`, hard links where both are on one volume, so a second copy of the weights costs
+    nothing; `copy_function` copies a file otherwise."""
     import shutil
 
-    partial = dest + ".partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+    parent, name = os.path.split(os.path.abspath(dest))
+    os.makedirs(parent, exist_ok=True)
+    partial = os.path.join(parent, f"{name}.{secrets.token_hex(4)}.partial")
     try:
-        shutil.copytree(source, partial, copy_function=os.link)
-    except OSError:
-        shutil.rmtree(partial, ignore_errors=True)
         try:
-            shutil.copytree(source, partial, copy_function=copy2)
-        except BaseException:
-            shutil.rmtree(partial, ignore_errors=True)  # the space it holds, and not the copy
-            raise
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(partial, dest)
+            if not link:
+                raise OSError("no links asked for")
+            shutil.copytree(source, partial, copy_function=os.link)
+        except OSError:
+            shutil.rmtree(partial, ignore_errors=True)
+            shutil.copytree(source, partial, copy_function=copy_function)
+        fsync_tree(partial)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # the space it holds, and not the copy
+        raise
+    if not os.path.lexists(dest):
+        os.replace(partial, dest)
+        fsync_dir(parent)
+        return dest
+    old = partial  # after the exchange, the old tree is here
+    if not _exchange(partial, dest):  # no RENAME_EXCHANGE here: moved aside, not deleted, first
+        old = partial[: -len(".partial")] + ".old"
+        os.replace(dest, old)
+        os.replace(partial, dest)
+    fsync_dir(parent)
+    if os.path.isdir(old) and not os.path.islink(old):
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.unlink(old)
     return dest
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap two names in one step (Linux renameat2 RENAME_EXCHANGE): at no instant is
+    either name missing. False where the kernel, libc or file system cannot."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    import errno
+
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), b)

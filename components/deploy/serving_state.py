@@ -1,7 +1,7 @@
 """The local target's state folder, changed only in ways a kill at any instant survives.
 
 state.json is the commit point. A promotion copies the repository whole to
-`repos/<root>` (through `.partial`) before state.json names it, then re-points the
+`repos/<root>` (through a partial copy, fsynced) before state.json names it, then re-points the
 `stable` / `previous` links and removes what state.json no longer names. A process
 killed anywhere leaves state.json naming the old stable or the new one, each folder
 complete; `repair` (run by the next rollout, undo or serve under the lock) finishes the
@@ -90,12 +90,8 @@ def commit_promotion(state_dir: str, repo_dir: str, record: dict) -> dict:
         repair(state_dir)
         return old
     dest = os.path.join(state_dir, REPOS_DIR, root)
-    if not os.path.isdir(dest):
-        partial = f"{dest}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        shutil.copytree(repo_dir, partial, copy_function=_copy_file)
-        os.replace(partial, dest)
+    if not os.path.isdir(dest):  # on disk, files and folders, before state.json names it
+        atomic.copy_tree(repo_dir, dest, link=False, copy_function=_copy_file)
     kill_point("before_state")
     state = {
         "stable": record,

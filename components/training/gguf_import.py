@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 
 from kfp_llmops.components.common.errors import InputError
 
@@ -68,7 +69,8 @@ def _drop_version(path: str) -> None:
 
 
 def import_gguf(gguf_path: str, out_dir: str, expect_root: str | None = None) -> str:
-    """Write `out_dir` (must not exist) from `gguf_path` and seal it; returns the root.
+    """Write `out_dir` (absent or empty: anything else is refused, nothing in it removed)
+    from `gguf_path` and seal it; returns the root.
     With `expect_root`, a folder whose root differs is refused and removed."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -76,6 +78,8 @@ def import_gguf(gguf_path: str, out_dir: str, expect_root: str | None = None) ->
 
     if os.path.exists(os.path.join(out_dir, "manifest.json")):
         raise InputError(f"{out_dir}: already holds a sealed model (remove it to import again)")
+    if os.path.lexists(out_dir) and not (os.path.isdir(out_dir) and not os.listdir(out_dir)):
+        raise InputError(f"{out_dir}: not an empty folder; import into a new or empty one (nothing there is removed)")
     arch, tensors = read_architecture(gguf_path)
     if arch not in supported_architectures():
         raise InputError(
@@ -107,8 +111,9 @@ def import_gguf(gguf_path: str, out_dir: str, expect_root: str | None = None) ->
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     parameters = sum(p.numel() for p in model.parameters())
-    staging = out_dir.rstrip("/") + ".importing"
-    shutil.rmtree(staging, ignore_errors=True)
+    parent, base = os.path.split(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f"{base}.", suffix=".importing", dir=parent)  # its own, never another's
     try:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
@@ -122,8 +127,9 @@ def import_gguf(gguf_path: str, out_dir: str, expect_root: str | None = None) ->
                 f"{gguf_path}: imported root {root} is not the pinned {expect_root} "
                 "(a different file, or a transformers that converts it differently)"
             )
+        os.chmod(staging, 0o755)  # mkdtemp's 0700: the images' user reads a model folder
         if os.path.isdir(out_dir):
-            shutil.rmtree(out_dir)
+            os.rmdir(out_dir)  # empty, as checked; something written there since stops the import
         os.rename(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -76,9 +76,14 @@ def test_bad_gguf_files_are_refused_in_one_line_and_leave_nothing(made, tmp_path
         out = tmp_path / f"out-{os.path.basename(str(path))}"
         code, _, stderr = llmops("model", "import", "--gguf", str(path), "--out", str(out))
         assert code == 2 and stderr.startswith(f"error: {path}: {message}"), stderr
-        assert (
-            len(stderr.strip().splitlines()) == 1 and not os.path.exists(out) and not os.path.exists(f"{out}.importing")
-        )
+        assert len(stderr.strip().splitlines()) == 1 and not os.path.exists(out)
+        assert not list(tmp_path.glob("*.importing"))
+    kept = tmp_path / "notes"  # a folder of the user's own, named by mistake
+    kept.mkdir()
+    (kept / "todo.txt").write_text("mine")
+    code, _, stderr = llmops("model", "import", "--gguf", made["gguf"], "--out", str(kept))
+    assert code == 2 and stderr.startswith(f"error: {kept}: not an empty folder"), stderr
+    assert os.listdir(kept) == ["todo.txt"] and (kept / "todo.txt").read_text() == "mine"
 
 
 def test_an_imported_model_trains_on_conversations_and_serves_a_request(imported, tmp_path):
