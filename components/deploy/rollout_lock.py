@@ -153,6 +153,7 @@ class Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.acquired = ""
+        self._renewed = time.monotonic()  # when the last write that holds it was sent
 
     def _read(self) -> dict | None:
         from kubernetes.client.exceptions import ApiException
@@ -207,6 +208,7 @@ class Lease:
         return True
 
     def _take(self) -> str | None:
+        sent = time.monotonic()
         old = self._read()
         spec = (old or {}).get("spec", {})
         holder = spec.get("holderIdentity")
@@ -216,31 +218,40 @@ class Lease:
             return f"{holder} since {spec.get('acquireTime', '?')}, renewed {time.time() - renewed:.0f} s ago"
         if self._write(old, self.holder):
             self.acquired = spec.get("acquireTime", "") if holder == self.holder else _now()
+            self._renewed = sent
             return None
         return f"{holder or 'another run'} (it changed while being taken)"
 
     def _renew(self) -> None:
         period = self.lock.lease_duration_s / 3
-        last_ok = time.monotonic()
         while not self._stop.wait(period):
+            sent = time.monotonic()  # the renewTime written is no later than this
             try:
                 old = self._read()
                 holder = (old or {}).get("spec", {}).get("holderIdentity")
                 if holder not in (None, self.holder):
                     self.lost = f"Lease {self.namespace}/{self.name} was taken over by {holder}"
                 elif self._write(old, self.holder):
-                    last_ok = time.monotonic()
+                    self._renewed = sent
             except (LlmopsError, OSError) as exc:
                 self.log(f"[deploy] renewing Lease {self.namespace}/{self.name} failed: {exc}")
-            if time.monotonic() - last_ok > self.lock.lease_duration_s and not self.lost:
-                self.lost = f"Lease {self.namespace}/{self.name} not renewed for {self.lock.lease_duration_s} s"
-            if self.lost:
+            if self._expiring():
                 self.log(f"[deploy] {self.lost}: this rollout no longer owns the model")
                 return
 
+    def _expiring(self) -> bool:
+        """Lost once two thirds of the duration passed without a renewal (client-go's
+        renew deadline): another run may take it at the full duration, measured from a
+        renewTime this clock cannot see exactly, so this run stops well before."""
+        deadline = self.lock.lease_duration_s * 2 / 3
+        if not self.lost and time.monotonic() - self._renewed >= deadline:
+            self.lost = f"Lease {self.namespace}/{self.name} not renewed for {deadline:.0f} s (2/3 of its duration)"
+        return self.lost is not None
+
     def check(self) -> None:
-        """Raise when another run may own the model now: nothing more may change it."""
-        if self.lost:
+        """Raise when another run may own the model now, or may soon: nothing more may
+        change it (asked before each change, not only when the renewal thread wakes)."""
+        if self._expiring():
             raise LlmopsError(f"{self.lost}; stopping this rollout before it changes the model again")
 
     def __enter__(self) -> dict:

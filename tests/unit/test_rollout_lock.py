@@ -198,3 +198,25 @@ def test_two_runs_taking_a_free_lease_at_once_never_both_get_it():
     assert sorted(v is None for v in results.values()) == [False, True]
     loser = next(k for k, v in results.items() if v is not None)
     assert "changed while being taken" in results[loser] and api.obj["spec"]["holderIdentity"] != loser
+
+
+def test_a_holder_whose_renewals_fail_gives_up_at_two_thirds_of_the_duration(monkeypatch):
+    """Another run may take the Lease once its full duration passed since the last renewTime;
+    the holder must stop before then, asked at each change, not at the renewal thread's pace."""
+    api = LeaseApi()
+    mine = _lease(api, "run-a", lease_duration_s=6)
+    with mine:
+        start = time.monotonic()
+
+        def down(*args, **kwargs):
+            raise ApiException(status=503, reason="Service Unavailable")
+
+        monkeypatch.setattr(api, "replace_namespaced_lease", down)
+        mine.check()  # renewed a moment ago
+        clock = time.monotonic
+        monkeypatch.setattr(time, "monotonic", lambda: clock() + 4.05)  # 2/3 of 6 s later, no renewal since
+        with pytest.raises(LlmopsError, match=r"not renewed for 4 s \(2/3 of its duration\); stopping"):
+            mine.check()
+        monkeypatch.setattr(time, "monotonic", clock)
+        assert time.monotonic() - start < 2  # said at once, by check, not after a renewal period
+    assert api.obj["spec"]["holderIdentity"] == "run-a"  # a lost hold is not released by its loser
