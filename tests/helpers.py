@@ -1,3 +1,4 @@
+import ipaddress
 import json
 import os
 import subprocess
@@ -131,3 +132,51 @@ def serve_process(state: str, *args: str):
         text=True,
         env={**os.environ, "LLMOPS_NO_PROGRESS": "1"},
     )
+
+
+def descendants(pid: int) -> set[int]:
+    """`pid` and every process under it, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        out.add(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def listening(pids: set[int]) -> set[tuple[str, int]]:
+    """The TCP addresses (IPv4 and IPv6) these processes listen on: (address, port), from /proc."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="utf-8") as handle:
+            for row in handle.readlines()[1:]:
+                cols = row.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # LISTEN
+                    addr, port = cols[1].split(":")
+                    if len(addr) == 8:
+                        ip = ".".join(str(int(addr[i : i + 2], 16)) for i in (6, 4, 2, 0))
+                    else:  # IPv6, as the kernel prints it: four little-endian words
+                        words = [addr[i : i + 8] for i in range(0, 32, 8)]
+                        raw = bytes.fromhex("".join(w[6:8] + w[4:6] + w[2:4] + w[0:2] for w in words))
+                        six = ipaddress.IPv6Address(raw)
+                        ip = str(six.ipv4_mapped or six)  # gRPC listens on ::ffff:127.0.0.1
+                    out.add((ip, int(port, 16)))
+    return out

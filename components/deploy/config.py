@@ -235,7 +235,11 @@ class Lock(_Section):
 class Local(_Section):
     state_dir: str = Field("", description="Where the promoted repositories live; default next to the outputs.")
     startup_timeout_s: float = Field(120.0, gt=0)
-    host: str = "127.0.0.1"
+    host: str = Field(
+        "127.0.0.1",
+        description="The address nginx listens on; Triton, its OpenAI front ends and Prometheus listen on loopback "
+        "only, whatever this says.",
+    )
 
 
 class Cluster(_Section):

@@ -22,7 +22,7 @@ from .config import DeployConfig
 from .loadgen import LoadGenerator, sized_concurrency
 from .nginx_split import NginxSplit
 from .prometheus import LocalPrometheus, PromQL
-from .triton_local import TritonServer, http_get
+from .triton_local import LOOPBACK, TritonServer, http_get
 
 
 class LocalTarget:
@@ -75,18 +75,26 @@ class LocalTarget:
         for server in (self.stable, self.canary):  # both load in parallel, then wait
             if server is not None:
                 server.wait_ready(timeout)
-        self.split = NginxSplit(self.work, self.stable.backend if self.stable else None, self.canary.backend, host)
+        self.split = NginxSplit(
+            self.work,
+            self.stable.backend if self.stable else None,
+            self.canary.backend,
+            host,
+            model=self.cfg.serving.model_name,
+        )
         self.split.start(0 if has_stable else 100)
         serving_state.note_process(self.state_dir, self.split.proc.pid)
         if self.cfg.metrics.source == "prometheus":
             url = self.cfg.metrics.prometheus_url
             if not url:
                 targets = {
-                    role: f"{host}:{s.metrics_port}"
+                    role: f"{LOOPBACK}:{s.metrics_port}"
                     for role, s in (("stable", self.stable), ("canary", self.canary))
                     if s
                 }
-                self.prometheus = LocalPrometheus(self.work, targets, self.cfg.metrics.scrape_interval_s, host).start()
+                self.prometheus = LocalPrometheus(
+                    self.work, targets, self.cfg.metrics.scrape_interval_s, LOOPBACK
+                ).start()
                 serving_state.note_process(self.state_dir, self.prometheus.proc.pid)
                 url = self.prometheus.url
             self.promql = PromQL(url)
@@ -99,7 +107,7 @@ class LocalTarget:
             repo,
             self.work,
             role,
-            cfg.local.host,
+            LOOPBACK,  # behind nginx only: its own ports never face the network
             self.server_env,
             cfg.serving.model_name,
             cfg.frontend_limits,
@@ -209,10 +217,12 @@ class LocalTarget:
             ld.max_new_tokens,
             self.concurrency,
             ld.timeout_s,
+            headers=self.split.operator_headers,  # X-Upstream names the side of each answer
         )
 
     def smoke(self, watermark=None, tokenizer=None) -> dict:
-        return smoke.run(self.split.url, self.cfg, watermark, tokenizer)
+        pinned = {**smoke.CANARY, **self.split.operator_headers}
+        return smoke.run(self.split.url, self.cfg, watermark, tokenizer, pinned)
 
     def interfaces(self) -> tuple[dict, dict, dict, dict] | None:
         """(stable metadata, stable config, canary metadata, canary config), straight from the servers."""
@@ -291,11 +301,11 @@ def serving(
     info = repository.verify(folder, rec["model_root"], rec["repository_root"])
     work = tempfile.mkdtemp(prefix="llmops-serve-")
     env = {"LLMOPS_WATERMARK_KEY_FILE": os.path.abspath(key_file)} if key_file else {}
-    server = TritonServer(folder, work, "stable", host, env, info["model_name"], cfg.frontend_limits)
+    server = TritonServer(folder, work, "stable", LOOPBACK, env, info["model_name"], cfg.frontend_limits)
     split = None
     try:
         server.start().wait_ready(cfg.local.startup_timeout_s)
-        split = NginxSplit(work, None, server.backend, host, port).start(100)
+        split = NginxSplit(work, None, server.backend, host, port, info["model_name"]).start(100)
         yield split.url, {**info, "server": server}
     finally:
         for part in (split, server):
@@ -325,7 +335,7 @@ def serve(
                 f"{info['model_root'][:16]}…, engine {info['settings'].get('engine', 'transformers')}): OpenAI API "
                 f"at {url}/v1 (chat/completions, completions, models), Triton's at "
                 f"{url}/v2/models/{info['model_name']}/generate and generate_stream; metrics at "
-                f"http://{host}:{info['server'].metrics_port}/metrics; Ctrl-C stops"
+                f"http://{LOOPBACK}:{info['server'].metrics_port}/metrics (this host only); Ctrl-C stops"
             )
             while not stop:
                 if not info["server"].alive():

@@ -1,14 +1,24 @@
 """nginx in front of stable and canary: weighted upstreams (reloaded at each step, no
-dropped traffic), `X-Canary: always|never` to pin a request, the serving upstream echoed
-in `X-Upstream` so clients can attribute every response, and responses passed through
-unbuffered so a stream's pieces arrive as they are generated.
+dropped traffic), and responses passed through unbuffered so a stream's pieces arrive as
+they are generated.
 
-Each side is a Triton server and its OpenAI-compatible front end (`Backend`): `/v1/` goes
-to the front ends, everything else to the Triton servers, split by the same weights."""
+It passes the answer endpoints only: Triton's generate and generate_stream, server and
+model readiness and model metadata, and the OpenAI-compatible paths (`/v1/` to the front
+ends, split by the same weights); every other path (Triton's model-repository, shared
+memory, statistics, trace, logging and model-config APIs) is a 404 here. Each side is a
+Triton server and its OpenAI front end (`Backend`), listening on loopback only.
+
+Pinning a request to one side (`X-Canary: always|never`) and the serving upstream's
+address (`X-Upstream`, which the controller's load and smoke tests use to attribute each
+response) are for the operator alone: honoured and sent only with `X-Operator-Key`, a
+secret made for each nginx and known to the process that started it; from anyone else
+both are ignored, and neither header reaches the servers."""
 
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -20,12 +30,14 @@ from kfp_llmops.components.common.errors import InputError, LlmopsError
 
 from .triton_local import die_with_parent, free_ports, http_get, stop_group
 
+OPERATOR_HEADER = "X-Operator-Key"
 _CONF = """worker_processes 1;
 pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
 events {{ worker_connections 512; }}
 http {{
     access_log off;
+    server_tokens off;
     client_body_temp_path {dir}/tmp/body;
     proxy_temp_path {dir}/tmp/proxy;
     fastcgi_temp_path {dir}/tmp/fastcgi;
@@ -43,28 +55,40 @@ http {{
     upstream canary {{ server {canary}; keepalive 8; }}
     upstream stable_v1 {{ server {stable_v1}; keepalive 8; }}
     upstream canary_v1 {{ server {canary_v1}; keepalive 8; }}
-    map $http_x_canary $pool {{ default weighted; always canary; never stable; }}
+    map $http_x_operator_key $operator {{ default 0; "{operator}" 1; }}
+    map "$operator:$http_x_canary" $pool {{ default weighted; "1:always" canary; "1:never" stable; }}
+    map $operator $shown_upstream {{ default ""; 1 $upstream_addr; }}
     server {{
         listen {host}:{port};
         location = /nginx-health {{ return 200 "ok"; }}
-        location /v1/ {{
+        location = /v2/health/ready {{
+            proxy_pass http://$pool;
+{proxied}
+        }}
+        location ~ ^/v2/models/{model}(/versions/[0-9]+)?(/ready|/generate|/generate_stream)?$ {{
+            proxy_pass http://$pool;
+{proxied}
+        }}
+        location ~ ^/v1/(chat/completions|completions|models)$ {{
             proxy_pass http://${{pool}}_v1;
 {proxied}
         }}
         location / {{
-            proxy_pass http://$pool;
-{proxied}
+            default_type application/json;
+            return 404 '{{"error": "not found"}}';
         }}
     }}
 }}
 """
 _PROXIED = """            proxy_http_version 1.1;
             proxy_set_header Connection "";
+            proxy_set_header X-Operator-Key "";
+            proxy_set_header X-Canary "";
             proxy_next_upstream error timeout;
             proxy_read_timeout 120s;
             proxy_buffering off;              # server-sent events reach the client as each piece is sent
             client_max_body_size 16m;
-            add_header X-Upstream $upstream_addr always;"""
+            add_header X-Upstream $shown_upstream always;"""
 
 
 @dataclass(frozen=True)
@@ -93,14 +117,32 @@ def upstream_lines(stable: str | None, canary: str, canary_percent: int) -> str:
 
 
 class NginxSplit:
-    def __init__(self, work: str, stable: Backend | None, canary: Backend, host: str = "127.0.0.1", port: int = 0):
-        """`port` 0: a free one."""
+    def __init__(
+        self,
+        work: str,
+        stable: Backend | None,
+        canary: Backend,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        model: str = "llm",
+    ):
+        """`port` 0: a free one; `model`: the served model's name, the one whose endpoints
+        pass (Triton reads /v2/models/stats as statistics, not a model named stats)."""
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", model) or model == "stats":
+            raise InputError(f"serving.model_name: {model!r} cannot be served behind nginx")
+        self.model = model
         self.dir = os.path.abspath(os.path.join(work, "nginx"))
         self.stable, self.canary, self.host = stable, canary, host
         self.port = port
         self.canary_percent = 0
         self.proc: subprocess.Popen | None = None
         self.nginx = find_nginx()
+        self.operator_key = secrets.token_urlsafe(24)  # [A-Za-z0-9_-]: safe inside the config's quotes
+
+    @property
+    def operator_headers(self) -> dict:
+        """What the operator's own requests carry: X-Canary honoured, X-Upstream sent back."""
+        return {OPERATOR_HEADER: self.operator_key}
 
     @property
     def url(self) -> str:
@@ -121,8 +163,12 @@ class NginxSplit:
             weighted=upstream_lines(stable and stable.triton, canary.triton, self.canary_percent),
             weighted_v1=upstream_lines(stable and stable.openai, canary.openai, self.canary_percent),
             proxied=_PROXIED,
+            operator=self.operator_key,
+            model=re.escape(self.model),
         )
-        atomic.write_text(os.path.join(self.dir, "nginx.conf"), text)
+        path = os.path.join(self.dir, "nginx.conf")
+        atomic.write_text(path, text)
+        os.chmod(path, 0o600)  # it holds the operator key
 
     def _cmd(self, *extra: str) -> list[str]:
         return [self.nginx, "-p", self.dir, "-c", os.path.join(self.dir, "nginx.conf"), *extra]

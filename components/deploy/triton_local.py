@@ -6,6 +6,7 @@ everything it started."""
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -16,6 +17,12 @@ import urllib.request
 from kfp_llmops.components.common.errors import LlmopsError
 
 from . import serving_env
+
+# Triton's APIs that change or reveal the server rather than answer: model load/unload,
+# shared-memory regions, statistics, tracing and logging settings.
+LOOPBACK = "127.0.0.1"  # where every server but nginx listens
+ADMIN_APIS = "model-repository,shared-memory,statistics,trace,logging"
+_ADMIN_HEADER = "triton-admin-key"
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -168,6 +175,10 @@ class TritonServer:
             "0",
             "--exit-timeout-secs",
             "5",
+            # Triton's admin APIs need a header whose value nobody is given: closed even to
+            # a process on this host (nginx passes the answer endpoints only anyway).
+            f"--http-restricted-api={ADMIN_APIS}:{_ADMIN_HEADER}={secrets.token_urlsafe(24)}",
+            f"--grpc-restricted-protocol={ADMIN_APIS}:{_ADMIN_HEADER}={secrets.token_urlsafe(24)}",
         ]
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(

@@ -66,7 +66,14 @@ def nginx_overhead(target, n: int = 300) -> dict:
     host, port = target.stable.address.split(":")
     direct = LoadGenerator(host, int(port), "llm", {}, ["hi"], 1, 1)
     proxied = LoadGenerator(
-        target.split.host, target.split.port, "llm", {}, ["hi"], 1, 1, headers={"X-Canary": "never"}
+        target.split.host,
+        target.split.port,
+        "llm",
+        {},
+        ["hi"],
+        1,
+        1,
+        headers={"X-Canary": "never", **target.split.operator_headers},
     )
     out = {}
     for _ in range(2):  # interleave twice against drift, keep the better of each

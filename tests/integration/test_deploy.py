@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from helpers import SERVED_PROMPTS, serve_process, tiny_model
+from helpers import SERVED_PROMPTS, descendants, listening, serve_process, tiny_model
 from kfp_llmops.components.common import integrity
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.records import read_serving_state as read_state
@@ -447,25 +447,49 @@ def test_the_server_answers_as_evaluation_judged_streamed_or_not(released, tmp_p
 
 def test_deploy_serve_runs_the_promoted_model_until_told_to_stop(released, tmp_path):
     """`llmops deploy serve`: the URL on the first line, a chat answered through it as the
-    promoted model answers, everything stopped on SIGTERM."""
+    promoted model answers, everything stopped on SIGTERM. Served on every interface, only
+    nginx faces the network: Triton, its front end and its metrics listen on loopback, and
+    Triton's admin APIs are refused even there (a header nobody is given)."""
     import signal
 
-    proc = serve_process(released["state"], "--key-file", released["key"])
+    from kfp_llmops.components.deploy.triton_local import http_get
+
+    proc = serve_process(released["state"], "--key-file", released["key"], "--host", "0.0.0.0")
     try:
         first = proc.stdout.readline()
         url = first.split()[0]
         chat = [{"role": "user", "content": "Tell me about item 3."}]
         status, text = _ask(url, chat, stream=True)
         assert status == 200 and text == _ask(url, chat)[1]
+        port = int(url.rsplit(":", 1)[1])
+        listeners = listening(descendants(proc.pid))
+        assert ("0.0.0.0", port) in listeners and len(listeners) >= 5, listeners  # nginx; Triton x3; front end
+        assert {ip for ip, p in listeners if p != port} == {"127.0.0.1"}, listeners
+        triton = [p for ip, p in listeners if p != port and _ready(p)]
+        assert len(triton) == 1, listeners
+        for path in ("/v2/models/stats", "/v2/repository/index", "/v2/logging", "/v2/trace/setting"):
+            assert http_get(f"http://127.0.0.1:{triton[0]}{path}")[0] == 403, path
+            assert http_get(f"{url}{path}")[0] == 404, path
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert url.startswith("http://127.0.0.1:") and "serving llm version 1" in first
+    assert url.startswith("http://0.0.0.0:") and "serving llm version 1" in first
     assert _no_servers_left()
     code = main(["deploy", "serve", "--state", str(tmp_path / "empty")])
     assert code == 2
+
+
+def _ready(port: int) -> bool:
+    """Whether a loopback port is Triton's HTTP endpoint (its server metadata names it)."""
+    from kfp_llmops.components.deploy.triton_local import http_get
+
+    try:
+        status, body = http_get(f"http://127.0.0.1:{port}/v2", 2.0)
+        return status == 200 and json.loads(body).get("name") == "triton"
+    except Exception:  # noqa: BLE001 - gRPC's port does not speak HTTP/1.1, metrics' no JSON
+        return False
 
 
 def test_a_watermark_nobody_verified_is_never_served(released, tmp_path, capsys):
