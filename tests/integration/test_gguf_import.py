@@ -141,7 +141,7 @@ def test_an_imported_model_trains_on_conversations_and_serves_a_request(imported
 
     chat = talks[0]["messages"][:2]
     with serving(state, key_file=str(key)) as (url, info):
-        got = llm_client.ask(url, "llm", llm_client.body(chat, stream=True))
+        got = llm_client.ask(url, "llm", llm_client.request(chat, stream=True))
     model, tok = load_model(model_dir)
     assert has_chat_template(tok) and tok.decode(prompt_ids(tok, chat)).startswith("<|im_start|>system\nYou are brief.")
     marked = logits_processor(watermark_params({"kgw": {"delta": 4.0}}).watermark(987654321, len(tok)))
