@@ -335,7 +335,7 @@ def serve(
                 f"{info['model_root'][:16]}…, engine {info['settings'].get('engine', 'transformers')}): OpenAI API "
                 f"at {url}/v1 (chat/completions, completions, models), Triton's at "
                 f"{url}/v2/models/{info['model_name']}/generate and generate_stream; metrics at "
-                f"http://{LOOPBACK}:{info['server'].metrics_port}/metrics (this host only); Ctrl-C stops"
+                f"http://{LOOPBACK}:{info['server'].metrics_port}/metrics; Ctrl-C stops"
             )
             while not stop:
                 if not info["server"].alive():

@@ -18,10 +18,7 @@ TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
 # Latency is not what these runs judge (test_deploy's drills do): two servers of the same
 # model on two busy cores differ by 2x in a 3 s interval, so the tolerance is wide, and a
 # canary the noise still rolls back fails no pipeline.
-# The canary runs serve on the transformers loop (vLLM's engine, two of them a rollout, is
-# tested in test_deploy and test_vllm_serving; the first release here is served on it).
 CANARY = (
-    "serving: {engine: transformers}\n"
     "interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
     "gate: {min_requests: 10, latency_tolerance: 3.0}\nfail_on_rollback: false\n"
 )
