@@ -166,12 +166,14 @@ def copy_tree(source: str, dest: str, link: bool = True, copy_function=copy2) ->
     os.makedirs(parent, exist_ok=True)
     partial = os.path.join(parent, f"{name}.{secrets.token_hex(4)}.partial")
     try:
-        try:
-            if not link:
-                raise OSError("no links asked for")
-            shutil.copytree(source, partial, copy_function=os.link)
-        except OSError:
-            shutil.rmtree(partial, ignore_errors=True)
+        linked = False
+        if link:
+            try:
+                shutil.copytree(source, partial, copy_function=os.link)
+                linked = True
+            except OSError:  # another volume: copied instead
+                shutil.rmtree(partial, ignore_errors=True)
+        if not linked:
             shutil.copytree(source, partial, copy_function=copy_function)
         fsync_tree(partial)
     except BaseException:
