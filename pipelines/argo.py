@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from kfp_llmops.components import images
 from kfp_llmops.components.common import records
-from kfp_llmops.components.common.k8s import DEFAULT_NAMESPACE
+from kfp_llmops.components.common.k8s import DEFAULT_NAMESPACE, TASK_LABEL
 
 from . import params as P
 from .release import (
@@ -202,6 +202,7 @@ def workflow_template(pipeline: str, name: str, namespace: str = DEFAULT_NAMESPA
             "onExit": "release-record",
             "serviceAccountName": "llmops-pipeline",
             "automountServiceAccountToken": False,
+            "podMetadata": {"labels": dict(TASK_LABEL)},
             "executor": {"serviceAccountName": EXECUTOR_SA},
             "imagePullSecrets": [{"name": PULL_SECRET}],
             "arguments": {

@@ -9,7 +9,7 @@ import os
 
 import yaml
 
-from kfp_llmops.components.common.k8s import DEFAULT_NAMESPACE
+from kfp_llmops.components.common.k8s import DEFAULT_NAMESPACE, TASK_LABEL
 from kfp_llmops.components.deploy import DeployConfig
 from kfp_llmops.components.deploy.cluster import LABELS, render_httproute, render_inference_service
 from kfp_llmops.components.training.config import MultiNodeSettings
@@ -33,7 +33,7 @@ def _sa(name: str, component: str) -> dict:
         "apiVersion": "v1",
         "kind": "ServiceAccount",
         "metadata": _meta(name, **{"kfp-llmops/component": component}),
-        "automountServiceAccountToken": component not in ("pipeline", "argo-executor"),
+        "automountServiceAccountToken": component not in ("pipeline", "argo-executor", "serving"),
     }
 
 
@@ -52,20 +52,32 @@ def _binding(name: str) -> dict:
 
 
 def rbac() -> list[dict]:
-    """Only the deploy, training and data components talk to the API, each to its own kinds."""
+    """Only the deploy, training and data components talk to the API, each to its own kinds;
+    the served model has an account of its own that holds nothing and mounts no token."""
+    served = DeployConfig().cluster.service_name  # another name: patch these resourceNames with kustomize
     deploy_rules = [
+        # server-side apply only (a PATCH naming the object, so `create` is checked with its name)
         {
             "apiGroups": ["serving.kserve.io"],
             "resources": ["inferenceservices"],
-            "verbs": ["get", "list", "watch", "patch", "update"],
+            "resourceNames": [served],
+            "verbs": ["get", "create", "patch"],
         },
         {
             "apiGroups": ["gateway.networking.k8s.io"],
             "resources": ["httproutes"],
-            "verbs": ["get", "list", "watch", "patch", "update"],
+            "resourceNames": [served],
+            "verbs": ["get", "create", "patch"],
         },
-        # one rollout per served model: the Lease `<service>-rollout` (deploy/rollout_lock.py)
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+        # one rollout per served model: the Lease `<service>-rollout` (deploy/rollout_lock.py);
+        # a POST carries no name for RBAC to check, so `create` cannot be narrowed
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [f"{served}-rollout"],
+            "verbs": ["get", "update"],
+        },
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     ]
     # train_zero3 with multinode.nodes > 1: creates its TrainJob, follows its pods and the launcher's log.
     train_rules = [
@@ -91,6 +103,7 @@ def rbac() -> list[dict]:
     ]
     return [
         _sa("llmops-pipeline", "pipeline"),
+        _sa(DeployConfig().cluster.service_account, "serving"),
         _sa("llmops-deploy", "deploy"),
         _role("llmops-deploy", deploy_rules),
         _binding("llmops-deploy"),
@@ -133,10 +146,21 @@ def volumes() -> list[dict]:
     ]
 
 
+PRIVATE = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16"]
+
+
 def network_policies() -> list[dict]:
+    """Every pod of the project is isolated (nothing reaches it unless a policy below lets
+    it); the pods that must be reached are let in from their peers only: Ray's head and
+    workers from each other and KubeRay's submitter, a TrainJob's nodes from each other,
+    the served model from the gateway, Knative and the pipeline's tasks on the ports
+    KServe's Triton, Knative's queue-proxy and the gateway form's Triton really listen on,
+    and its metrics from Prometheus. The served model's egress is DNS and HTTPS outside
+    the cluster's private ranges (the storage initializer's download), nothing else."""
+
     def policy(name, selector, ingress, egress=None):
         spec = {
-            "podSelector": {"matchLabels": selector},
+            "podSelector": selector,
             "policyTypes": ["Ingress"] + (["Egress"] if egress is not None else []),
             "ingress": ingress,
         }
@@ -144,22 +168,46 @@ def network_policies() -> list[dict]:
             spec["egress"] = egress
         return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(name), "spec": spec}
 
-    serving = {"serving.kserve.io/inferenceservice": "llm"}
-    gateway = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway-system"}}}]
-    monitoring = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
-    pipeline_pods = [{"podSelector": {"matchLabels": {"app.kubernetes.io/part-of": "kfp-llmops"}}}]
+    def namespaces(*names):
+        return [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}} for n in names]
+
+    def having(label, **match):
+        return {"matchLabels": {**PART_OF, **match}, "matchExpressions": [{"key": label, "operator": "Exists"}]}
+
+    def tcp(*ports):
+        return [{"protocol": "TCP", "port": p} for p in ports]
+
+    serving = {"matchLabels": {"serving.kserve.io/inferenceservice": DeployConfig().cluster.service_name}}
+    tasks = [{"podSelector": {"matchLabels": dict(TASK_LABEL)}}]
+    ray = having("ray.io/cluster")
+    ray_peers = [
+        {"podSelector": {"matchExpressions": [{"key": "ray.io/cluster", "operator": "Exists"}]}},
+        {"podSelector": {"matchLabels": {"ray.io/originated-from-crd": "RayJob"}}},  # KubeRay's submitter
+    ]
+    trainjob = having("trainer.kubeflow.org/trainjob-name")
+    train_peers = [
+        {"podSelector": {"matchExpressions": [{"key": "trainer.kubeflow.org/trainjob-name", "operator": "Exists"}]}}
+    ]
+    dns = {"to": namespaces("kube-system"), "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    outside = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": PRIVATE}}], "ports": tcp(443)}
     return [
-        policy("llmops-stages-deny-ingress", {"app.kubernetes.io/part-of": "kfp-llmops"}, []),
+        policy("llmops-deny-ingress", {"matchLabels": dict(PART_OF)}, []),
+        policy("llmops-tasks-deny-ingress", {"matchLabels": dict(TASK_LABEL)}, []),
+        policy("llmops-ray", ray, [{"from": ray_peers}]),
+        policy("llmops-trainjob", trainjob, [{"from": train_peers}]),
         policy(
             "llmops-serving",
             serving,
             [
                 {
-                    "from": gateway + pipeline_pods,
-                    "ports": [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8001}],
+                    "from": namespaces("gateway-system", "knative-serving", "kourier-system", "istio-system") + tasks,
+                    # gateway form: Triton 8000/8001; KServe: Triton 8080/9000 behind queue-proxy 8012/8013,
+                    # whose autoscaling metrics Knative reads on 9090
+                    "ports": tcp(8000, 8001, 8080, 9000, 8012, 8013, 9090),
                 },
-                {"from": monitoring + pipeline_pods, "ports": [{"protocol": "TCP", "port": 8002}]},
+                {"from": namespaces("monitoring"), "ports": tcp(8002, 9091)},
             ],
+            [dns, outside],
         ),
     ]
 

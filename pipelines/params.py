@@ -45,7 +45,14 @@ ALL = {
         Param(
             "checkpoint_uri",
             None,
-            "URI of an earlier run's checkpoints artifact; training resumes from its newest checkpoint that verifies.",
+            "URI of an earlier run's checkpoints artifact; training resumes from the checkpoint in it whose "
+            "Merkle root is checkpoint_root.",
+        ),
+        Param(
+            "checkpoint_root",
+            None,
+            "The checkpoint's Merkle root (64 hex digits: the earlier run's checkpoints output's merkle_root); "
+            "nothing is loaded from checkpoint_uri unless a checkpoint there verifies to it.",
         ),
         _config("data_config", "validate_dataset", '{"gate": {"max_reject_rate": 0.2}}'),
         Param(
@@ -202,6 +209,7 @@ PIPELINE_PARAMS = {
         "model_uri",
         "model_root",
         "checkpoint_uri",
+        "checkpoint_root",
         "data_config",
         "pii_policy",
         "data_engine",

@@ -28,6 +28,7 @@ import inspect
 from kfp import dsl
 from kfp.dsl.pipeline_channel import PipelineChannel
 
+from kfp_llmops.components.common.k8s import TASK_LABEL
 from kfp_llmops.components.data_validation.component import validate_dataset
 from kfp_llmops.components.deploy.component import triton_canary_deploy
 from kfp_llmops.components.evaluation.component import evaluate_llm
@@ -131,6 +132,8 @@ class _Form:
         self.size(task, *(size or FIXED_SIZE[name]))
         kubernetes.set_timeout(task, TIMEOUT[name])
         kubernetes.set_image_pull_secrets(task, [PULL_SECRET])
+        for label, value in TASK_LABEL.items():
+            kubernetes.add_pod_label(task, label, value)
         kubernetes.mount_pvc(task, pvc_name=self.p["release_pvc"], mount_path=RELEASE_MOUNT)
         if key:
             kubernetes.use_secret_as_volume(task, secret_name=KEY_SECRET, mount_path=KEY_MOUNT)
@@ -282,7 +285,7 @@ def _continue_training(f: _Form) -> None:
     raw = _import(f.p["dataset_uri"], dsl.Dataset, "import-dataset")
     eval_set = _import(f.p["eval_dataset_uri"], dsl.Dataset, "import-eval-dataset")
     model = _import(f.p["model_uri"], dsl.Model, "import-model", f.p["model_root"])
-    ckpt = _import(f.p["checkpoint_uri"], dsl.Artifact, "import-checkpoints")
+    ckpt = _import(f.p["checkpoint_uri"], dsl.Artifact, "import-checkpoints", f.p["checkpoint_root"])
     pinned = _pin(f)
     validated = _validate(f, raw.output, pinned)
     with dsl.If(validated.outputs["Output"] == True, name="data-gate-passed"):  # noqa: E712

@@ -45,10 +45,16 @@ def check_turns(value: Any, field: str = "messages", min_chars: int = 1) -> list
     return turns
 
 
-def prompt_turns(value: Any, field: str = "messages") -> list[dict]:
+def prompt_turns(value: Any, field: str = "messages", max_turns: int = 0, max_chars: int = 0) -> list[dict]:
     """The turns of a chat request: a conversation that ends with the user's turn, which
-    the answer follows; TurnError otherwise."""
+    the answer follows; TurnError otherwise. A server's bounds (`max_turns`, `max_chars`
+    over all turns; 0: none) are checked before anything renders or tokenizes it."""
+    if max_turns and isinstance(value, list) and len(value) > max_turns:
+        raise TurnError("too_long", field, f"{len(value)} turns; this server takes at most {max_turns}")
     turns = _turns(value, field, 1)
+    chars = sum(len(t["content"]) for t in turns)
+    if max_chars and chars > max_chars:
+        raise TurnError("too_long", field, f"{chars} characters; this server takes at most {max_chars}")
     if turns[-1]["role"] != "user":
         raise TurnError(
             "bad_turn",

@@ -8,12 +8,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import InputError
 
+# Below this, logits divided by the temperature overflow (inf - inf is NaN): greedy decoding
+# is asked for as such, not as a temperature near 0.
+MIN_TEMPERATURE = 0.01
+
 
 class Decoding(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     do_sample: bool = Field(False, description="False: greedy, the default evaluation blesses.")
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=100.0)
     top_k: int = Field(0, ge=0, description="0: no top-k cut.")
     top_p: float = Field(1.0, gt=0, le=1, description="1: no nucleus cut.")
     max_new_tokens: int = Field(24, ge=1, description="A bound: answers end at the model's EOS.")

@@ -9,6 +9,9 @@ from __future__ import annotations
 import os
 
 DEFAULT_NAMESPACE = "kubeflow"
+# Every task pod of the pipelines carries this label (Argo's podMetadata, KFP's pod
+# labels): the NetworkPolicies let those pods, and no others, reach the served model.
+TASK_LABEL = {"kfp-llmops/pipeline-task": "true"}
 POD_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 

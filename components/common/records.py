@@ -309,7 +309,7 @@ STAGES = (
             ("gpus", Param("gpu_count", "0")),
             ("signing_key_file", Param("signing_key_file")),
         ),
-        params=("train_config", "gpu_count", "model_uri", "model_root", "checkpoint_uri"),
+        params=("train_config", "gpu_count", "model_uri", "model_root", "checkpoint_uri", "checkpoint_root"),
     ),
     Stage(
         "evaluate_llm",

@@ -49,6 +49,7 @@ def render_inference_service(
         limits["nvidia.com/gpu"] = str(c.gpus)
     predictor: dict = {
         "serviceAccountName": c.service_account,
+        "automountServiceAccountToken": False,  # the model never talks to the Kubernetes API
         "minReplicas": 1,
         "model": {
             "modelFormat": {"name": "triton"},
@@ -87,9 +88,18 @@ def render_inference_service(
     }
 
 
+def answer_paths(cfg: DeployConfig) -> list[str]:
+    """What the route passes: server readiness and the served model's metadata, readiness
+    and generate endpoints. Everything else (Triton's model-repository, shared-memory,
+    statistics, trace and logging APIs) matches no rule, which the Gateway answers 404."""
+    model = f"/v2/models/{cfg.serving.model_name}"
+    return ["/v2/health/ready", model, f"{model}/ready", f"{model}/generate", f"{model}/generate_stream"]
+
+
 def render_httproute(cfg: DeployConfig, canary_percent: int, model_root: str | None = None) -> dict:
     """`model_root`: the model production serves through this route (the promoted one),
-    kept as an annotation so the next release knows what it replaces."""
+    kept as an annotation so the next release knows what it replaces. No rule lets a
+    client pick a side: the controller smoke-tests the canary at its own Service."""
     c = cfg.cluster
     canary = {"group": "", "kind": "Service", "name": c.canary_service, "port": c.port}
     stable = {"group": "", "kind": "Service", "name": c.stable_service, "port": c.port}
@@ -107,11 +117,7 @@ def render_httproute(cfg: DeployConfig, canary_percent: int, model_root: str | N
             "hostnames": [c.hostname],
             "rules": [
                 {
-                    "matches": [{"headers": [{"type": "Exact", "name": "X-Canary", "value": "always"}]}],
-                    "backendRefs": [dict(canary, weight=1)],
-                },
-                {
-                    "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                    "matches": [{"path": {"type": "Exact", "value": path}} for path in answer_paths(cfg)],
                     "backendRefs": [dict(stable, weight=100 - canary_percent), dict(canary, weight=canary_percent)],
                 },
             ],
@@ -345,7 +351,13 @@ class ClusterTarget:
         )
 
     def smoke(self, watermark=None, tokenizer=None) -> dict:
-        return smoke.run(self.url, self.cfg, watermark, tokenizer, api="triton")
+        """Gateway target: at the canary's own Service (in the cluster; `cluster.url` set:
+        through the route, weighted). KServe: through the InferenceService, weighted."""
+        c = self.cfg.cluster
+        if self.cfg.target == "gateway" and not c.url:
+            url = f"http://{c.canary_service}.{self.namespace}.svc.cluster.local:{c.port}"
+            return smoke.run(url, self.cfg, watermark, tokenizer, {}, api="triton")
+        return smoke.run(self.url, self.cfg, watermark, tokenizer, dict(self.headers), api="triton")
 
     def interfaces(self):
         """(stable metadata, stable config) from the live model over the Open Inference

@@ -66,6 +66,32 @@ class Serving(_Section):
     )
 
 
+class FrontDoor(_Section):
+    """What one client may send and hold open at the serving front door (nginx, the
+    OpenAI front end and the served model): bounds checked before a prompt is tokenized,
+    so no single request or client can stall the server for the others."""
+
+    max_body_bytes: int = Field(262144, ge=1024, description="A request body above this is a 413 at nginx.")
+    body_timeout_s: int = Field(10, ge=1, description="A client that sends its headers or body slower is cut off.")
+    connections_per_client: int = Field(32, ge=1, description="Open requests per client address; more get a 429.")
+    requests_per_s_per_client: int = Field(20, ge=1, description="Sustained request rate per client address.")
+    burst: int = Field(40, ge=0, description="Requests above that rate taken at once before the 429s start.")
+    max_turns: int = Field(64, ge=1, description="Turns of a chat; more is a 400 before the template runs.")
+    max_prompt_chars: int = Field(
+        32768, ge=1, description="Characters of a prompt (all turns of a chat); more is a 400 before tokenizing."
+    )
+    api_keys_file: str = Field(
+        "",
+        description="Local target: the API keys clients must send (Authorization: Bearer), one per line. Empty: "
+        "none asked where local.host is loopback; elsewhere a key is made in <state_dir>/api-keys.",
+    )
+
+    @property
+    def prompt_limits(self) -> dict:
+        """What the served model and the front end check a prompt against (serving.json)."""
+        return {"max_turns": self.max_turns, "max_prompt_chars": self.max_prompt_chars}
+
+
 class Watermark(_Section):
     """Serve with the watermark on. Its parameters are not set here: they are the ones
     verify_watermark verified (its `watermarked` output's metadata), so serving and
@@ -268,7 +294,10 @@ class Cluster(_Section):
     )
     ready_timeout_s: float = Field(900.0, gt=0, description="How long to wait for the InferenceService to be Ready.")
     key_secret: str = Field("llmops-watermark-key", description="Secret holding the watermark key (never its value).")
-    service_account: str = "llmops-deploy"
+    service_account: str = Field(
+        "llmops-serving",
+        description="The served model's ServiceAccount: its own, with no Role and no token mounted (manifests/rbac).",
+    )
     cpu: str = "2"
     memory: str = "8Gi"
     gpus: int = Field(0, ge=0)
@@ -303,6 +332,7 @@ class DeployConfig(StageConfig):
     )
     fail_on_rollback: bool = True
     serving: Serving = Field(default_factory=Serving)
+    front_door: FrontDoor = Field(default_factory=FrontDoor)
     watermark: Watermark = Field(default_factory=Watermark)
     drill: Drill = Field(default_factory=Drill)
     gate: Gate = Field(default_factory=Gate)

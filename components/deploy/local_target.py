@@ -18,6 +18,7 @@ from kfp_llmops.components.common.records import read_serving_state, served_dir
 
 from . import metrics as prom
 from . import repository, serving_state, smoke
+from .api_keys import keys_for
 from .config import DeployConfig
 from .loadgen import LoadGenerator, sized_concurrency
 from .nginx_split import NginxSplit
@@ -81,9 +82,12 @@ class LocalTarget:
             self.canary.backend,
             host,
             model=self.cfg.serving.model_name,
+            api_keys=keys_for(host, self.cfg.front_door.api_keys_file, self.state_dir),
+            limits=self.cfg.front_door,
         )
         self.split.start(0 if has_stable else 100)
-        serving_state.note_process(self.state_dir, self.split.proc.pid)
+        for pid in self.split.pids:
+            serving_state.note_process(self.state_dir, pid)
         if self.cfg.metrics.source == "prometheus":
             url = self.cfg.metrics.prometheus_url
             if not url:
@@ -286,10 +290,18 @@ def undo(state_dir: str) -> dict:
 
 @contextlib.contextmanager
 def serving(
-    state_dir: str, port: int = 0, host: str = "127.0.0.1", key_file: str | None = None, cfg: DeployConfig | None = None
+    state_dir: str,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    key_file: str | None = None,
+    cfg: DeployConfig | None = None,
+    api_keys: str | None = "",
 ):
     """What the state holds as stable (verified against its recorded roots), served by
-    Triton behind nginx until the block ends: yields (nginx's URL, the repository's info)."""
+    Triton behind nginx until the block ends: yields (nginx's URL, the repository's info,
+    with `api_keys`: the key file clients must use, or None). `api_keys` "": the config's
+    file, else none on loopback and a key made in the state folder elsewhere; None: no key
+    asked, whatever the host."""
     import tempfile
 
     cfg = cfg or DeployConfig()
@@ -299,14 +311,15 @@ def serving(
     rec = state["stable"]
     folder = served_dir(state_dir, "stable")
     info = repository.verify(folder, rec["model_root"], rec["repository_root"])
+    keys = None if api_keys is None else keys_for(host, api_keys or cfg.front_door.api_keys_file, state_dir)
     work = tempfile.mkdtemp(prefix="llmops-serve-")
     env = {"LLMOPS_WATERMARK_KEY_FILE": os.path.abspath(key_file)} if key_file else {}
     server = TritonServer(folder, work, "stable", LOOPBACK, env, info["model_name"], cfg.frontend_limits)
     split = None
     try:
         server.start().wait_ready(cfg.local.startup_timeout_s)
-        split = NginxSplit(work, None, server.backend, host, port, info["model_name"]).start(100)
-        yield split.url, {**info, "server": server}
+        split = NginxSplit(work, None, server.backend, host, port, info["model_name"], keys, cfg.front_door).start(100)
+        yield split.url, {**info, "server": server, "api_keys": keys}
     finally:
         for part in (split, server):
             if part is not None:
@@ -321,6 +334,7 @@ def serve(
     key_file: str | None = None,
     announce=print,
     cfg: DeployConfig | None = None,
+    api_keys: str | None = "",
 ) -> None:
     """`serving` in the foreground until SIGINT or SIGTERM; `announce` gets the URL first,
     once the model answers."""
@@ -329,13 +343,15 @@ def serve(
     stop = []
     previous = {s: signal.signal(s, lambda *_: stop.append(True)) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with serving(state_dir, port, host, key_file, cfg) as (url, info):
+        with serving(state_dir, port, host, key_file, cfg, api_keys) as (url, info):
+            keys = info["api_keys"]
             announce(
                 f"{url} serving {info['model_name']} version {info['version']} (model root "
                 f"{info['model_root'][:16]}…, engine {info['settings'].get('engine', 'transformers')}): OpenAI API "
                 f"at {url}/v1 (chat/completions, completions, models), Triton's at "
-                f"{url}/v2/models/{info['model_name']}/generate and generate_stream; metrics at "
-                f"http://{LOOPBACK}:{info['server'].metrics_port}/metrics; Ctrl-C stops"
+                f"{url}/v2/models/{info['model_name']}/generate and generate_stream; "
+                + (f"API key required (Authorization: Bearer; keys in {keys}); " if keys else "no API key asked; ")
+                + f"metrics at http://{LOOPBACK}:{info['server'].metrics_port}/metrics; Ctrl-C stops"
             )
             while not stop:
                 if not info["server"].alive():

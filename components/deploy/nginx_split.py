@@ -16,6 +16,7 @@ both are ignored, and neither header reaches the servers."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 from kfp_llmops.components.common import atomic
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 
+from .api_keys import KeyChecker, first_key
+from .config import FrontDoor
 from .triton_local import die_with_parent, free_ports, http_get, stop_group
 
 OPERATOR_HEADER = "X-Operator-Key"
@@ -58,6 +61,19 @@ http {{
     map $http_x_operator_key $operator {{ default 0; "{operator}" 1; }}
     map "$operator:$http_x_canary" $pool {{ default weighted; "1:always" canary; "1:never" stable; }}
     map $operator $shown_upstream {{ default ""; 1 $upstream_addr; }}
+    # Per client address; the operator's own load (one address, many streams) is not counted.
+    map $operator $client {{ default $binary_remote_addr; 1 ""; }}
+    limit_conn_zone $client zone=conns:4m;
+    limit_req_zone $client zone=reqs:4m rate={rate}r/s;
+    limit_conn_status 429;
+    limit_req_status 429;
+    client_header_timeout {body_timeout}s;
+    client_body_timeout {body_timeout}s;
+    client_max_body_size {body_bytes};
+    client_body_buffer_size {body_bytes};
+    send_timeout 60s;
+    keepalive_timeout 30s;
+{auth_upstream}
     server {{
         listen {host}:{port};
         location = /nginx-health {{ return 200 "ok"; }}
@@ -66,13 +82,25 @@ http {{
 {proxied}
         }}
         location ~ ^/v2/models/{model}(/versions/[0-9]+)?(/ready|/generate|/generate_stream)?$ {{
+{auth}
             proxy_pass http://$pool;
 {proxied}
         }}
         location ~ ^/v1/(chat/completions|completions|models)$ {{
+{auth}
             proxy_pass http://${{pool}}_v1;
 {proxied}
         }}
+        location @busy {{
+            default_type application/json;
+            add_header Retry-After 1 always;
+            return 429 '{busy}';
+        }}
+        location @too_large {{
+            default_type application/json;
+            return 413 '{too_large}';
+        }}
+{auth_locations}
         location / {{
             default_type application/json;
             return 404 '{{"error": "not found"}}';
@@ -87,8 +115,36 @@ _PROXIED = """            proxy_http_version 1.1;
             proxy_next_upstream error timeout;
             proxy_read_timeout 120s;
             proxy_buffering off;              # server-sent events reach the client as each piece is sent
-            client_max_body_size 16m;
+            proxy_set_header Authorization "";   # API keys stop here
+            limit_conn conns {connections};
+            limit_req zone=reqs burst={burst} nodelay;
+            error_page 429 = @busy;
+            error_page 413 = @too_large;
             add_header X-Upstream $shown_upstream always;"""
+_AUTH = """            auth_request /_auth;
+            error_page 401 = @unauthorized;"""
+_AUTH_UPSTREAM = "    upstream auth {{ server {checker}; keepalive 8; }}"
+_AUTH_LOCATIONS = """        location = /_auth {
+            internal;
+            proxy_pass http://auth/check;
+            proxy_pass_request_body off;
+            proxy_set_header Content-Length "";
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+        location @unauthorized {
+            default_type application/json;
+            add_header WWW-Authenticate 'Bearer realm="llmops"' always;
+            return 401 '%s';
+        }"""
+
+
+def _error(message: str, kind: str = "invalid_request_error", code: str | None = None) -> str:
+    """An OpenAI-style error body nginx answers itself (no quote in it: it sits in '...')."""
+    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
+
+
+_AUTH_LOCATIONS %= _error("an API key is required: send Authorization: Bearer <key>", code="invalid_api_key")
 
 
 @dataclass(frozen=True)
@@ -125,12 +181,20 @@ class NginxSplit:
         host: str = "127.0.0.1",
         port: int = 0,
         model: str = "llm",
+        api_keys: str | None = None,
+        limits: FrontDoor | None = None,
     ):
         """`port` 0: a free one; `model`: the served model's name, the one whose endpoints
-        pass (Triton reads /v2/models/stats as statistics, not a model named stats)."""
+        pass (Triton reads /v2/models/stats as statistics, not a model named stats);
+        `api_keys`: a file of the keys clients must send (None: no key asked);
+        `limits`: what one client may send and hold open."""
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", model) or model == "stats":
             raise InputError(f"serving.model_name: {model!r} cannot be served behind nginx")
         self.model = model
+        self.limits = limits or FrontDoor()
+        self.api_keys = api_keys
+        self.checker = KeyChecker(api_keys, os.path.join(work, "nginx")) if api_keys else None
+        self.client_key = first_key(api_keys) if api_keys else None  # the controller's own requests
         self.dir = os.path.abspath(os.path.join(work, "nginx"))
         self.stable, self.canary, self.host = stable, canary, host
         self.port = port
@@ -141,8 +205,14 @@ class NginxSplit:
 
     @property
     def operator_headers(self) -> dict:
-        """What the operator's own requests carry: X-Canary honoured, X-Upstream sent back."""
-        return {OPERATOR_HEADER: self.operator_key}
+        """What the operator's own requests carry: X-Canary honoured, X-Upstream sent back,
+        not counted against a client's limits; and an API key where one is asked."""
+        return {OPERATOR_HEADER: self.operator_key, **self.client_headers}
+
+    @property
+    def client_headers(self) -> dict:
+        """What a client of this nginx sends: the first API key, where keys are asked."""
+        return {"Authorization": f"Bearer {self.client_key}"} if self.client_key else {}
 
     @property
     def url(self) -> str:
@@ -151,7 +221,7 @@ class NginxSplit:
     def _write(self) -> None:
         for sub in ("tmp/body", "tmp/proxy", "tmp/fastcgi", "tmp/uwsgi", "tmp/scgi"):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
-        stable, canary = self.stable, self.canary
+        stable, canary, lim = self.stable, self.canary, self.limits
         text = _CONF.format(
             dir=self.dir,
             host=self.host,
@@ -162,9 +232,18 @@ class NginxSplit:
             canary_v1=canary.openai,
             weighted=upstream_lines(stable and stable.triton, canary.triton, self.canary_percent),
             weighted_v1=upstream_lines(stable and stable.openai, canary.openai, self.canary_percent),
-            proxied=_PROXIED,
+            proxied=_PROXIED.format(connections=lim.connections_per_client, burst=lim.burst),
             operator=self.operator_key,
             model=re.escape(self.model),
+            rate=lim.requests_per_s_per_client,
+            burst=lim.burst,
+            body_timeout=lim.body_timeout_s,
+            body_bytes=lim.max_body_bytes,
+            busy=_error("too many requests from this client; retry shortly", "rate_limit_exceeded"),
+            too_large=_error(f"request body: above the bound of {lim.max_body_bytes} bytes"),
+            auth=_AUTH if self.checker else "",
+            auth_upstream=_AUTH_UPSTREAM.format(checker=self.checker.address) if self.checker else "",
+            auth_locations=_AUTH_LOCATIONS if self.checker else "",
         )
         path = os.path.join(self.dir, "nginx.conf")
         atomic.write_text(path, text)
@@ -176,9 +255,12 @@ class NginxSplit:
     def start(self, canary_percent: int = 0) -> NginxSplit:
         self.port = self.port or free_ports(1, self.host)[0]
         self.canary_percent = canary_percent
+        if self.checker is not None:
+            self.checker.start()
         self._write()
         check = subprocess.run(self._cmd("-t", "-q"), capture_output=True, text=True)
         if check.returncode:
+            self.stop()
             raise LlmopsError(f"nginx config rejected: {check.stderr.strip().splitlines()[-1:]}")
         self.proc = subprocess.Popen(
             self._cmd("-g", "daemon off;"),
@@ -209,3 +291,9 @@ class NginxSplit:
     def stop(self) -> None:
         """SIGQUIT lets workers finish their requests; SIGKILL after 5 s."""
         stop_group(self.proc, signal.SIGQUIT, 5.0)
+        if self.checker is not None:
+            self.checker.stop()
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in (self.proc, self.checker and self.checker.proc) if p is not None]

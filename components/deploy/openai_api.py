@@ -16,8 +16,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from kfp_llmops.components.common.conversation import TurnError, prompt_turns
+from kfp_llmops.components.common.decoding import MIN_TEMPERATURE
 
-MIN_TEMPERATURE = 0.01  # above 0 and below this the logits overflow: greedy is 0
 MAX_STOPS = 1  # the engines end an answer at one stop string
 
 _COMMON = {

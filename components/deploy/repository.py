@@ -69,6 +69,7 @@ def serving_settings(
         "model_root": model_root,
         "decoding": decoding.model_dump(),
         "max_new_tokens_limit": cfg.serving.max_new_tokens,
+        "prompt_limits": cfg.front_door.prompt_limits,
         "key_file": cfg.serving.key_file,
         "watermark": {"enabled": cfg.watermark.enabled, "kgw": kgw.model_dump() if kgw else None},
         "drill": cfg.drill.model_dump(),

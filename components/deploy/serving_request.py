@@ -59,27 +59,31 @@ class ServedRequest:
         return (*self.decoding.model_dump().values(), self.min_new_tokens, self.seed)
 
 
-def _prompt(values: dict) -> Prompt:
+def _prompt(values: dict, limits: dict) -> Prompt:
     text, messages = values.get("text_input"), values.get("messages")
+    max_chars = int(limits.get("max_prompt_chars", 0))
     if (text is None) == (messages is None):
         raise ValueError("text_input or messages: give exactly one")
     if text is not None:
         if not text.strip():
             raise ValueError("text_input: empty")
+        if max_chars and len(text) > max_chars:
+            raise ValueError(f"text_input: {len(text)} characters; this server takes at most {max_chars}")
         return text
     try:
         turns = json.loads(messages)
     except ValueError as exc:
         raise ValueError(f"messages: not a JSON list of turns ({exc.msg} at character {exc.pos})") from None
     try:
-        return prompt_turns(turns)
+        return prompt_turns(turns, max_turns=int(limits.get("max_turns", 0)), max_chars=max_chars)
     except TurnError as exc:
         raise ValueError(str(exc)) from None
 
 
-def parse(values: dict, blessed: Decoding, limit: int) -> ServedRequest:
-    """`values`: the request's inputs as Python scalars (absent ones left out)."""
-    prompt = _prompt(values)
+def parse(values: dict, blessed: Decoding, limit: int, limits: dict | None = None) -> ServedRequest:
+    """`values`: the request's inputs as Python scalars (absent ones left out); `limits`:
+    the server's prompt bounds (serving.json's `prompt_limits`: max_turns, max_prompt_chars)."""
+    prompt = _prompt(values, limits or {})
     update = {k: values[k] for k in ("max_new_tokens", "temperature", "top_k", "top_p") if k in values}
     if "temperature" in values:
         update["do_sample"] = True

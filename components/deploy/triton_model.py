@@ -118,6 +118,7 @@ class TritonPythonModel:
         self.requests = serving_request
         self.decoding = Decoding.model_validate(self.settings["decoding"])
         self.limit = int(self.settings["max_new_tokens_limit"])
+        self.prompt_limits = self.settings.get("prompt_limits", {})
         self.metrics = ServingMetrics(pb_utils, args["model_name"], args["model_version"])
         key_file = os.environ.get("LLMOPS_WATERMARK_KEY_FILE") or self.settings.get("key_file")
         if not os.path.isfile(key_file or ""):
@@ -172,7 +173,9 @@ class TritonPythonModel:
                 )
                 continue
             try:
-                served = self.requests.parse(_values(request, self.requests.INPUTS), self.decoding, self.limit)
+                served = self.requests.parse(
+                    _values(request, self.requests.INPUTS), self.decoding, self.limit, self.prompt_limits
+                )
                 ids = prompt_ids(self.engine.tokenizer, served.prompt)
                 self.requests.check_fits(len(ids), served.decoding.max_new_tokens, self.engine.context)
             except (ValueError, TypeError) as exc:

@@ -6,8 +6,8 @@ as they are written, committed atomically, verified before resume and resumed bi
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 
 from kfp_llmops.components.common import atomic, integrity
 from kfp_llmops.components.common.contract import Artifact, Metrics, StageResult
@@ -55,19 +55,38 @@ def run_to_dir(
     return result
 
 
-def _seed_from(resume_dir: str, ckpt_dir: str) -> str | None:
-    """Copy the newest intact checkpoint of an earlier run into this run's folder."""
-    from . import checkpoints
+def _seed_from(resume_dir: str, ckpt_dir: str, pinned_root: str | None) -> str:
+    """Copy the earlier run's checkpoint whose Merkle root is the pinned one into this
+    run's folder, verified there again; nothing else of `resume_dir` is loaded (a
+    checkpoint is unpickled on resume: one nobody pinned could be anyone's)."""
+    from kfp_llmops.components.common.errors import InputError
 
-    tag, _, skipped = checkpoints.newest_intact(resume_dir)
-    for reason in skipped:
-        print(f"[train] refusing checkpoint {reason}")
-    if tag is None:
-        return None
-    os.makedirs(ckpt_dir, exist_ok=True)
-    if not os.path.exists(os.path.join(ckpt_dir, tag)):
-        shutil.copytree(os.path.join(resume_dir, tag), os.path.join(ckpt_dir, tag))
-    return tag
+    if not pinned_root:
+        raise InputError(
+            f"resume_from {resume_dir}: no pinned checkpoint root (the artifact's merkle_root, the pipelines' "
+            "checkpoint_root): an imported checkpoint is loaded only when it verifies to a root given with it"
+        )
+    location = os.path.join(resume_dir, "location.json")
+    if os.path.isfile(location):  # the checkpoints live on a claim; the artifact says where
+        with open(location, encoding="utf-8") as handle:
+            resume_dir = json.load(handle)["checkpoint_dir"]
+    found = []
+    for _, tag in integrity.list_tags(resume_dir):
+        report = integrity.verify_checkpoint(os.path.join(resume_dir, tag))
+        root = integrity.load_checkpoint(os.path.join(resume_dir, tag))[1]["root"] if report.ok else None
+        found.append(f"{tag}: {root[:16] + '…' if root else report.summary()}")
+        if root != pinned_root:
+            continue
+        os.makedirs(ckpt_dir, exist_ok=True)
+        dest = os.path.join(ckpt_dir, tag)
+        if not os.path.exists(dest):
+            atomic.copy_tree(os.path.join(resume_dir, tag), dest, link=False)
+        integrity.verify("checkpoint", dest, pinned_root)  # what is loaded is what was pinned
+        return tag
+    raise InputError(
+        f"resume_from {resume_dir}: no checkpoint verifies to the pinned root {pinned_root[:16]}… "
+        f"({'; '.join(found) or 'no checkpoints'})"
+    )
 
 
 def ranks_for(gpus: str) -> dict:
@@ -111,7 +130,7 @@ def run_component(
     work = os.path.join(os.path.dirname(model.path), "work")
     ckpt_dir = checkpoint_dir or checkpoints.path
     if resume_from is not None:
-        _seed_from(resume_from.path, ckpt_dir)
+        _seed_from(resume_from.path, ckpt_dir, resume_from.metadata.get("merkle_root"))
     result = train(
         dataset.path,
         base_model.path,

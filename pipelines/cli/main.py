@@ -760,20 +760,33 @@ def deploy_canary(
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--key-file", help="Watermark key file (else $LLMOPS_WATERMARK_KEY).")
 @click.option(
+    "--api-keys",
+    "api_keys",
+    type=click.Path(dir_okay=False),
+    help="API keys clients must send (Authorization: Bearer), one per line; read again when it changes. "
+    "Default: none on a loopback --host; elsewhere a key made in STATE/api-keys.",
+)
+@click.option(
+    "--no-api-keys", is_flag=True, help="Ask no API key even on a --host others reach (anyone there is answered)."
+)
+@click.option(
     "--config",
     "config_path",
     type=click.Path(dir_okay=False),
-    help="Deploy config YAML: its serving and local sections (admission bounds, startup timeout).",
+    help="Deploy config YAML: its serving, front_door and local sections (bounds, startup timeout).",
 )
-def deploy_serve(state_dir, port, host, key_file, config_path) -> None:
+def deploy_serve(state_dir, port, host, key_file, api_keys, no_api_keys, config_path) -> None:
     """Serve the promoted model (Triton and its OpenAI-compatible API behind nginx, its
     engine and watermark as promoted) in the foreground; the first line printed starts
     with the URL; Ctrl-C or SIGTERM stops everything."""
     from kfp_llmops.components.deploy import DeployConfig
     from kfp_llmops.components.deploy.local_target import serve
 
+    if api_keys and no_api_keys:
+        raise click.UsageError("--api-keys and --no-api-keys: give one")
     cfg = DeployConfig.load(config_path)
-    serve(state_dir, port, host, key_file, announce=lambda line: click.echo(line), cfg=cfg)
+    keys = None if no_api_keys else (api_keys or "")
+    serve(state_dir, port, host, key_file, announce=lambda line: click.echo(line), cfg=cfg, api_keys=keys)
 
 
 @deploy.command("render")

@@ -83,7 +83,9 @@ class _Run:
         return _inputs(self.work, "build_base_model", "base_model")
 
     def imported_checkpoints(self) -> FileArtifact | None:
-        return _imported(self.p, self.work, "checkpoint_uri", "checkpoints") if self.p.get("checkpoint_uri") else None
+        if not self.p.get("checkpoint_uri"):
+            return None
+        return _imported(self.p, self.work, "checkpoint_uri", "checkpoints", "checkpoint_root")
 
     def forgetting_base(self) -> FileArtifact | None:
         """What training started from (the forgetting check's base); None without training."""

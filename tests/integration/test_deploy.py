@@ -344,11 +344,12 @@ def test_the_declared_interface_is_what_triton_reports(released, tmp_path):
     assert _no_servers_left()
 
 
-def _ask(url: str, prompt, stream: bool = False, **inputs) -> tuple[int, str]:
+def _ask(url: str, prompt, stream: bool = False, headers: dict | None = None, **inputs) -> tuple[int, str]:
     """(status, answer or the error) from the generate endpoints."""
     from kfp_llmops.components.deploy import llm_client
 
-    got = llm_client.ask(url, "llm", llm_client.generate_body(prompt, stream=stream, **inputs), timeout=60)
+    body = llm_client.generate_body(prompt, stream=stream, **inputs)
+    got = llm_client.ask(url, "llm", body, headers, timeout=60)
     return got.status, got.error or got.text
 
 
@@ -450,7 +451,9 @@ def test_deploy_serve_runs_the_promoted_model_until_told_to_stop(released, tmp_p
     """`llmops deploy serve`: the URL on the first line, a chat answered through it as the
     promoted model answers, everything stopped on SIGTERM. Served on every interface, only
     nginx faces the network: Triton, its front end and its metrics listen on loopback, and
-    Triton's admin APIs are refused even there (a header nobody is given)."""
+    Triton's admin APIs are refused even there (a header nobody is given). There, a key is
+    made and asked for (401 without it); a chat longer than the server's bound is refused
+    before the model renders it."""
     import signal
 
     from kfp_llmops.components.deploy.triton_local import http_get
@@ -459,9 +462,15 @@ def test_deploy_serve_runs_the_promoted_model_until_told_to_stop(released, tmp_p
     try:
         first = proc.stdout.readline()
         url = first.split()[0]
+        keys = os.path.join(released["state"], "api-keys")
+        assert f"API key required (Authorization: Bearer; keys in {keys})" in first
+        bearer = {"Authorization": f"Bearer {open(keys).read().strip()}"}
         chat = [{"role": "user", "content": "Tell me about item 3."}]
-        status, text = _ask(url, chat, stream=True)
-        assert status == 200 and text == _ask(url, chat)[1]
+        assert _ask(url, chat)[0] == 401 and http_get(f"{url}/v1/models")[0] == 401
+        status, text = _ask(url, chat, stream=True, headers=bearer)
+        assert status == 200 and text == _ask(url, chat, headers=bearer)[1]
+        status, error = _ask(url, [*chat, {"role": "assistant", "content": "ok"}] * 32 + chat, headers=bearer)
+        assert status == 400 and error.startswith("messages: 65 turns; this server takes at most 64"), error
         port = int(url.rsplit(":", 1)[1])
         listeners = listening(descendants(proc.pid))
         assert ("0.0.0.0", port) in listeners and len(listeners) >= 5, listeners  # nginx; Triton x3; front end

@@ -144,6 +144,7 @@ def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
         model_uri=train["outputs"]["model"],
         model_root=train["merkle_root"],
         checkpoint_uri=train["outputs"]["checkpoints"],
+        checkpoint_root=train["checkpoint_root"],
         train_config=TRAIN.replace("steps: 6", "steps: 9"),
         eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
         watermark_config=DEMO_DETECTION,

@@ -3,15 +3,24 @@ local target and `deploy serve` configure it, in front of two real HTTP servers 
 who they are and what reached them. Only the answer endpoints pass; Triton's admin APIs
 (model load/unload, shared memory, statistics, trace, logging, model config) are 404s at
 nginx; a client cannot pin canary or stable nor learn the upstream's address, and the
-operator's own headers never reach a server."""
+operator's own headers never reach a server. With API keys, a model endpoint answers
+only a client that sends one (the key itself never reaches a server); one client's
+oversized, slow or too many requests are refused at nginx while others are answered."""
 
 import http.client
 import json
+import os
+import socket
+import stat
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from kfp_llmops.components.common.errors import InputError
+from kfp_llmops.components.deploy.api_keys import authorized, keys_for, make_key_file, read_keys
+from kfp_llmops.components.deploy.config import FrontDoor
 from kfp_llmops.components.deploy.nginx_split import OPERATOR_HEADER, Backend, NginxSplit
 
 ALLOWED = [
@@ -80,23 +89,39 @@ def _upstream(name):
     return server
 
 
+def _split(tmp_path, **kwargs):
+    ups = {name: _upstream(name) for name in ("stable", "canary")}
+    side = {n: Backend(f"127.0.0.1:{u.server_port}", f"127.0.0.1:{u.server_port}") for n, u in ups.items()}
+    return NginxSplit(str(tmp_path), side["stable"], side["canary"], **kwargs).start(0), ups
+
+
 @pytest.fixture
 def split(tmp_path):
     """nginx over stable and canary (each side's Triton and front end one echo server
     here), all traffic on stable: the canary at 0 %."""
-    ups = {name: _upstream(name) for name in ("stable", "canary")}
-    side = {n: Backend(f"127.0.0.1:{u.server_port}", f"127.0.0.1:{u.server_port}") for n, u in ups.items()}
-    nginx = NginxSplit(str(tmp_path), side["stable"], side["canary"]).start(0)
+    nginx, ups = _split(tmp_path)
     yield nginx, ups
     nginx.stop()
     for u in ups.values():
         u.shutdown()
 
 
-def _send(nginx, method, path, headers=None):
+@pytest.fixture
+def keyed(tmp_path):
+    """The same, asking for API keys (two in the file), with a short body timeout."""
+    keys = tmp_path / "keys"
+    keys.write_text("# clients\nsk-first-0123456789abcdef\n\nsk-second-0123456789abcdef\n")
+    nginx, ups = _split(tmp_path / "n", api_keys=str(keys), limits=FrontDoor(body_timeout_s=1, max_body_bytes=4096))
+    yield nginx, ups, keys
+    nginx.stop()
+    for u in ups.values():
+        u.shutdown()
+
+
+def _send(nginx, method, path, headers=None, body=b"{}"):
     conn = http.client.HTTPConnection(nginx.host, nginx.port, timeout=10)
     try:
-        conn.request(method, path, body=b"{}" if method == "POST" else None, headers=headers or {})
+        conn.request(method, path, body=body if method == "POST" else None, headers=headers or {})
         resp = conn.getresponse()
         body = resp.read()
         return resp.status, dict(resp.getheaders()), body
@@ -137,11 +162,102 @@ def test_a_client_cannot_pin_a_side_nor_see_the_upstream(split):
 
 
 def test_the_operator_key_is_nginxs_own_and_kept_from_other_users(split, tmp_path):
-    import os
-    import stat
-
     nginx, _ = split
     other = NginxSplit(str(tmp_path / "other"), None, Backend("127.0.0.1:1", "127.0.0.1:1"))
     assert other.operator_key != nginx.operator_key and len(nginx.operator_key) >= 32
     conf = os.path.join(nginx.dir, "nginx.conf")
     assert stat.S_IMODE(os.stat(conf).st_mode) == 0o600
+
+
+def test_model_endpoints_answer_only_a_client_with_a_key(keyed):
+    nginx, ups, keys = keyed
+    bearer = {"Authorization": "Bearer sk-second-0123456789abcdef"}
+    for method, path in ALLOWED:
+        status, headers, body = _send(nginx, method, path)
+        if path == "/v2/health/ready":  # probes and load balancers ask without a key
+            assert status == 200
+            continue
+        assert status == 401, (method, path, status)
+        assert json.loads(body)["error"]["code"] == "invalid_api_key"
+        assert headers["WWW-Authenticate"].startswith("Bearer")
+        status, _, body = _send(nginx, method, path, bearer)
+        assert status == 200, (method, path, status)
+        assert "authorization" not in {k.lower() for k in json.loads(body)["headers"]}  # the key stops at nginx
+    for wrong in (
+        "Bearer sk-second-0123456789abcdeF",
+        "Bearer sk-second-0123456789abcde",
+        "sk-second-0123456789abcdef",
+        "Basic c2stc2Vjb25kLTAxMjM0NTY3ODlhYmNkZWY=",
+        "Bearer ",
+        "Bearer sk-first-0123456789abcdef x",
+    ):
+        assert _send(nginx, "POST", "/v1/chat/completions", {"Authorization": wrong})[0] == 401, wrong
+    assert (
+        _send(nginx, "POST", "/v1/chat/completions", {"Authorization": "bearer  sk-first-0123456789abcdef"})[0] == 200
+    )
+    # DENIED paths stay 404 with a key too, and nothing unauthorized reached a server
+    assert {_send(nginx, m, p, bearer)[0] for m, p in DENIED} == {404}
+    # a key revoked and another added in the file: read again, no restart
+    keys.write_text("sk-third-0123456789abcdef\n")
+    time.sleep(0.05)
+    assert _send(nginx, "GET", "/v1/models", bearer)[0] == 401
+    assert _send(nginx, "GET", "/v1/models", {"Authorization": "Bearer sk-third-0123456789abcdef"})[0] == 200
+    keys.write_text("not a key\n")  # a file turned bad keeps the last good keys
+    assert _send(nginx, "GET", "/v1/models", {"Authorization": "Bearer sk-third-0123456789abcdef"})[0] == 200
+    assert nginx.operator_headers["Authorization"] == "Bearer sk-first-0123456789abcdef"  # read when it started
+
+
+def test_one_client_cannot_hold_the_door(keyed):
+    """Oversized bodies are 413s, a body that does not come is cut off at the timeout, and
+    a client's connections beyond its bound are 429s with Retry-After; meanwhile another
+    request is answered at once."""
+    nginx, ups, _ = keyed
+    bearer = {"Authorization": "Bearer sk-first-0123456789abcdef"}
+    status, _, body = _send(nginx, "POST", "/v1/chat/completions", bearer, b"x" * 8192)
+    assert status == 413 and "request body" in json.loads(body)["error"]["message"]
+    slow = []
+    for _ in range(40):  # bodies promised and never sent: each holds a connection
+        sock = socket.create_connection((nginx.host, nginx.port))
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-first-0123456789abcdef\r\n"
+            b"Content-Length: 1000\r\n\r\n{"
+        )
+        slow.append(sock)
+    time.sleep(0.3)
+    status, headers, body = _send(nginx, "POST", "/v1/chat/completions", bearer)
+    assert status == 429 and headers["Retry-After"] == "1" and "retry" in json.loads(body)["error"]["message"]
+    started = time.monotonic()
+    status, _, _ = _send(nginx, "POST", "/v1/chat/completions", {**nginx.operator_headers})
+    assert status == 200 and time.monotonic() - started < 1.0  # the operator is not one of the slow client's
+    time.sleep(1.5)  # past body_timeout_s: nginx has closed the slow ones
+    answers = []
+    for sock in slow:
+        sock.settimeout(2)
+        answers.append(sock.recv(200).split(b"\r\n", 1)[0])
+        sock.close()
+    assert set(answers) <= {b"HTTP/1.1 408 Request Time-out", b"HTTP/1.1 429 Too Many Requests", b""}, set(answers)
+    assert _send(nginx, "POST", "/v1/chat/completions", bearer)[0] == 200  # the client's bound is free again
+
+
+def test_api_key_files(tmp_path):
+    bad = tmp_path / "keys"
+    bad.write_text("# ok\nsk-good-0123456789abcdef\nshort\n")
+    with pytest.raises(InputError, match=r"keys:3: not an API key") as info:
+        read_keys(str(bad))
+    assert "short" not in str(info.value)  # a key is never quoted
+    (tmp_path / "empty").write_text("# none\n\n")
+    with pytest.raises(InputError, match="holds no API key"):
+        read_keys(str(tmp_path / "empty"))
+    keys = [b"sk-good-0123456789abcdef", b"sk-more-0123456789abcdef"]
+    assert authorized("Bearer sk-more-0123456789abcdef", keys)
+    assert not authorized(None, keys) and not authorized("Bearer sk-more", keys) and not authorized("", [b""])
+    # loopback serves without a key unless one is given; any other host gets one made, 0600, kept
+    assert keys_for("127.0.0.1", "", str(tmp_path)) is None and keys_for("::1", "", str(tmp_path)) is None
+    made = keys_for("0.0.0.0", "", str(tmp_path / "state"))
+    assert made == str(tmp_path / "state" / "api-keys") and stat.S_IMODE(os.stat(made).st_mode) == 0o600
+    first = read_keys(made)
+    assert keys_for("10.1.2.3", "", str(tmp_path / "state")) == made and read_keys(made) == first
+    assert not make_key_file(made)
+    os.remove(made)
+    os.symlink(str(tmp_path / "elsewhere"), made)
+    assert not make_key_file(made) and not os.path.exists(tmp_path / "elsewhere")  # a planted link is not followed

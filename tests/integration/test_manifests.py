@@ -63,12 +63,71 @@ def test_rbac_is_least_privilege_and_secrets_are_references():
         "httproutes",
         "leases",
     }
-    assert {res for rule in deploy["rules"] if "create" in rule["verbs"] for res in rule["resources"]} == {"leases"}
+    for rule in deploy["rules"]:  # each object named, but a Lease's create (a POST names none)
+        assert rule.get("resourceNames") or (rule["resources"], rule["verbs"]) == (["leases"], ["create"]), rule
+        assert not {"list", "watch", "delete", "update"} & set(rule["verbs"]) or rule["resources"] == ["leases"]
+    accounts = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceAccount"}
+    served = _build("serving/kserve")[0]["spec"]["predictor"]
+    assert served["serviceAccountName"] == "llmops-serving" and served["automountServiceAccountToken"] is False
+    assert accounts["llmops-serving"]["automountServiceAccountToken"] is False
+    bound = {s["name"] for d in docs if d["kind"] == "RoleBinding" for s in d["subjects"]}
+    assert "llmops-serving" not in bound  # the served model holds no Role
     data = next(r for r in roles if r["metadata"]["name"] == "llmops-data")  # the RayJob path only
     assert {res for rule in data["rules"] for res in rule["resources"]} == {"rayjobs", "pods", "pods/log"}
     assert {res for rule in data["rules"] if "create" in rule["verbs"] for res in rule["resources"]} == {"rayjobs"}
     everything = json.dumps([_build(r) for r in _kustomizations()])
     assert '"kind": "Secret"' not in everything and "llmops-watermark-key" in everything  # referenced, never defined
+
+
+def test_network_policies_match_the_pods_and_ports_that_exist():
+    """Selectors read as the API server will: each allowed peer is a pod some part of the
+    project really makes (Ray's head, workers and submitter; a TrainJob's nodes; the
+    pipelines' task pods, labelled in both compiled forms), and the serving ports are the
+    ones KServe's Triton, Knative's queue-proxy and the gateway form's Triton listen on."""
+    docs = {d["metadata"]["name"]: d["spec"] for d in _build(".") if d["kind"] == "NetworkPolicy"}
+    ray = docs["llmops-ray"]
+    head = {"app.kubernetes.io/part-of": "kfp-llmops", "ray.io/cluster": "c", "ray.io/node-type": "head"}
+    submitter = {"ray.io/originated-from-crd": "RayJob", "ray.io/originated-from-cr-name": "j"}
+    assert _selects(ray["podSelector"], head)
+    assert _lets_in(ray, {"ray.io/cluster": "c", "ray.io/node-type": "worker"}) and _lets_in(ray, submitter)
+    node = {"app.kubernetes.io/part-of": "kfp-llmops", "trainer.kubeflow.org/trainjob-name": "t"}
+    assert _selects(docs["llmops-trainjob"]["podSelector"], node) and _lets_in(docs["llmops-trainjob"], node)
+    serving = docs["llmops-serving"]
+    pod = {"serving.kserve.io/inferenceservice": "llm", "app.kubernetes.io/part-of": "kfp-llmops"}
+    assert _selects(serving["podSelector"], pod)
+    compiled = os.path.join(manifests.MANIFESTS_DIR, "..", "pipelines", "compiled")
+    labels = yaml.safe_load(open(os.path.join(compiled, "argo", "release.yaml")))["spec"]["podMetadata"]["labels"]
+    assert _lets_in(serving, labels) and not _lets_in(serving, {"app.kubernetes.io/part-of": "kfp-llmops"})
+    kfp = open(os.path.join(compiled, "release.yaml")).read()
+    assert kfp.count("kfp-llmops/pipeline-task: 'true'") >= 8  # every task's pod, in the KFP form too
+    ports = {p["port"] for rule in serving["ingress"] for p in rule["ports"]}
+    assert {8080, 9000, 8012, 8000, 8002} <= ports
+    assert {r["ports"][0]["port"] for r in serving["egress"]} == {53, 443}
+    blocks = [t["ipBlock"] for r in serving["egress"] for t in r["to"] if "ipBlock" in t]
+    assert blocks and all(b["except"] for b in blocks)  # never the cluster's own ranges
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    """A LabelSelector as the API server matches it (matchLabels and Exists/DoesNotExist/In)."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        op, present = e["operator"], e["key"] in labels
+        if (op == "Exists" and not present) or (op == "DoesNotExist" and present):
+            return False
+        if op == "In" and labels.get(e["key"]) not in e["values"]:
+            return False
+    return True
+
+
+def _lets_in(spec: dict, labels: dict) -> bool:
+    """Whether an ingress rule of the policy lets in a pod with `labels` from its own namespace."""
+    return any(
+        _selects(peer["podSelector"], labels)
+        for rule in spec["ingress"]
+        for peer in rule.get("from", [])
+        if "podSelector" in peer and "namespaceSelector" not in peer
+    )
 
 
 def _checkov() -> str:

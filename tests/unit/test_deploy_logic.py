@@ -254,9 +254,18 @@ def test_gateway_httproute_manifests_validate_against_the_crd_with_unknown_field
     cfg = DeployConfig.load("target: gateway\n")
     for _, doc in rollout_manifests(cfg, ROOT):
         strict(doc)
-    weights = [b["weight"] for b in render_httproute(cfg, 25)["spec"]["rules"][1]["backendRefs"]]
-    assert weights == [75, 25]
+    (rule,) = render_httproute(cfg, 25)["spec"]["rules"]  # one rule: no header picks a side
+    assert [b["weight"] for b in rule["backendRefs"]] == [75, 25]
+    paths = [m["path"] for m in rule["matches"]]
+    assert {p["type"] for p in paths} == {"Exact"} and "headers" not in str(rule)
+    assert [p["value"] for p in paths] == [
+        "/v2/health/ready",
+        "/v2/models/llm",
+        "/v2/models/llm/ready",
+        "/v2/models/llm/generate",
+        "/v2/models/llm/generate_stream",
+    ]
     bad = render_httproute(cfg, 25)
-    bad["spec"]["rules"][1]["backendRefs"][0]["weight"] = -1
+    bad["spec"]["rules"][0]["backendRefs"][0]["weight"] = -1
     with pytest.raises(jsonschema.ValidationError):
         strict(bad)

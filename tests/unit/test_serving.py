@@ -68,7 +68,11 @@ def test_requests_are_read_within_the_blessed_decoding_and_bad_ones_named_in_one
         "messages: expected a list of turns": {"messages": json.dumps({"role": "user"})},
         "max_new_tokens: Input should be greater than or equal to 1": {"text_input": secret, "max_new_tokens": 0},
         "max_new_tokens: 300 is above the server's bound 256": {"text_input": secret, "max_new_tokens": 300},
-        "temperature: Input should be greater than 0": {"text_input": secret, "temperature": 0.0},
+        "temperature: Input should be greater than or equal to 0.01": {"text_input": secret, "temperature": 0.0},
+        "temperature: Input should be greater than or equal to 0.01 (got 1e-30)": {
+            "text_input": secret,
+            "temperature": 1e-30,
+        },
         "top_p: Input should be less than or equal to 1": {"text_input": secret, "top_p": 1.5},
         "min_new_tokens: 30 is outside 0..max_new_tokens (24)": {"text_input": secret, "min_new_tokens": 30},
     }
@@ -77,6 +81,19 @@ def test_requests_are_read_within_the_blessed_decoding_and_bad_ones_named_in_one
             parse(values, BLESSED, 256)
         assert str(caught.value).startswith(message), (message, str(caught.value))
         assert "\n" not in str(caught.value) and "4111" not in str(caught.value)
+    # the server's bounds, before any template or tokenizer runs
+    limits = {"max_turns": 3, "max_prompt_chars": 40}
+    long_chat = [{"role": "user", "content": secret}, {"role": "assistant", "content": "ok"}] * 2
+    too_long = {
+        "messages: 5 turns; this server takes at most 3": {"messages": json.dumps([*long_chat, long_chat[0]])},
+        "messages: 62 characters; this server takes at most 40": {"messages": json.dumps(long_chat[:3])},
+        "text_input: 41 characters; this server takes at most 40": {"text_input": secret + "x" * 11},
+    }
+    for message, values in too_long.items():
+        with pytest.raises(ValueError) as caught:
+            parse(values, BLESSED, 256, limits)
+        assert str(caught.value) == message and "4111" not in str(caught.value)
+    assert parse({"messages": json.dumps(long_chat[:1])}, BLESSED, 256, limits).prompt == long_chat[:1]
     with pytest.raises(ValueError, match="^prompt: 2040 tokens and max_new_tokens 24 exceed the model.s context"):
         check_fits(2040, 24, 2048)
     check_fits(2024, 24, 2048)
