@@ -25,6 +25,7 @@ from . import smoke
 from .config import CLUSTER_PROMETHEUS, DeployConfig
 from .loadgen import LoadGenerator
 from .prometheus import PromQL
+from .triton_local import REPOSITORY_ROOT_ENV
 
 KEY_MOUNT = "/var/run/secrets/kfp-llmops/watermark"
 MODEL_ROOT_ANNOTATION = "kfp-llmops/model-root"
@@ -57,7 +58,10 @@ def render_inference_service(
             "runtime": "kserve-tritonserver",
             "storageUri": _storage(cfg, repository_root),
             "args": ["--strict-model-config=true", "--model-control-mode=none"],
-            "env": [{"name": "LLMOPS_WATERMARK_KEY_FILE", "value": f"{KEY_MOUNT}/key"}],
+            "env": [
+                {"name": "LLMOPS_WATERMARK_KEY_FILE", "value": f"{KEY_MOUNT}/key"},
+                {"name": REPOSITORY_ROOT_ENV, "value": repository_root},  # the model verifies what it loads
+            ],
             "resources": {"requests": dict(limits), "limits": limits},
             "volumeMounts": [{"name": "watermark-key", "mountPath": KEY_MOUNT, "readOnly": True}],
             "securityContext": {

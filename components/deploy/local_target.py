@@ -23,7 +23,7 @@ from .config import DeployConfig
 from .loadgen import LoadGenerator, sized_concurrency
 from .nginx_split import NginxSplit
 from .prometheus import LocalPrometheus, PromQL
-from .triton_local import LOOPBACK, TritonServer, http_get
+from .triton_local import LOOPBACK, REPOSITORY_ROOT_ENV, TritonServer, http_get
 
 
 class LocalTarget:
@@ -72,7 +72,7 @@ class LocalTarget:
         host = self.cfg.local.host
         if has_stable:
             self.stable = self._triton(served_dir(self.state_dir, "stable"), "stable")
-        self.canary = self._triton(canary_repo, "canary")
+        self.canary = self._triton(canary_repo, "canary", (info or {}).get("repository_root"))
         for server in (self.stable, self.canary):  # both load in parallel, then wait
             if server is not None:
                 server.wait_ready(timeout)
@@ -104,15 +104,18 @@ class LocalTarget:
             self.promql = PromQL(url)
         self.warm_up()
 
-    def _triton(self, repo: str, role: str) -> TritonServer:
-        """A started (not yet ready) server, listed for the next rollout to stop should this one be killed."""
+    def _triton(self, repo: str, role: str, root: str | None = None) -> TritonServer:
+        """A started (not yet ready) server, listed for the next rollout to stop should this
+        one be killed; its model verifies `repo` against `root` (stable: the state's) as it loads."""
         cfg = self.cfg
+        if role == "stable":
+            root = self.state["stable"]["repository_root"]
         server = TritonServer(
             repo,
             self.work,
             role,
             LOOPBACK,  # behind nginx only: its own ports never face the network
-            self.server_env,
+            {**self.server_env, **({REPOSITORY_ROOT_ENV: root} if root else {})},
             cfg.serving.model_name,
             cfg.frontend_limits,
             self._cores(role),
@@ -296,8 +299,10 @@ def serving(
     key_file: str | None = None,
     cfg: DeployConfig | None = None,
     api_keys: str | None = "",
+    public_key: str | None = None,
 ):
-    """What the state holds as stable (verified against its recorded roots), served by
+    """What the state holds as stable (verified against its recorded roots and, with
+    `public_key`, its signature; verified again by the model as it loads), served by
     Triton behind nginx until the block ends: yields (nginx's URL, the repository's info,
     with `api_keys`: the key file clients must use, or None). `api_keys` "": the config's
     file, else none on loopback and a key made in the state folder elsewhere; None: no key
@@ -310,10 +315,11 @@ def serving(
         raise InputError(f"{state_dir}: nothing promoted to serve (no stable version in state.json)")
     rec = state["stable"]
     folder = served_dir(state_dir, "stable")
-    info = repository.verify(folder, rec["model_root"], rec["repository_root"])
+    info = repository.verify(folder, rec["model_root"], rec["repository_root"], public_key)
     keys = None if api_keys is None else keys_for(host, api_keys or cfg.front_door.api_keys_file, state_dir)
     work = tempfile.mkdtemp(prefix="llmops-serve-")
     env = {"LLMOPS_WATERMARK_KEY_FILE": os.path.abspath(key_file)} if key_file else {}
+    env[REPOSITORY_ROOT_ENV] = info["repository_root"]  # verified again as the model loads
     server = TritonServer(folder, work, "stable", LOOPBACK, env, info["model_name"], cfg.frontend_limits)
     split = None
     try:
@@ -335,6 +341,7 @@ def serve(
     announce=print,
     cfg: DeployConfig | None = None,
     api_keys: str | None = "",
+    public_key: str | None = None,
 ) -> None:
     """`serving` in the foreground until SIGINT or SIGTERM; `announce` gets the URL first,
     once the model answers."""
@@ -343,7 +350,7 @@ def serve(
     stop = []
     previous = {s: signal.signal(s, lambda *_: stop.append(True)) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with serving(state_dir, port, host, key_file, cfg, api_keys) as (url, info):
+        with serving(state_dir, port, host, key_file, cfg, api_keys, public_key) as (url, info):
             keys = info["api_keys"]
             announce(
                 f"{url} serving {info['model_name']} version {info['version']} (model root "

@@ -21,6 +21,8 @@ from . import serving_env
 # Triton's APIs that change or reveal the server rather than answer: model load/unload,
 # shared-memory regions, statistics, tracing and logging settings.
 LOOPBACK = "127.0.0.1"  # where every server but nginx listens
+# The repository root a server's model verifies its folder against as it loads.
+REPOSITORY_ROOT_ENV = "LLMOPS_REPOSITORY_ROOT"
 ADMIN_APIS = "model-repository,shared-memory,statistics,trace,logging"
 _ADMIN_HEADER = "triton-admin-key"
 
@@ -206,6 +208,18 @@ class TritonServer:
             return ""
         return " | ".join(tail)
 
+    def load_error(self) -> str | None:
+        """Why Triton failed to load the model (its log line, without the Python traceback)."""
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as handle:
+                lines = [ln for ln in handle if "failed to load '" in ln and "' version " in ln]
+        except OSError:
+            return None
+        if not lines:
+            return None
+        text = lines[-1].split('] "', 1)[-1]
+        return text.split("\\n\\nAt:", 1)[0].rstrip('"\n')[:600]
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and (not self.frontend or self.frontend.alive())
 
@@ -219,7 +233,8 @@ class TritonServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.alive():
-                raise LlmopsError(f"{self.role} tritonserver exited with {self.proc.returncode}: {self.log_tail()}")
+                why = self.load_error() or self.log_tail()
+                raise LlmopsError(f"{self.role} tritonserver exited with {self.proc.returncode}: {why}")
             if self.ready():
                 if self.frontend is not None:
                     self.frontend.wait_ready(max(5.0, deadline - time.monotonic()))

@@ -100,6 +100,21 @@ class Live:
         self._send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), final=True)
 
 
+def _verify_repository(model_dir: str) -> None:
+    """Every file of the repository re-hashed against its manifest, and its root against
+    the one the server was started with (`LLMOPS_REPOSITORY_ROOT`: the state's, the
+    rollout's, the InferenceService's) before anything of it is read: weights, settings
+    or tokenizer changed after the repository was verified are never served."""
+    from kfp_llmops.components.common import integrity
+    from kfp_llmops.components.common.errors import InputError
+    from kfp_llmops.components.deploy.triton_local import REPOSITORY_ROOT_ENV
+
+    try:
+        integrity.verify("repository", os.path.dirname(os.path.abspath(model_dir)), os.environ.get(REPOSITORY_ROOT_ENV))
+    except InputError as exc:
+        raise RuntimeError(f"refusing to serve: {exc}") from None
+
+
 class TritonPythonModel:
     def initialize(self, args):
         import locale
@@ -107,6 +122,7 @@ class TritonPythonModel:
         # The stub embeds Python without the environment's locale: files opened without an
         # encoding would be read as ASCII (vLLM's and torch's own sources among them).
         locale.setlocale(locale.LC_ALL, os.environ.get("LC_ALL") or "C.UTF-8")
+        _verify_repository(args["model_repository"])
         from kfp_llmops.components.common.decoding import Decoding
         from kfp_llmops.components.deploy import serving_request
         from kfp_llmops.components.deploy.serving_metrics import ServingMetrics

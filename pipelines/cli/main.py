@@ -770,12 +770,17 @@ def deploy_canary(
     "--no-api-keys", is_flag=True, help="Ask no API key even on a --host others reach (anyone there is answered)."
 )
 @click.option(
+    "--public-key",
+    type=click.Path(dir_okay=False),
+    help="Refuse to serve a promoted repository not signed by this key's pair (else $LLMOPS_SIGNING_PUBLIC_KEY).",
+)
+@click.option(
     "--config",
     "config_path",
     type=click.Path(dir_okay=False),
     help="Deploy config YAML: its serving, front_door and local sections (bounds, startup timeout).",
 )
-def deploy_serve(state_dir, port, host, key_file, api_keys, no_api_keys, config_path) -> None:
+def deploy_serve(state_dir, port, host, key_file, api_keys, no_api_keys, public_key, config_path) -> None:
     """Serve the promoted model (Triton and its OpenAI-compatible API behind nginx, its
     engine and watermark as promoted) in the foreground; the first line printed starts
     with the URL; Ctrl-C or SIGTERM stops everything."""
@@ -786,7 +791,11 @@ def deploy_serve(state_dir, port, host, key_file, api_keys, no_api_keys, config_
         raise click.UsageError("--api-keys and --no-api-keys: give one")
     cfg = DeployConfig.load(config_path)
     keys = None if no_api_keys else (api_keys or "")
-    serve(state_dir, port, host, key_file, announce=lambda line: click.echo(line), cfg=cfg, api_keys=keys)
+    from kfp_llmops.components.common import signing
+
+    public_key = signing.key_file(public_key, public=True)
+    announce = lambda line: click.echo(line)  # noqa: E731
+    serve(state_dir, port, host, key_file, announce=announce, cfg=cfg, api_keys=keys, public_key=public_key)
 
 
 @deploy.command("render")

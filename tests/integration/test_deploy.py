@@ -491,6 +491,43 @@ def test_deploy_serve_runs_the_promoted_model_until_told_to_stop(released, tmp_p
     assert code == 2
 
 
+def test_nothing_unverified_is_served(released, tmp_path, capsys):
+    """`deploy serve` refuses a promoted folder whose model.py changed after promotion, and
+    one not signed by `--public-key`'s pair; the served model itself re-hashes its folder
+    as it loads and refuses a root other than the one its server was started with."""
+    from kfp_llmops.components.common import signing
+    from kfp_llmops.components.common.errors import LlmopsError
+    from kfp_llmops.components.common.records import served_dir
+    from kfp_llmops.components.deploy.triton_local import REPOSITORY_ROOT_ENV, TritonServer
+
+    pub = str(tmp_path / "pub.pem")
+    signing.generate_keys(str(tmp_path / "priv.pem"), pub)
+    assert (
+        main(["deploy", "serve", "--state", released["state"], "--key-file", released["key"], "--public-key", pub]) == 2
+    )
+    assert "signature" in capsys.readouterr().err.lower()
+    state = str(tmp_path / "state")
+    shutil.copytree(released["state"], state)
+    stable = served_dir(state, "stable")
+    root = read_state(state)["stable"]["repository_root"]
+    (model_py,) = [os.path.join(d, "model.py") for d, _, files in os.walk(stable) if "model.py" in files]
+    original = open(model_py).read()
+    open(model_py, "a").write("\n# changed after promotion\n")
+    assert main(["deploy", "serve", "--state", state, "--key-file", released["key"]]) == 2
+    assert "llm/1/model.py" in capsys.readouterr().err
+    open(model_py, "w").write(original)
+    server = TritonServer(stable, str(tmp_path / "w"), "stable", env={REPOSITORY_ROOT_ENV: "0" * 64})
+    try:
+        with pytest.raises(
+            LlmopsError, match=r"failed to load .llm. version 1: .*refusing to serve: .* does not verify"
+        ):
+            server.start().wait_ready(120)
+    finally:
+        server.stop()
+    assert integrity.verify("repository", stable, root) == root  # the folder itself was whole: the pin refused it
+    assert _no_servers_left()
+
+
 def _ready(port: int) -> bool:
     """Whether a loopback port is Triton's HTTP endpoint (its server metadata names it)."""
     from kfp_llmops.components.deploy.triton_local import http_get
