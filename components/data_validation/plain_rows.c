@@ -109,9 +109,23 @@ static inline int py_space(uint8_t c) { return c == ' ' || (c >= 9 && c <= 13) |
 static const uint32_t *U_TABLE;
 static const uint8_t *U_POOL;
 
-void plain_rows_unicode(const uint32_t *table, const uint8_t *pool) {
+/* Every entry is checked before the table is taken: a form longer than its character's
+ * own UTF-8, or reaching past the pool, is refused (its code point returned; -1: taken),
+ * so the copies from the pool stay inside it and inside the output. */
+int64_t plain_rows_unicode(const uint32_t *table, const uint8_t *pool, int64_t pool_len) {
+    U_TABLE = NULL;
+    U_POOL = NULL;
+    for (int64_t cp = 0; cp < 0x10000; cp++) {
+        uint32_t e = table[cp];
+        if (!e) continue;
+        int64_t own = cp < 0x80 ? 1 : cp < 0x800 ? 2 : 3;
+        if (cp < 0x80 || (cp >= 0xD800 && cp < 0xE000)) return cp;
+        if ((e & 2) && (!(e & 1) || (int64_t)((e >> 2) & 63) > own || (int64_t)(e >> 8) + ((e >> 2) & 63) > pool_len))
+            return cp;
+    }
     U_TABLE = table;
     U_POOL = pool;
+    return -1;
 }
 
 static inline int hex_digit(uint8_t c) {

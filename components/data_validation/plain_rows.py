@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -41,11 +42,50 @@ def _library_name() -> str:
     return _named("plain_rows", " ".join(_FLAGS), _SOURCES, ".so")
 
 
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _record(path: str, digest: str) -> None:
+    """`path`'s SHA-256 beside it (`.sha256`), written atomically: what was built there."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".sha256")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(digest + "\n")
+    os.replace(tmp, path + ".sha256")
+
+
+def _recorded(path: str) -> bool:
+    """Whether `path` holds what was recorded when it was built (a planted, torn or
+    replaced file does not, and one without a record is not trusted)."""
+    try:
+        with open(path + ".sha256", encoding="ascii") as handle:
+            return handle.read().strip() == _sha256(path)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def private_folder(path: str) -> str:
+    """`path` as a folder only this user can write (made 0700, tightened if looser);
+    OSError for one that is a link or another user's: code is never loaded from it."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise OSError(f"{path}: not a folder of this user's; nothing is loaded from it")
+    if info.st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
 def build(folder: str) -> str:
-    """Compile the library into `folder` (atomically); its path. Raises when `cc` fails."""
+    """Compile the library into `folder` (atomically, its SHA-256 recorded beside it); its
+    path. Raises when `cc` fails."""
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, _library_name())
-    if not os.path.exists(path):
+    if not (os.path.exists(path) and _recorded(path)):
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".so")
         os.close(fd)
         try:
@@ -55,7 +95,9 @@ def build(folder: str) -> str:
                 capture_output=True,
                 text=True,
             )
+            digest = _sha256(tmp)
             os.replace(tmp, path)
+            _record(path, digest)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -68,9 +110,12 @@ def _cache_folder() -> str:
 
 
 def _library() -> str:
-    """Its path: prebuilt beside this module, else built into the cache folder."""
+    """Its path: prebuilt beside this module when it is what was built there, else built
+    (again, should the copy there not be what was recorded) into this user's cache folder."""
     beside = os.path.join(_HERE, _library_name())
-    return beside if os.path.exists(beside) else build(_cache_folder())
+    if os.path.exists(beside) and _recorded(beside):
+        return beside
+    return build(private_folder(_cache_folder()))
 
 
 def load():
@@ -92,8 +137,8 @@ def library():
             if lib is not None:
                 lib.plain_rows.restype = ctypes.c_int64
                 lib.plain_rows.argtypes = [ctypes.c_char_p, ctypes.c_int64] + [ctypes.c_void_p] * 8
-                lib.plain_rows_unicode.restype = None
-                lib.plain_rows_unicode.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+                lib.plain_rows_unicode.restype = ctypes.c_int64
+                lib.plain_rows_unicode.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64]
                 lib.blake2b_64.restype = ctypes.c_uint64
                 lib.blake2b_64.argtypes = [ctypes.c_char_p, ctypes.c_int64]
                 _loaded["blake2b_64"] = lib.blake2b_64
@@ -193,47 +238,62 @@ def _table_name() -> str:
 
 def cached_unicode_table():
     """`unicode_table`, read from beside this module (the data image writes it there) or
-    from the cache folder, else built and written there (atomically) for later processes:
-    reading it costs well under a millisecond, building it about 70 ms."""
+    from this user's cache folder when it is what was recorded there, else built and
+    written there (atomically) for later processes: reading it costs well under a
+    millisecond, building it about 70 ms."""
     import numpy as np
 
     name = _table_name()
     for folder in (_HERE, _cache_folder()):
-        try:
-            raw = open(os.path.join(folder, name), "rb").read()  # noqa: SIM115 - read whole
-        except OSError:
+        path = os.path.join(folder, name)
+        if not (os.path.isfile(path) and _recorded(path)):
             continue
+        raw = open(path, "rb").read()  # noqa: SIM115 - read whole
         if len(raw) > 4 * 0x10000:
             return np.frombuffer(raw[: 4 * 0x10000], dtype="<u4").astype(np.uint32), raw[4 * 0x10000 :]
     table, pool = unicode_table()
-    write_unicode_table(_cache_folder(), table, pool)
+    try:
+        write_unicode_table(private_folder(_cache_folder()), table, pool)
+    except OSError:
+        pass  # built each time instead
     return table, pool
 
 
 def write_unicode_table(folder: str, table=None, pool: bytes | None = None) -> str | None:
-    """Write `unicode_table` into `folder` (atomically); its path, None where not writable."""
+    """Write `unicode_table` into `folder` (atomically, its SHA-256 recorded beside it);
+    its path, None where not writable."""
     if table is None:
         table, pool = unicode_table()
     try:
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".bin")
+        data = table.astype("<u4").tobytes() + pool
         with os.fdopen(fd, "wb") as handle:
-            handle.write(table.astype("<u4").tobytes() + pool)
+            handle.write(data)
         path = os.path.join(folder, _table_name())
         os.replace(tmp, path)
+        _record(path, hashlib.sha256(data).hexdigest())
         return path
     except OSError:
         return None
 
 
 def _with_unicode(buf: bytes) -> None:
-    """Give the library its `unicode_table` before the first block that may need it."""
+    """Give the library its `unicode_table` before the first block that may need it. The
+    C side checks every entry first (a form no longer than its character, inside the
+    pool) and refuses a table that is not so; this one is then built afresh."""
     if "unicode" in _loaded or (buf.isascii() and b"\\u" not in buf):
         return
     with _lock:
         if "unicode" not in _loaded:
             table, pool = cached_unicode_table()
-            _loaded["lib"].plain_rows_unicode(table.ctypes.data, pool)
+            bad = _loaded["lib"].plain_rows_unicode(table.ctypes.data, pool, len(pool))
+            if bad >= 0:
+                print(f"[validate] Unicode table refused at U+{bad:04X}: built afresh", file=sys.stderr)
+                table, pool = unicode_table()
+                bad = _loaded["lib"].plain_rows_unicode(table.ctypes.data, pool, len(pool))
+                if bad >= 0:
+                    raise RuntimeError(f"plain_rows: the Unicode table built here is refused at U+{bad:04X}")
             _loaded["unicode"] = (table, pool)  # alive as long as the library reads them
 
 

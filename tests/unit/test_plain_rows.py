@@ -198,7 +198,61 @@ def test_without_a_compiler_the_validator_says_so_once_and_runs_its_python_path(
     monkeypatch.setenv("CC", "cc")
     monkeypatch.setattr(plain_rows, "_loaded", {})
     assert plain_rows.load() is not None  # built into the empty cache
-    assert os.listdir(tmp_path / "cache" / "kfp-llmops") == [plain_rows._library_name()]
+    name = plain_rows._library_name()
+    assert sorted(os.listdir(tmp_path / "cache" / "kfp-llmops")) == [name, name + ".sha256"]
+
+
+def test_native_code_is_loaded_only_as_built_from_a_folder_of_this_users(tmp_path, monkeypatch, capsys):
+    """A library planted (or torn) in the cache, without the record of what was built there,
+    is built again, never loaded; the cache folder is made 0700 (tightened if looser), and
+    one that is a link elsewhere is refused (the Python path, said once)."""
+    import stat
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    folder = tmp_path / "cache" / "kfp-llmops"
+    folder.mkdir(parents=True, mode=0o777)
+    os.chmod(folder, 0o777)
+    planted = folder / plain_rows._library_name()
+    planted.write_bytes(b"\x7fELF not what was built")
+    monkeypatch.setattr(plain_rows, "_loaded", {})
+    assert plain_rows.load() is not None
+    assert planted.read_bytes()[:4] == b"\x7fELF" and b"not what was built" not in planted.read_bytes()
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    record = folder / (planted.name + ".sha256")
+    assert record.read_text().strip() == hashlib.sha256(planted.read_bytes()).hexdigest()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "linked"))
+    (tmp_path / "linked").mkdir()
+    os.symlink(elsewhere, tmp_path / "linked" / "kfp-llmops")
+    monkeypatch.setattr(plain_rows, "_loaded", {})
+    capsys.readouterr()
+    assert plain_rows.load() is None
+    assert "not a folder of this user's" in capsys.readouterr().err and not os.listdir(elsewhere)
+
+
+def test_a_unicode_table_that_points_outside_its_pool_is_refused_by_the_c_side(tmp_path, monkeypatch, capsys):
+    """A table whose record matches (whoever wrote one wrote both) but whose entries name
+    forms longer than their characters or past the pool is refused before any row is
+    scanned: built afresh, and the rows come out as Python writes them."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(plain_rows, "_loaded", {})
+    assert plain_rows.load() is not None
+    table, pool = plain_rows.unicode_table()
+    bad = table.copy()
+    cp = 0x00C9  # É: folds to é, 2 bytes
+    bad[cp] = 1 | 2 | 40 << 2 | (len(pool) + 1000) << 8
+    lib = plain_rows.library()
+    assert lib.plain_rows_unicode(bad.ctypes.data, pool, len(pool)) == cp
+    assert lib.plain_rows_unicode(table.ctypes.data, pool, len(pool)) == -1
+    path = plain_rows.write_unicode_table(plain_rows.private_folder(str(tmp_path / "kfp-llmops")), bad, pool)
+    monkeypatch.setattr(plain_rows, "_loaded", {})
+    assert plain_rows.load() is not None
+    lines = ['{"prompt": "ÉCOLE été", "response": "Ça va"}'.encode()]
+    formats = plain_rows.Formats(DataValidationConfig().schema_.formats)
+    got = plain_rows.scan(plain_rows.load(), lines, formats)
+    assert "Unicode table refused at U+00C9: built afresh" in capsys.readouterr().err
+    assert got[1].tolist() == [0] and os.path.exists(path)
 
 
 def test_the_unicode_table_is_built_once_and_read_after(tmp_path, monkeypatch):
