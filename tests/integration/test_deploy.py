@@ -6,8 +6,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import threading
+import time
 
 import pytest
 
@@ -454,7 +456,6 @@ def test_deploy_serve_runs_the_promoted_model_until_told_to_stop(released, tmp_p
     Triton's admin APIs are refused even there (a header nobody is given). There, a key is
     made and asked for (401 without it); a chat longer than the server's bound is refused
     before the model renders it."""
-    import signal
 
     from kfp_llmops.components.deploy.triton_local import http_get
 
@@ -489,6 +490,84 @@ def test_deploy_serve_runs_the_promoted_model_until_told_to_stop(released, tmp_p
     assert _no_servers_left()
     code = main(["deploy", "serve", "--state", str(tmp_path / "empty")])
     assert code == 2
+
+
+ABUSERS = {"large": "127.0.0.2", "slow": "127.0.0.3", "long": "127.0.0.4"}  # loopback addresses of their own
+
+
+def _abuse(host: str, port: int, kind: str) -> int:
+    """One abusive request from its kind's client address: the status line's code nginx or
+    the server answered with, 0 when the connection was cut without one."""
+    sock = socket.create_connection((host, port), timeout=30, source_address=(ABUSERS[kind], 0))
+    try:
+        head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        if kind == "large":  # a 1 MB chat
+            body = json.dumps({"model": "llm", "messages": [{"role": "user", "content": "x" * 1_000_000}]}).encode()
+        elif kind == "long":  # under the body bound, over the characters bound
+            body = json.dumps({"model": "llm", "messages": [{"role": "user", "content": "y " * 50_000}]}).encode()
+        else:  # slow: a body promised and never sent
+            sock.sendall(f"{head}Content-Length: 100000\r\n\r\n{{".encode())
+            body = None
+        if body is not None:
+            try:
+                sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            except OSError:
+                pass  # nginx answered (413) and closed before the whole body was sent
+        line = sock.makefile("rb").readline()
+        return int(line.split()[1]) if line.startswith(b"HTTP/1.1 ") else 0
+    except OSError:
+        return 0
+    finally:
+        sock.close()
+
+
+def test_one_client_cannot_stall_the_server(released, tmp_path):
+    """`deploy serve` (real nginx, Triton and front end) while three client addresses send
+    64 chats of 1 MB, 32 bodies that never come and 16 chats of 100,000 characters: each is
+    refused at the door (413 or 429 at nginx, a slow body cut off at the body timeout; 400
+    before the prompt is tokenized),
+    and another client's chats are answered as judged, its p99 within 1.5 s of its p99 alone."""
+    import statistics
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kfp_llmops.components.deploy import llm_client
+
+    config = tmp_path / "deploy.yaml"
+    config.write_text("front_door: {body_timeout_s: 3}\n")
+    proc = serve_process(released["state"], "--key-file", released["key"], "--config", str(config))
+    try:
+        url = proc.stdout.readline().split()[0]
+        host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
+        chat = [{"role": "user", "content": "Tell me about item 3."}]
+
+        def normal(n):
+            got = [llm_client.ask(url, "llm", llm_client.request(chat), timeout=60) for _ in range(n)]
+            assert all(a.ok for a in got), [a.error for a in got if not a.ok]
+            return [a.latency_ms for a in got], {a.text for a in got}
+
+        alone, judged = normal(10)
+        kinds = ["large"] * 64 + ["slow"] * 32 + ["long"] * 16
+        with ThreadPoolExecutor(len(kinds)) as pool:
+            abuse = [pool.submit(_abuse, host, int(port), kind) for kind in kinds]
+            time.sleep(0.5)
+            during, answers = normal(10)
+            codes = [f.result() for f in abuse]
+        assert answers == judged and len(judged) == 1  # greedy: the one judged answer, abuse or not
+        p99 = {name: statistics.quantiles(ms, n=100)[98] for name, ms in (("alone", alone), ("abused", during))}
+        refused = {code: codes.count(code) for code in sorted(set(codes))}
+        print(
+            f"abuse: {len(codes)} requests refused {refused}; normal p99 {p99['alone']:.0f} ms alone, "
+            f"{p99['abused']:.0f} ms under abuse"
+        )
+        by_kind = {kind: {c for k, c in zip(kinds, codes) if k == kind} for kind in set(kinds)}
+        assert by_kind["large"] <= {413, 429} and by_kind["long"] == {400}, by_kind
+        assert by_kind["slow"] <= {0, 408, 429}, by_kind  # cut off at the body timeout (0: closed without a word)
+        assert p99["abused"] <= p99["alone"] + 1500, p99
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert _no_servers_left()
 
 
 def test_nothing_unverified_is_served(released, tmp_path, capsys):
