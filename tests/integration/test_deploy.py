@@ -559,7 +559,7 @@ def test_one_client_cannot_stall_the_server(released, tmp_path):
             f"abuse: {len(codes)} requests refused {refused}; normal p99 {p99['alone']:.0f} ms alone, "
             f"{p99['abused']:.0f} ms under abuse"
         )
-        by_kind = {kind: {c for k, c in zip(kinds, codes) if k == kind} for kind in set(kinds)}
+        by_kind = {kind: {c for k, c in zip(kinds, codes, strict=True) if k == kind} for kind in set(kinds)}
         assert by_kind["large"] <= {413, 429} and by_kind["long"] == {400}, by_kind
         assert by_kind["slow"] <= {0, 408, 429}, by_kind  # cut off at the body timeout (0: closed without a word)
         assert p99["abused"] <= p99["alone"] + 1500, p99
