@@ -17,7 +17,7 @@ from kfp_llmops.components.common.errors import GateFailed, InputError
 
 from .config import DeployConfig
 
-__all__ = ["DeployConfig", "deploy", "build_repository", "run_component", "stage_result"]
+__all__ = ["DeployConfig", "deploy", "build_and_deploy", "build_repository", "run_component", "stage_result"]
 
 
 def next_version(cfg: DeployConfig, state_dir: str) -> int:
@@ -122,6 +122,53 @@ def deploy(
             guard,
             compared_with,
         )
+
+
+def build_and_deploy(
+    model_dir: str | None,
+    repo_dir: str,
+    blessed_root: str | None,
+    out_dir: str,
+    cfg: DeployConfig,
+    state_dir: str,
+    key_file: str | None = None,
+    *,
+    kgw=None,
+    decoding=None,
+    costed: dict | None = None,
+    signing_key: str | None = None,
+    public_key: str | None = None,
+    compared_with: dict | None = None,
+    log=print,
+) -> tuple[dict | None, dict]:
+    """The one release sequence the component and `llmops deploy canary` run: under the
+    rollout lock (held from numbering the version to the rollout's end), the model's
+    signature checked (with `public_key`), the repository built from `model_dir` into
+    `repo_dir` (None: `repo_dir` is a built one), then rolled out. (built, outcome)."""
+    from kfp_llmops.components.common import signing
+
+    from .rollout_lock import rollout_lock
+
+    built = None
+    with rollout_lock(cfg, state_dir, log):
+        if model_dir:
+            if public_key:
+                signing.verify_folder(model_dir, public_key)
+            built = build_repository(
+                model_dir, blessed_root, repo_dir, cfg, state_dir, kgw, signing_key, decoding, costed
+            )
+        outcome = deploy(
+            repo_dir,
+            blessed_root,
+            out_dir,
+            cfg,
+            state_dir,
+            key_file,
+            log=log,
+            public_key=public_key,
+            compared_with=compared_with,
+        )
+    return built, outcome
 
 
 def stale_baseline(compared_with: dict | None, production: tuple[bool, str | None]) -> str | None:
@@ -288,45 +335,33 @@ def run_component(
             f"root {blessed_root}"
         )
     private, public = signing.key_file(signing_key_file), signing.key_file(public_key_file, public=True)
-    if public:
-        signing.verify_folder(model.path, public)
     from kfp_llmops.components.common.decoding import Decoding
 
-    decoding = Decoding.from_record(blessing.metadata, "blessing")
-    from .rollout_lock import rollout_lock
-
     work = os.path.join(os.path.dirname(report.path), "deploy")
-    with rollout_lock(cfg, state):  # held from numbering the version to the rollout's end
-        built = build_repository(
-            model.path,
-            blessed_root,
-            repository.path,
-            cfg,
-            state,
-            kgw,
-            private,
-            decoding,
-            costed_decoding(watermarked.metadata if watermarked is not None else None),
-        )
-        repository.metadata.update(
-            {
-                "merkle_root": built["repository_root"],
-                "model_root": built["model_root"],
-                "model_name": built["model_name"],
-                "version": built["version"],
-                "signed_sha256": built["signed_sha256"],
-            }
-        )
-        outcome = deploy(
-            repository.path,
-            blessed_root,
-            work,
-            cfg,
-            state,
-            key_file or None,
-            public_key=public,
-            compared_with=blessing.metadata.get("compared_with"),
-        )
+    built, outcome = build_and_deploy(
+        model.path,
+        repository.path,
+        blessed_root,
+        work,
+        cfg,
+        state,
+        key_file or None,
+        kgw=kgw,
+        decoding=Decoding.from_record(blessing.metadata, "blessing"),
+        costed=costed_decoding(watermarked.metadata if watermarked is not None else None),
+        signing_key=private,
+        public_key=public,
+        compared_with=blessing.metadata.get("compared_with"),
+    )
+    repository.metadata.update(
+        {
+            "merkle_root": built["repository_root"],
+            "model_root": built["model_root"],
+            "model_name": built["model_name"],
+            "version": built["version"],
+            "signed_sha256": built["signed_sha256"],
+        }
+    )
     atomic.copy_file(os.path.join(work, "record.json"), record.path)
     atomic.copy_file(os.path.join(work, "report.html"), report.path)
     record.metadata.update(

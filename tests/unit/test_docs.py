@@ -58,10 +58,10 @@ def test_readme_make_targets_exist():
 
 
 def test_deploy_page_names_every_command_and_links_its_config_reference():
-    from kfp_llmops.pipelines.cli.main import deploy
+    from kfp_llmops.pipelines.cli.main import cli
 
     text = read("docs", "deploy.md")
-    for name in deploy.commands:
+    for name in cli.commands["deploy"].commands:
         assert f"llmops deploy {name}" in text, name
     assert "reference.md#triton_canary_deploy-deployconfig" in text
 
