@@ -58,12 +58,14 @@ def _record(path: str, digest: str) -> None:
     os.replace(tmp, path + ".sha256")
 
 
-def _recorded(path: str) -> bool:
-    """Whether `path` holds what was recorded when it was built (a planted, torn or
-    replaced file does not, and one without a record is not trusted)."""
+def _recorded(path: str, data: bytes | None = None) -> bool:
+    """Whether `path` (or `data`, its bytes already read) holds what was recorded when it
+    was built (a planted, torn or replaced file does not, and one without a record is not
+    trusted)."""
     try:
         with open(path + ".sha256", encoding="ascii") as handle:
-            return handle.read().strip() == _sha256(path)
+            digest = hashlib.sha256(data).hexdigest() if data is not None else _sha256(path)
+            return handle.read().strip() == digest
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -246,10 +248,11 @@ def cached_unicode_table():
     name = _table_name()
     for folder in (_HERE, _cache_folder()):
         path = os.path.join(folder, name)
-        if not (os.path.isfile(path) and _recorded(path)):
+        try:
+            raw = open(path, "rb").read()  # noqa: SIM115 - read whole
+        except OSError:
             continue
-        raw = open(path, "rb").read()  # noqa: SIM115 - read whole
-        if len(raw) > 4 * 0x10000:
+        if _recorded(path, raw) and len(raw) > 4 * 0x10000:
             return np.frombuffer(raw[: 4 * 0x10000], dtype="<u4").astype(np.uint32), raw[4 * 0x10000 :]
     table, pool = unicode_table()
     try:

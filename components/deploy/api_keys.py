@@ -78,23 +78,19 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def keys_for(host: str, keys_file: str, state_dir: str, required: bool = True) -> str | None:
+def keys_for(host: str, keys_file: str, state_dir: str) -> str | None:
     """The API key file nginx on `host` asks clients for: `keys_file` where given; none on
-    loopback; elsewhere (`required`) `<state_dir>/api-keys`, made with a new key if absent,
-    so a server that others can reach is never open by default."""
+    loopback; elsewhere `<state_dir>/api-keys`, made with a new key if absent, so a server
+    that others can reach is never open by default."""
     if keys_file:
         read_keys(keys_file)
         return os.path.abspath(keys_file)
-    if is_loopback(host) or not required:
+    if is_loopback(host):
         return None
     path = os.path.abspath(os.path.join(state_dir, "api-keys"))
     make_key_file(path)
     read_keys(path)
     return path
-
-
-def first_key(path: str) -> str:
-    return read_keys(path)[0].decode()
 
 
 def authorized(header: str | None, keys: list[bytes]) -> bool:
@@ -174,7 +170,9 @@ class KeyChecker:
     """The checker as a process of its own, on loopback, for one nginx."""
 
     def __init__(self, keys_file: str, work: str):
-        read_keys(keys_file)  # a bad file stops the server from starting, naming the line
+        # a bad file stops the server from starting, naming the line; the first key is the
+        # one the controller's own requests carry
+        self.first_key = read_keys(keys_file)[0].decode()
         self.keys_file, self.work = os.path.abspath(keys_file), work
         self.port = 0
         self.proc: subprocess.Popen | None = None

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from kfp_llmops.components.common import atomic
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 
-from .api_keys import KeyChecker, first_key
+from .api_keys import KeyChecker
 from .config import FrontDoor
 from .triton_local import die_with_parent, free_ports, http_get, stop_group
 
@@ -192,9 +192,7 @@ class NginxSplit:
             raise InputError(f"serving.model_name: {model!r} cannot be served behind nginx")
         self.model = model
         self.limits = limits or FrontDoor()
-        self.api_keys = api_keys
         self.checker = KeyChecker(api_keys, os.path.join(work, "nginx")) if api_keys else None
-        self.client_key = first_key(api_keys) if api_keys else None  # the controller's own requests
         self.dir = os.path.abspath(os.path.join(work, "nginx"))
         self.stable, self.canary, self.host = stable, canary, host
         self.port = port
@@ -212,7 +210,7 @@ class NginxSplit:
     @property
     def client_headers(self) -> dict:
         """What a client of this nginx sends: the first API key, where keys are asked."""
-        return {"Authorization": f"Bearer {self.client_key}"} if self.client_key else {}
+        return {"Authorization": f"Bearer {self.checker.first_key}"} if self.checker else {}
 
     @property
     def url(self) -> str:

@@ -72,10 +72,16 @@ def _seed_from(resume_dir: str, ckpt_dir: str, pinned_root: str | None) -> str:
             resume_dir = json.load(handle)["checkpoint_dir"]
     found = []
     for _, tag in integrity.list_tags(resume_dir):
-        report = integrity.verify_checkpoint(os.path.join(resume_dir, tag))
-        root = integrity.load_checkpoint(os.path.join(resume_dir, tag))[1]["root"] if report.ok else None
-        found.append(f"{tag}: {root[:16] + '…' if root else report.summary()}")
-        if root != pinned_root:
+        try:  # the root its manifest states: only the pinned one is hashed, not every tag
+            stated = integrity.load_checkpoint(os.path.join(resume_dir, tag))[1]["root"]
+        except (OSError, ValueError, KeyError, TypeError):
+            stated = None
+        if stated != pinned_root:
+            found.append(f"{tag}: {stated[:16] + '…' if stated else 'no readable manifest'}")
+            continue
+        report = integrity.verify_checkpoint(os.path.join(resume_dir, tag), pinned_root)
+        if not report.ok:
+            found.append(f"{tag}: {report.summary()}")
             continue
         os.makedirs(ckpt_dir, exist_ok=True)
         dest = os.path.join(ckpt_dir, tag)

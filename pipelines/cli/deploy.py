@@ -8,7 +8,7 @@ import click
 
 from kfp_llmops.components.common.errors import LlmopsError
 
-from .options import blessed, config_option, state_option, watermark_key_option
+from .options import blessed, config_option, state_option, watermark_key_option, watermark_record_option
 
 
 @click.group()
@@ -33,13 +33,7 @@ def deploy_setup() -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
 @config_option("Deploy config YAML.")
 @state_option()
-@click.option(
-    "--watermark",
-    "watermark_record",
-    type=click.Path(dir_okay=False),
-    help="metrics.json of `llmops watermark verify`: serve with the parameters it verified "
-    "(required unless the config sets watermark.enabled: false).",
-)
+@watermark_record_option()
 @click.option(
     "--signing-key",
     type=click.Path(dir_okay=False),
@@ -83,13 +77,7 @@ def deploy_repository(
 @click.option("--drill-latency-ms", type=float, help="Rehearsal: the canary adds this latency per request.")
 @click.option("--drill-first-token-ms", type=float, help="Rehearsal: the canary's first token comes this much later.")
 @click.option("--drill-token-ms", type=float, help="Rehearsal: every token of the canary comes this much later.")
-@click.option(
-    "--watermark",
-    "watermark_record",
-    type=click.Path(dir_okay=False),
-    help="metrics.json of `llmops watermark verify`: serve with the parameters it verified "
-    "(required unless the config sets watermark.enabled: false).",
-)
+@watermark_record_option()
 @click.option(
     "--public-key",
     type=click.Path(dir_okay=False),

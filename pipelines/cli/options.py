@@ -20,6 +20,17 @@ def watermark_key_option(help: str = "Watermark key file (else $LLMOPS_WATERMARK
     return click.option("--key-file", help=help)
 
 
+def watermark_record_option():
+    """`--watermark` (as `watermark_record`): the verified watermark parameters a repository is built with."""
+    return click.option(
+        "--watermark",
+        "watermark_record",
+        type=click.Path(dir_okay=False),
+        help="metrics.json of `llmops watermark verify`: serve with the parameters it verified "
+        "(required unless the config sets watermark.enabled: false).",
+    )
+
+
 def state_option(help: str = "Local deployment state."):
     return click.option("--state", "state_dir", default="runs/serving", show_default=True, help=help)
 
