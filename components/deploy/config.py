@@ -74,7 +74,12 @@ class FrontDoor(_Section):
     max_body_bytes: int = Field(262144, ge=1024, description="A request body above this is a 413 at nginx.")
     body_timeout_s: int = Field(10, ge=1, description="A client that sends its headers or body slower is cut off.")
     connections_per_client: int = Field(32, ge=1, description="Open requests per client address; more get a 429.")
-    requests_per_s_per_client: int = Field(20, ge=1, description="Sustained request rate per client address.")
+    requests_per_s_per_client: int = Field(
+        0,
+        ge=0,
+        description="Sustained request rate per client address; 0: none (an evaluation harness asks one question "
+        "after another as fast as they are answered; connections_per_client bounds what a client holds).",
+    )
     burst: int = Field(40, ge=0, description="Requests above that rate taken at once before the 429s start.")
     max_turns: int = Field(64, ge=1, description="Turns of a chat; more is a 400 before the template runs.")
     max_prompt_chars: int = Field(

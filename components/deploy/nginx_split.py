@@ -64,8 +64,7 @@ http {{
     # Per client address; the operator's own load (one address, many streams) is not counted.
     map $operator $client {{ default $binary_remote_addr; 1 ""; }}
     limit_conn_zone $client zone=conns:4m;
-    limit_req_zone $client zone=reqs:4m rate={rate}r/s;
-    limit_conn_status 429;
+{rate_zone}    limit_conn_status 429;
     limit_req_status 429;
     client_header_timeout {body_timeout}s;
     client_body_timeout {body_timeout}s;
@@ -117,8 +116,7 @@ _PROXIED = """            proxy_http_version 1.1;
             proxy_buffering off;              # server-sent events reach the client as each piece is sent
             proxy_set_header Authorization "";   # API keys stop here
             limit_conn conns {connections};
-            limit_req zone=reqs burst={burst} nodelay;
-            error_page 429 = @busy;
+{rate_limit}            error_page 429 = @busy;
             error_page 413 = @too_large;
             add_header X-Upstream $shown_upstream always;"""
 _AUTH = """            auth_request /_auth;
@@ -220,6 +218,8 @@ class NginxSplit:
         for sub in ("tmp/body", "tmp/proxy", "tmp/fastcgi", "tmp/uwsgi", "tmp/scgi"):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
         stable, canary, lim = self.stable, self.canary, self.limits
+        rated = lim.requests_per_s_per_client > 0  # 0: connections bounded, rate not
+        rate_limit = f"            limit_req zone=reqs burst={lim.burst} nodelay;\n" if rated else ""
         text = _CONF.format(
             dir=self.dir,
             host=self.host,
@@ -230,11 +230,12 @@ class NginxSplit:
             canary_v1=canary.openai,
             weighted=upstream_lines(stable and stable.triton, canary.triton, self.canary_percent),
             weighted_v1=upstream_lines(stable and stable.openai, canary.openai, self.canary_percent),
-            proxied=_PROXIED.format(connections=lim.connections_per_client, burst=lim.burst),
+            proxied=_PROXIED.format(connections=lim.connections_per_client, rate_limit=rate_limit),
             operator=self.operator_key,
             model=re.escape(self.model),
-            rate=lim.requests_per_s_per_client,
-            burst=lim.burst,
+            rate_zone=f"    limit_req_zone $client zone=reqs:4m rate={lim.requests_per_s_per_client}r/s;\n"
+            if rated
+            else "",
             body_timeout=lim.body_timeout_s,
             body_bytes=lim.max_body_bytes,
             busy=_error("too many requests from this client; retry shortly", "rate_limit_exceeded"),

@@ -261,3 +261,22 @@ def test_api_key_files(tmp_path):
     os.remove(made)
     os.symlink(str(tmp_path / "elsewhere"), made)
     assert not make_key_file(made) and not os.path.exists(tmp_path / "elsewhere")  # a planted link is not followed
+
+
+def test_a_request_rate_is_bounded_only_where_one_is_set(tmp_path):
+    """Off by default: a client asking one question after another is never refused for
+    asking fast. Set, requests beyond the rate and its burst are 429s with Retry-After."""
+    for limits, expect_refused in ((FrontDoor(), False), (FrontDoor(requests_per_s_per_client=1, burst=2), True)):
+        nginx, ups = _split(tmp_path / str(expect_refused), limits=limits)
+        try:
+            got = [_send(nginx, "GET", "/v1/models") for _ in range(60)]
+        finally:
+            nginx.stop()
+            for u in ups.values():
+                u.shutdown()
+        statuses = [status for status, _, _ in got]
+        if expect_refused:
+            assert statuses[:3] == [200] * 3 and statuses.count(429) >= 50, statuses
+            assert all(h["Retry-After"] == "1" for status, h, _ in got if status == 429)
+        else:
+            assert statuses == [200] * 60, statuses
