@@ -57,7 +57,6 @@ def problems(spec: dict, platform: dict | None = None) -> list[str]:
     out: list[str] = []
     dags = {"root": spec["root"], **{n: c for n, c in components.items() if "dag" in c}}
     for dag_name, dag in dags.items():
-        params, artifacts = _declared(dag, "parameters"), _declared(dag, "artifacts")
         tasks = dag["dag"].get("tasks", {})
         for task_name, task in tasks.items():
             where = f"{dag_name}/{task_name}"
@@ -66,56 +65,83 @@ def problems(spec: dict, platform: dict | None = None) -> list[str]:
             if comp is None:
                 out.append(f"{where}: component {ref!r} does not exist")
                 continue
-            given_p = task.get("inputs", {}).get("parameters", {}) or {}
-            given_a = task.get("inputs", {}).get("artifacts", {}) or {}
-            for name, src in given_p.items():
-                out += _parameter_source(where, name, src, params, tasks, components, given_p)
-            for name, src in given_a.items():
-                out += _artifact_source(where, name, src, artifacts, tasks, components)
-            for kind, given in (("parameters", given_p), ("artifacts", given_a)):
-                for name, d in _declared(comp, kind).items():
-                    if name not in given and not d.get("isOptional") and "defaultValue" not in d:
-                        out.append(f"{where}: required input {kind[:-1]} {name!r} of {ref} is not given")
-            for dep in task.get("dependentTasks", []) or []:
-                if dep not in tasks:
-                    out.append(f"{where}: depends on {dep!r}, which is not in {dag_name}")
-            condition = task.get("triggerPolicy", {}).get("condition", "")
-            for kind, name in _CONDITION.findall(condition):
-                if name not in (given_p if kind == "parameter_values" else given_a):
-                    out.append(f"{where}: condition reads {name!r}, which the task is not given")
+            out += _task_problems(where, dag_name, dag, task, comp, components)
             label = comp.get("executorLabel")
             if label is None:
                 continue
-            executor = executors.get(label)
-            if executor is None:
+            if label not in executors:
                 out.append(f"{where}: executor {label!r} does not exist")
                 continue
-            for text in _strings(executor):
-                for name in _PLACEHOLDER.findall(text):
-                    if name not in given_p and name not in _declared(comp, "parameters"):
-                        out.append(
-                            f"{where}: {label} uses {{{{$.inputs.parameters['{name}']}}}}, which the task is not given"
-                        )
-            for name in _walk(k8s.get(label, {}), "componentInputParameter"):
-                if name not in params:
-                    out.append(
-                        f"{where}: kubernetes setting of {label} reads {name!r}, "
-                        f"which its parent DAG {dag_name} does not have"
-                    )
-            for src in _walk(k8s.get(label, {}), "taskOutputParameter"):
-                if src.get("producerTask") not in tasks:
-                    out.append(
-                        f"{where}: kubernetes setting of {label} reads task {src.get('producerTask')!r}, "
-                        f"which is not in {dag_name}"
-                    )
-        for name, src in (dag["dag"].get("outputs", {}).get("parameters", {}) or {}).items():
-            for sel in src.get("valueFromParameter", {}) and [src["valueFromParameter"]] or []:
-                if sel.get("producerSubtask") not in tasks:
-                    out.append(f"{dag_name}: output {name!r} comes from missing task {sel.get('producerSubtask')!r}")
-        for name, src in (dag["dag"].get("outputs", {}).get("artifacts", {}) or {}).items():
-            for sel in src.get("artifactSelectors", []) or []:
-                if sel.get("producerSubtask") not in tasks:
-                    out.append(f"{dag_name}: output {name!r} comes from missing task {sel.get('producerSubtask')!r}")
+            given_p = task.get("inputs", {}).get("parameters", {}) or {}
+            out += _executor_problems(where, dag_name, dag, comp, label, executors[label], k8s.get(label, {}), given_p)
+        out += _dag_output_problems(dag_name, dag)
+    return out
+
+
+def _task_problems(where: str, dag_name: str, dag: dict, task: dict, comp: dict, components: dict) -> list[str]:
+    """A task's inputs (each source resolvable, every required one given), its
+    dependencies and its condition."""
+    params, artifacts = _declared(dag, "parameters"), _declared(dag, "artifacts")
+    tasks = dag["dag"].get("tasks", {})
+    ref = task.get("componentRef", {}).get("name")
+    given_p = task.get("inputs", {}).get("parameters", {}) or {}
+    given_a = task.get("inputs", {}).get("artifacts", {}) or {}
+    out: list[str] = []
+    for name, src in given_p.items():
+        out += _parameter_source(where, name, src, params, tasks, components, given_p)
+    for name, src in given_a.items():
+        out += _artifact_source(where, name, src, artifacts, tasks, components)
+    for kind, given in (("parameters", given_p), ("artifacts", given_a)):
+        for name, d in _declared(comp, kind).items():
+            if name not in given and not d.get("isOptional") and "defaultValue" not in d:
+                out.append(f"{where}: required input {kind[:-1]} {name!r} of {ref} is not given")
+    for dep in task.get("dependentTasks", []) or []:
+        if dep not in tasks:
+            out.append(f"{where}: depends on {dep!r}, which is not in {dag_name}")
+    condition = task.get("triggerPolicy", {}).get("condition", "")
+    for kind, name in _CONDITION.findall(condition):
+        if name not in (given_p if kind == "parameter_values" else given_a):
+            out.append(f"{where}: condition reads {name!r}, which the task is not given")
+    return out
+
+
+def _executor_problems(
+    where: str, dag_name: str, dag: dict, comp: dict, label: str, executor: dict, k8s: dict, given_p: dict
+) -> list[str]:
+    """The placeholders the executor's command uses, and what its Kubernetes settings read."""
+    params = _declared(dag, "parameters")
+    tasks = dag["dag"].get("tasks", {})
+    out: list[str] = []
+    for text in _strings(executor):
+        for name in _PLACEHOLDER.findall(text):
+            if name not in given_p and name not in _declared(comp, "parameters"):
+                out.append(f"{where}: {label} uses {{{{$.inputs.parameters['{name}']}}}}, which the task is not given")
+    for name in _walk(k8s, "componentInputParameter"):
+        if name not in params:
+            out.append(
+                f"{where}: kubernetes setting of {label} reads {name!r}, which its parent DAG {dag_name} does not have"
+            )
+    for src in _walk(k8s, "taskOutputParameter"):
+        if src.get("producerTask") not in tasks:
+            out.append(
+                f"{where}: kubernetes setting of {label} reads task {src.get('producerTask')!r}, "
+                f"which is not in {dag_name}"
+            )
+    return out
+
+
+def _dag_output_problems(dag_name: str, dag: dict) -> list[str]:
+    """A DAG's outputs each come from one of its tasks."""
+    tasks = dag["dag"].get("tasks", {})
+    out: list[str] = []
+    for name, src in (dag["dag"].get("outputs", {}).get("parameters", {}) or {}).items():
+        for sel in src.get("valueFromParameter", {}) and [src["valueFromParameter"]] or []:
+            if sel.get("producerSubtask") not in tasks:
+                out.append(f"{dag_name}: output {name!r} comes from missing task {sel.get('producerSubtask')!r}")
+    for name, src in (dag["dag"].get("outputs", {}).get("artifacts", {}) or {}).items():
+        for sel in src.get("artifactSelectors", []) or []:
+            if sel.get("producerSubtask") not in tasks:
+                out.append(f"{dag_name}: output {name!r} comes from missing task {sel.get('producerSubtask')!r}")
     return out
 
 

@@ -236,13 +236,9 @@ def verify_directory(
     when every file is read).
     """
     started = time.perf_counter()
-    problems: list[Problem] = []
     recomputed = manifest.root.hex()
     stated = stated_root or recomputed
-    if stated != recomputed:
-        problems.append(Problem("manifest", None, f"stated root {stated} does not match its entries ({recomputed})"))
-    if expected_root and expected_root != stated:
-        problems.append(Problem("manifest", None, f"root {stated} is not the expected {expected_root}"))
+    problems = _manifest_problems(manifest, stated, recomputed, expected_root)
     by_path = {}
     for f in manifest.files:
         try:
@@ -270,22 +266,7 @@ def verify_directory(
         for rel in present:
             if rel not in by_path and not any(rel == e for e in exclude):
                 problems.append(Problem("extra", rel, f"{present[rel]:,} bytes not in the manifest"))
-    work = []
-    for rel in targets:
-        f = by_path[rel]
-        if rel not in present:
-            problems.append(Problem("missing", rel, f"expected {f.size:,} bytes"))
-            continue
-        if present[rel] != f.size:
-            problems.append(
-                Problem(
-                    "size",
-                    rel,
-                    f"{present[rel]:,} bytes, expected {f.size:,}",
-                    [(min(present[rel], f.size), max(present[rel], f.size))],
-                )
-            )
-        work.append((rel, f.leaves, present[rel]))
+    work = _sized(targets, by_path, present, problems)
     checked_bytes = sum(min(present.get(r, 0), by_path[r].size) for r in targets if r in present)
     bad_by_file = _check_files(root, manifest.chunk_size, work, threads or _THREADS)
     for rel, bad in sorted(bad_by_file.items()):
@@ -303,6 +284,38 @@ def verify_directory(
     return VerifyReport(
         not problems, stated, recomputed, len(targets), checked_bytes, time.perf_counter() - started, problems
     )
+
+
+def _manifest_problems(manifest, stated: str, recomputed: str, expected_root: str | None) -> list[Problem]:
+    """The manifest's own root against the root it states, and that against the pin."""
+    problems = []
+    if stated != recomputed:
+        problems.append(Problem("manifest", None, f"stated root {stated} does not match its entries ({recomputed})"))
+    if expected_root and expected_root != stated:
+        problems.append(Problem("manifest", None, f"root {stated} is not the expected {expected_root}"))
+    return problems
+
+
+def _sized(targets: list[str], by_path: dict, present: dict, problems: list[Problem]) -> list[tuple]:
+    """The files to read (path, leaves, size on disk); a missing file or one of another
+    size is a problem (the latter is still read, to name its bad chunks)."""
+    work = []
+    for rel in targets:
+        f = by_path[rel]
+        if rel not in present:
+            problems.append(Problem("missing", rel, f"expected {f.size:,} bytes"))
+            continue
+        if present[rel] != f.size:
+            problems.append(
+                Problem(
+                    "size",
+                    rel,
+                    f"{present[rel]:,} bytes, expected {f.size:,}",
+                    [(min(present[rel], f.size), max(present[rel], f.size))],
+                )
+            )
+        work.append((rel, f.leaves, present[rel]))
+    return work
 
 
 # --- Checkpoints: a tag folder whose manifest also commits to the run's metadata ------

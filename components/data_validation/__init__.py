@@ -12,7 +12,8 @@ from typing import Any
 from kfp_llmops.components.common.contract import Artifact, Metrics, StageResult
 
 from .config import DataValidationConfig
-from .validate import CLEAN_NAME, OutputPaths, ValidationResult, validate
+from .engines import validate
+from .validate import CLEAN_NAME, OutputPaths, ValidationResult
 
 __all__ = ["DataValidationConfig", "ValidationResult", "execute", "run_component", "run_to_dir", "stage_result"]
 
@@ -101,28 +102,7 @@ def run_component(
     outputs = OutputPaths(clean.path, quarantine.path, None, stats.path)
     result = execute(raw.path, outputs, cfg, report.path, reference, show_progress=True, reference_note=why)
     m = result.metrics
-    metrics.metadata["drift_reference"] = m["drift_reference"] or "none"
-    clean.metadata.update(
-        {
-            "merkle_root": m["merkle_root"],
-            "chunk_size": m["chunk_size"],
-            "merkle_file": CLEAN_NAME,
-            "rows": m["rows_out"],
-            "bytes": m["clean_bytes"],
-            "format": "jsonl",
-            "policy": m["policy"],
-        }
-    )
-    quarantine.metadata.update({"rows": m["rows_quarantined"], "by_reason": m["by_reason"], "contains_raw_pii": True})
-    for key in ("rows_in", "rows_out", "rows_quarantined", "reject_rate", "rows_with_pii"):
-        metrics.log_metric(key, m[key])
-    for name, value in (m["drift_psi"] or {}).items():
-        metrics.log_metric(f"psi_{name}", value)
-    for reason, count in m["by_reason"].items():
-        metrics.log_metric(f"quarantined_{reason}", count)
-    for kind, count in m["pii_found"].items():
-        metrics.log_metric(f"pii_{kind}", count)
-    metrics.metadata["merkle_root"] = m["merkle_root"]
+    _publish(m, clean, quarantine, metrics)
     if note is not None:  # the stats are the next release's drift reference: filed beside the note
         records.write(
             note.path,
@@ -146,6 +126,32 @@ def run_component(
     if not summary.passed:
         print(f"validate_dataset gate failed: {summary.reason}")
     return summary
+
+
+def _publish(m: dict, clean: Artifact, quarantine: Artifact, metrics: Metrics) -> None:
+    """The outputs' metadata and metrics as the KFP UI shows them."""
+    metrics.metadata["drift_reference"] = m["drift_reference"] or "none"
+    clean.metadata.update(
+        {
+            "merkle_root": m["merkle_root"],
+            "chunk_size": m["chunk_size"],
+            "merkle_file": CLEAN_NAME,
+            "rows": m["rows_out"],
+            "bytes": m["clean_bytes"],
+            "format": "jsonl",
+            "policy": m["policy"],
+        }
+    )
+    quarantine.metadata.update({"rows": m["rows_quarantined"], "by_reason": m["by_reason"], "contains_raw_pii": True})
+    for key in ("rows_in", "rows_out", "rows_quarantined", "reject_rate", "rows_with_pii"):
+        metrics.log_metric(key, m[key])
+    for name, value in (m["drift_psi"] or {}).items():
+        metrics.log_metric(f"psi_{name}", value)
+    for reason, count in m["by_reason"].items():
+        metrics.log_metric(f"quarantined_{reason}", count)
+    for kind, count in m["pii_found"].items():
+        metrics.log_metric(f"pii_{kind}", count)
+    metrics.metadata["merkle_root"] = m["merkle_root"]
 
 
 def stage_result(result: ValidationResult) -> StageResult:

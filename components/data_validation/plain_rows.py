@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import unicodedata
+from typing import Any, NamedTuple
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCES = tuple(os.path.join(_HERE, name) for name in ("plain_rows.c", "pii_rows.c"))  # the first includes the second
@@ -300,8 +301,20 @@ def _with_unicode(buf: bytes) -> None:
             _loaded["unicode"] = (table, pool)  # alive as long as the library reads them
 
 
-def scan(fn, lines: list[bytes], formats: Formats):
-    """(joined block, status per line: format or -1, chars, keys, clean-row offsets)."""
+class PlainScan(NamedTuple):
+    """What C made of a block: the clean rows it wrote (`buf`, line i at
+    `offsets[i]:offsets[i + 1]`), and per line its format (-1: left to Python), its
+    characters and its dedup key."""
+
+    buf: bytes
+    status: Any
+    chars: Any
+    keys: Any
+    offsets: Any
+
+
+def scan(fn, lines: list[bytes], formats: Formats) -> PlainScan:
+    """The block through C's `plain_rows` function `fn`."""
     import numpy as np
 
     buf = b"\n".join(lines)
@@ -327,7 +340,7 @@ def scan(fn, lines: list[bytes], formats: Formats):
     )
     if got != n:
         raise RuntimeError(f"plain_rows: {got} lines for {n}")
-    return out[: offsets[n]].tobytes(), status, chars, keys, offsets
+    return PlainScan(out[: offsets[n]].tobytes(), status, chars, keys, offsets)
 
 
 if __name__ == "__main__":

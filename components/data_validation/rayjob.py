@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 from blake3 import blake3
 
@@ -178,7 +177,7 @@ def validate_on_kuberay(
     out = os.path.join(run, "out")
     spec_path = os.path.join(run, "spec.json")
     atomic.write_json(spec_path, {"input": data, "out": out, "reference": reference, "config": settings})
-    manifest = render_rayjob(name, s, f"python -m kfp_llmops.components.data_validation.rayjob {spec_path}")
+    manifest = render_rayjob(name, s, f"python -m kfp_llmops.components.data_validation.engines {spec_path}")
     custom, core = apis or clients()
     job = RayJob(custom, core, manifest, os.path.join(run, "job.log"), s.poll_s, log)
     job.run(s.timeout_s + 600)
@@ -206,30 +205,3 @@ def validate_on_kuberay(
         job.delete()
     metrics["rayjob"] = job.where
     return ValidationResult(metrics, metrics["passed"], metrics["gate_reasons"], samples)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The RayJob's entrypoint, on the cluster: validate as the spec says; a failed gate is
-    a result (exit 0, the task decides), unusable input one line and exit 2."""
-    from .validate import OutputPaths, validate
-
-    args = sys.argv[1:] if argv is None else argv
-    with open(args[0], encoding="utf-8") as handle:
-        spec = json.load(handle)
-    try:
-        config = DataValidationConfig.model_validate(spec["config"])
-        result = validate(spec["input"], OutputPaths.in_dir(spec["out"]), config, spec.get("reference"))
-    except (InputError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    atomic.write_json(os.path.join(spec["out"], "samples.json"), result.samples)
-    print(
-        f"[validate] rows_in={result.metrics['rows_in']} rows_out={result.metrics['rows_out']} "
-        f"merkle_root={result.metrics['merkle_root']}",
-        flush=True,
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -42,6 +42,7 @@ from kfp_llmops.components.common.errors import InputError
 
 from .config import DataValidationConfig
 from .reader import Inputs, Lines, input_files, open_input, rest_of_line, whole_lines
+from .validate import Outputs, Totals, Validator, fill_blocks, finish, long_lived_frozen, name_finder, stream
 
 SHIFT = 40  # a row's position: its shard << SHIFT | its line in the shard
 _LOW = (1 << SHIFT) - 1
@@ -97,7 +98,7 @@ def _ranges(path: str, shard_bytes: int) -> list[tuple[int, int]]:
 
 
 class _Range:
-    """A shard's bytes through `readline`, `peek` and `read` (the reader `_stream`
+    """A shard's bytes through `readline`, `peek` and `read` (the reader `validate.stream`
     wants), never past the shard's end, hashed as read."""
 
     def __init__(self, shard: Shard):
@@ -168,8 +169,6 @@ def _partitioned(keys, positions, partitions: int) -> list[tuple]:
 def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> tuple:
     """Pass 1: (lines, digest of the bytes read, one (keys, positions) pair per partition,
     one (band hashes, positions) pair per partition, then (positions, signatures))."""
-    from .validate import Validator, fill_blocks
-
     parser = Validator(_light(config))
     src = _Range(shard)
     max_line = config.schema_.max_line_bytes
@@ -187,7 +186,7 @@ def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> t
 
     def key_block(last: int) -> None:
         first = last - len(block) + 1
-        parsed = parser.parse_block(block, first, texts=True, opening=opening, in_c=near is None)
+        parsed = parser.parse_block(block, first, texts=True, opening=opening, use_c=near is None)
         block.clear()
         if config.dedup.exact:
             keys.append(parsed.keys & np.uint64(_KEY_MASK))
@@ -322,11 +321,9 @@ _FINDERS: dict[str, Any] = {}
 
 def _finder(config: DataValidationConfig):
     """One name finder per worker process (the NER model loads once, not per shard)."""
-    from .validate import _name_finder
-
     key = config.pii.names.model_dump_json()
     if key not in _FINDERS:
-        _FINDERS[key] = _name_finder(config)
+        _FINDERS[key] = name_finder(config)
     return _FINDERS[key]
 
 
@@ -348,8 +345,6 @@ def validate_shard(
 ) -> dict:
     """Pass 3: the shard's clean and quarantine bytes, tallies and the digest of what it
     read. `near`: this shard's near duplicates, {position: the position it is similar to}."""
-    from .validate import Validator, _stream, long_lived_frozen
-
     _drill(shard)
     first_by_line = {}
     for dup, first in duplicates:
@@ -367,7 +362,7 @@ def validate_shard(
     src = _Range(shard)
     try:
         with long_lived_frozen():
-            rows_in, rows_out = _stream(src, v, clean, quarantine, config, False, first_line=first_lines[shard.index])
+            rows_in, rows_out = stream(src, v, clean, quarantine, config, False, first_line=first_lines[shard.index])
     finally:
         src.close()
     return {
@@ -384,28 +379,6 @@ def validate_shard(
         "length": v.stats.length.counts,
         "pii_density": v.stats.pii_density.counts,
     }
-
-
-@dataclass
-class Totals:
-    """What `validate._finish` reads from a validator, summed over the shards."""
-
-    reference: Any
-    stats: Any
-    by_reason: Counter
-    pii_found: Counter
-    pii_redacted: Counter
-    rows_with_pii: int
-    samples: list
-
-    def add(self, part: dict) -> None:
-        self.by_reason.update(part["by_reason"])
-        self.pii_found.update(part["pii_found"])
-        self.pii_redacted.update(part["pii_redacted"])
-        self.rows_with_pii += part["rows_with_pii"]
-        self.samples.extend(part["samples"][: 20 - len(self.samples)])
-        for hist, counts in ((self.stats.length, part["length"]), (self.stats.pii_density, part["pii_density"])):
-            hist.counts = [a + b for a, b in zip(hist.counts, counts, strict=False)]
 
 
 Submit = Callable[..., Any]  # submit(fn, *args, num_returns=n) -> a handle, or n handles
@@ -427,7 +400,6 @@ def run(
     import time
 
     from .drift import DataStats
-    from .validate import _finish, _Outputs
 
     reference = DataStats.load(reference_stats) if reference_stats else None
     started = time.perf_counter()
@@ -439,13 +411,7 @@ def run(
         f"{f' in {len(inputs.files):,} files' if inputs.folder else ''}), {partitions} partition(s)"
     )
     keyed = [submit(shard_keys, s, config, partitions, num_returns=3 + 2 * partitions) for s in shards]
-    counts = [get(k[0]) for k in keyed]
-    first_lines, line, lines = [], 1, Lines()
-    for shard, n in zip(shards, counts, strict=False):
-        if inputs.folder and shard.start == 0:
-            lines.begin(inputs.name(shard.path), line)
-        first_lines.append(line)
-        line += n
+    first_lines, lines = _number(shards, [get(k[0]) for k in keyed], inputs)
     reduced = [
         submit(first_occurrences, len(shards), *(k[2 + p] for k in keyed), num_returns=len(shards))
         for p in range(partitions)
@@ -463,33 +429,12 @@ def run(
         submit(validate_shard, s, first_lines, lines, config, by_shard[s.index], *(r[s.index] for r in reduced))
         for s in shards
     ]
-    out = _Outputs(outputs, config.chunk_size)
+    out = Outputs(outputs, config.chunk_size)
     totals = Totals(reference, DataStats(), Counter(), Counter(), Counter(), 0, [])
-    rows_in = rows_out = read = 0
-    logged = 0.0
     with out:
-        for shard, handle in zip(shards, done, strict=False):
-            part = get(handle)
-            if part["digest"] != get(keyed[shard.index][1]) or os.stat(shard.path).st_mtime_ns != stamps[shard.path]:
-                raise InputError(
-                    f"{shard.path}: changed while being read (bytes {shard.start}-{shard.end} differ "
-                    "between passes); validate a copy that is not being written"
-                )
-            out.clean.write(part["clean"])
-            out.quarantine.write(part["quarantine"])
-            totals.add(part)
-            rows_in += part["rows_in"]
-            rows_out += part["rows_out"]
-            read += (shard.end if shard.end >= 0 else os.path.getsize(shard.path)) - shard.start
-            elapsed = time.perf_counter() - started
-            if elapsed - logged >= 5.0 or shard.index == len(shards) - 1:
-                logged = elapsed
-                log(
-                    f"[validate] {shard.index + 1}/{len(shards)} shards: {rows_in:,} rows, "
-                    f"{read / 2**20 / max(elapsed, 1e-9):.1f} MB/s"
-                )
+        rows_in, rows_out = _gather(shards, done, keyed, stamps, out, totals, get, started, log)
     root = out.commit()
-    return _finish(
+    return finish(
         totals,
         config,
         inputs,
@@ -501,6 +446,48 @@ def run(
         out.clean.bytes,
         time.perf_counter() - started,
     )
+
+
+def _number(shards: list, counts: list[int], inputs) -> tuple[list[int], Lines]:
+    """Each shard's first line number, from the lines each counted, and where each file of
+    a folder starts."""
+    first_lines, line, lines = [], 1, Lines()
+    for shard, n in zip(shards, counts, strict=False):
+        if inputs.folder and shard.start == 0:
+            lines.begin(inputs.name(shard.path), line)
+        first_lines.append(line)
+        line += n
+    return first_lines, lines
+
+
+def _gather(shards, done, keyed, stamps: dict, out, totals: Totals, get: Get, started: float, log) -> tuple[int, int]:
+    """The shards' outputs written in input order, each checked to be of the bytes pass 1
+    read; (rows in, rows out)."""
+    import time
+
+    rows_in = rows_out = read = 0
+    logged = 0.0
+    for shard, handle in zip(shards, done, strict=False):
+        part = get(handle)
+        if part["digest"] != get(keyed[shard.index][1]) or os.stat(shard.path).st_mtime_ns != stamps[shard.path]:
+            raise InputError(
+                f"{shard.path}: changed while being read (bytes {shard.start}-{shard.end} differ "
+                "between passes); validate a copy that is not being written"
+            )
+        out.clean.write(part["clean"])
+        out.quarantine.write(part["quarantine"])
+        totals.add(part)
+        rows_in += part["rows_in"]
+        rows_out += part["rows_out"]
+        read += (shard.end if shard.end >= 0 else os.path.getsize(shard.path)) - shard.start
+        elapsed = time.perf_counter() - started
+        if elapsed - logged >= 5.0 or shard.index == len(shards) - 1:
+            logged = elapsed
+            log(
+                f"[validate] {shard.index + 1}/{len(shards)} shards: {rows_in:,} rows, "
+                f"{read / 2**20 / max(elapsed, 1e-9):.1f} MB/s"
+            )
+    return rows_in, rows_out
 
 
 def _near_pass(config, keyed, partitions, submit: Submit, get: Get) -> dict[int, int]:

@@ -30,7 +30,7 @@ from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.progress import progress
 
 from . import pii, pii_rows, plain_rows
-from .candidates import NAMES, NONE, Kinds, candidate_lines, line_kinds
+from .candidates import NAMES, NONE, Kinds, candidate_lines
 from .config import DataValidationConfig, RecordFormat
 from .dedup import FingerprintIndex, NearDuplicateIndex, fingerprint, fingerprints, normalize
 from .drift import DataStats, drift
@@ -115,7 +115,7 @@ class _Sink(atomic.AtomicFile):
             self.hasher.update(data)
 
 
-class _Outputs:
+class Outputs:
     """The clean and quarantine files of one run: written as rows are judged, and both
     appear at `commit` or neither does (an exception inside `with` drops both)."""
 
@@ -124,7 +124,7 @@ class _Outputs:
         self.clean = _Sink(paths.clean, hashed_chunk=chunk_size)
         self.quarantine = _Sink(paths.quarantine)
 
-    def __enter__(self) -> _Outputs:
+    def __enter__(self) -> Outputs:
         return self
 
     def __exit__(self, kind, value, tb) -> None:
@@ -175,7 +175,7 @@ class Validator:
             policy.quarantine_secrets if config.pii.quarantine_secrets is None else config.pii.quarantine_secrets
         )
         self.max_density = policy.max_density if config.pii.max_density is None else config.pii.max_density
-        self.names = (names or _name_finder(config)) if config.pii.names.enabled else None
+        self.names = (names or name_finder(config)) if config.pii.names.enabled else None
         self.reference = reference
         self.formats = config.schema_.formats
         self._format_keys = [(fmt, set(fmt.fields)) for fmt in self.formats]
@@ -192,7 +192,7 @@ class Validator:
             for fmt, keys in self._format_keys
         ]
         self.exact = (exact or FingerprintIndex()) if config.dedup.exact else None
-        self._in_c: Any = False  # the plain_rows function (None: unavailable), once looked up
+        self._plain_rows_fn: Any = False  # the plain_rows function (None: unavailable), once looked up
         near_index, near = near, config.dedup.near
         self.near = (
             (near_index or NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words))
@@ -453,14 +453,14 @@ class Validator:
         hold a name gets its `_Scan` instead (`begin`'s), for the caller to settle and
         `complete` where one line at a time would (`begin` leaves no state `complete` reads).
         `judge_lines` with every row's outcome in the list."""
-        out, in_c = self.judge_lines(lines, first_line, candidates, lengths)
-        return out if in_c is None else in_c.fill(out)
+        out, from_c = self.judge_lines(lines, first_line, candidates, lengths)
+        return out if from_c is None else from_c.fill(out)
 
     def judge_lines(
         self, lines: list[bytes], first_line: int, candidates: dict[int, Kinds], lengths: list[int]
-    ) -> tuple[list, CleanInC | None]:
+    ) -> tuple[list, CleanFromC | None]:
         """`check_lines`, but the rows C judged alone (the most) are None in the list, their
-        clean bytes in the `CleanInC` returned with it: no object a row for them.
+        clean bytes in the `CleanFromC` returned with it: no object a row for them.
 
         Two steps instead of one row at a time: `_deduplicated`, then each row's verdict,
         so the verdicts are `check`'s. A plain row that is no candidate (`candidates`:
@@ -468,7 +468,7 @@ class Validator:
         form is the object as parsed and its length goes to `lengths` for the caller's
         `stats.add_lengths`. Every other row is scanned as `begin` scans it.
         """
-        out, unique, in_c = self._deduplicated(lines, first_line, candidates, lengths)
+        out, unique, from_c = self._deduplicated(lines, first_line, candidates, lengths)
         proposals: dict[int, Proposal] = {}
         if self.names is not None:
             unique, candidates, proposals = self._names_first(lines, unique, candidates)
@@ -493,7 +493,7 @@ class Validator:
                 out[i] = dumps(self.complete(scan, None)) + b"\n"
             except _Rejected as rej:
                 out[i] = rej.kept()
-        return out, in_c
+        return out, from_c
 
     def _names_first(
         self, lines: list[bytes], unique: list[tuple], candidates: dict[int, Kinds]
@@ -573,27 +573,27 @@ class Validator:
         texts: bool,
         opening: Iterable[int] | None = None,
         python: Iterable[int] = (),
-        in_c: bool = True,
+        use_c: bool = True,
     ) -> ParsedBlock:
         """`parse_lines` of a block, its plain rows in C where it can (`plain_rows.c`:
-        not a file's first line; not at all without `in_c`: the near-dup index wants each
+        not a file's first line; not at all without `use_c`: the near-dup index wants each
         row's text), with every parsed row's dedup key in line order when `texts`. Rows in
         `python` (that need a scan: a candidate) which C parsed keep its key and bounds
         check and are parsed as (index, None, format, None, None): their object is loaded
-        when needed (`_patterns_in_c`); the other rows C parsed are its alone (`in_c`)."""
+        when needed (`_patterns_in_c`); the other rows C parsed are its alone (`c_rows`)."""
         n = len(lines)
         scan = None
-        if in_c and lines:
-            if self._in_c is False:
-                self._in_c = plain_rows.load()
-            if self._in_c is not None:
-                scan = plain_rows.scan(self._in_c, lines, self._c_formats)
+        if use_c and lines:
+            if self._plain_rows_fn is False:
+                self._plain_rows_fn = plain_rows.load()
+            if self._plain_rows_fn is not None:
+                scan = plain_rows.scan(self._plain_rows_fn, lines, self._c_formats)
         loaded = np.zeros(0, dtype=np.int64)
         if scan is None:
             mine = loaded
             parsed, rejected = self.parse_lines(lines, first_line, texts, opening)
         else:
-            claimed = scan[1] >= 0
+            claimed = scan.status >= 0
             opens = self.lines.firsts if opening is None else opening
             claimed[[k - first_line for k in opens if 0 <= k - first_line < n]] = False
             wanted = np.zeros(n, dtype=bool)
@@ -604,7 +604,7 @@ class Validator:
             parsed, rejected = self.parse_lines(lines, first_line, texts, opening, indices=rest)
             if len(loaded):
                 plain = self._plain
-                for i, f in zip(loaded.tolist(), scan[1][loaded].tolist(), strict=True):
+                for i, f in zip(loaded.tolist(), scan.status[loaded].tolist(), strict=True):
                     parsed.append((i, None, plain[f][1], None, None))  # loaded when needed
                 parsed.sort(key=lambda row: row[0])
         at = keys = None
@@ -612,16 +612,16 @@ class Validator:
             by_python = [row for row in parsed if row[4] is not None]
             at = np.fromiter((row[0] for row in by_python), dtype=np.int64, count=len(by_python))
             keys = fingerprints([row[4] for row in by_python])
-            in_c = np.concatenate([mine, loaded])
-            if len(in_c):
-                at, keys = np.concatenate([in_c, at]), np.concatenate([scan[3][in_c], keys])
+            by_c = np.concatenate([mine, loaded])
+            if len(by_c):
+                at, keys = np.concatenate([by_c, at]), np.concatenate([scan.keys[by_c], keys])
                 order = np.argsort(at, kind="stable")
                 at, keys = at[order], keys[order]
         return ParsedBlock(parsed, rejected, mine, scan, at, keys)
 
     def _deduplicated(
         self, lines: list[bytes], first_line: int, candidates: dict[int, Kinds], lengths: list[int]
-    ) -> tuple[list, list[tuple], CleanInC | None]:
+    ) -> tuple[list, list[tuple], CleanFromC | None]:
         """`parse_block`, then every parsed row's key through the exact index in one
         `add_many` and the near index row by row, in order: (per line its `_Rejected` or
         None, the rows left as (index, object, format, values when plain), the clean rows
@@ -635,24 +635,23 @@ class Validator:
             first_line,
             self.exact is not None or self.near is not None,
             python=candidates,
-            in_c=self.near is None,
+            use_c=self.near is None,
         )
-        parsed, mine = block.parsed, block.in_c
+        parsed, mine = block.parsed, block.c_rows
         out: list = [None] * n
         for i, rej in block.rejected.items():
             out[i] = rej
         firsts = np.zeros(n, dtype=np.int64)
         if self.exact is not None and block.at is not None and len(block.at):
             firsts[block.at] = self.exact.add_many(block.keys, first_line + block.at)
-        in_c = None
+        from_c = None
         if len(mine):
-            buf, _, chars, _, offsets = block.scan
             repeated = firsts[mine] != 0
             for i in mine[repeated].tolist():
                 out[i] = self._duplicate_of(int(firsts[i]))
             kept = mine[~repeated]
-            in_c = CleanInC(buf, offsets, kept)
-            self.stats.add_lengths(chars[kept])
+            from_c = CleanFromC(block.scan.buf, block.scan.offsets, kept)
+            self.stats.add_lengths(block.scan.chars[kept])
         near = self.near
         unique: list[tuple] = []
         for i, obj, fmt, values, text in parsed:
@@ -665,25 +664,13 @@ class Validator:
                     out[i] = self._near_duplicate_of(first)
                     continue
             unique.append((i, obj, fmt, values))
-        return out, unique, in_c
-
-    def check(self, raw: bytes, line_no: int) -> dict:
-        """The clean record for one raw line, or raise _Rejected."""
-        scan = self.begin(raw, line_no)
-        spans = self.names.settle([scan.proposal])[0] if scan.proposal is not None else None
-        return self.complete(scan, spans)
+        return out, unique, from_c
 
     def complete(self, scan: _Scan, name_spans: list | None) -> dict:
-        """The second half of `check`, once the doubtful names of `scan` are settled."""
+        """A row's clean record once the doubtful names of its `scan` are settled."""
         clean, density, chars = self._conclude(scan, name_spans)
         self.stats.add(chars, density)
         return clean
-
-    def begin(self, raw: bytes, line_no: int) -> _Scan:
-        """Everything up to the NER model: decode, parse, schema, dedup, patterns."""
-        obj, fmt = self.parse(raw, self.lines.is_first(line_no))
-        self._dedup(obj, fmt, line_no)
-        return self._scan_patterns(obj, fmt, line_kinds(raw))
 
     def parse(self, raw: bytes, first_line: bool) -> tuple[dict, RecordFormat]:
         """Decode, parse and check the schema of one line, or raise _Rejected."""
@@ -731,7 +718,7 @@ def _field_chars(value: Any) -> int:
     return 0
 
 
-def _name_finder(config: DataValidationConfig):
+def name_finder(config: DataValidationConfig):
     """The PERSON/ADDRESS detector, its NER model verified before any row is read."""
     from .names import NameFinder
     from .ner import NerConfirmer, resolve
@@ -764,14 +751,14 @@ class ParsedBlock:
 
     parsed: list[tuple]
     rejected: dict[int, _Rejected]
-    in_c: np.ndarray
-    scan: tuple | None
+    c_rows: np.ndarray
+    scan: plain_rows.PlainScan | None
     at: np.ndarray | None
     keys: np.ndarray | None
 
 
 @dataclass
-class CleanInC:
+class CleanFromC:
     """The clean rows C wrote for a block (`plain_rows.scan`: `buf`, sliced per line by
     `offsets`) that it judged alone and kept: the lines `kept`."""
 
@@ -796,16 +783,16 @@ def _loaded(lines: list[bytes], row: tuple) -> tuple:
     return (i, obj, fmt, [obj[name] for name in fmt.fields])
 
 
-def clean_pieces(in_c: CleanInC | None, out: list) -> list:
+def clean_pieces(from_c: CleanFromC | None, out: list) -> list:
     """The block's clean bytes in line order as few objects as it takes, a rejected
     line as its index: each run of kept lines one slice of `buf` (consecutive lines
-    are adjacent there), every other line its own outcome from `out` (`in_c` None: no
+    are adjacent there), every other line its own outcome from `out` (`from_c` None: no
     line C judged)."""
-    if in_c is None:
+    if from_c is None:
         return [o if type(o) is bytes else i for i, o in enumerate(out)]
-    n, buf, offsets = len(out), in_c.buf, in_c.offsets
+    n, buf, offsets = len(out), from_c.buf, from_c.offsets
     others = np.ones(n, dtype=bool)
-    others[in_c.kept] = False
+    others[from_c.kept] = False
     at = np.flatnonzero(others)
     edges = np.empty(2 * len(at) + 2, dtype=np.int64)  # each run of kept lines: [start, end)
     edges[0], edges[-1] = 0, n
@@ -848,23 +835,15 @@ def _raw_field(raw: bytes) -> dict:
         return {"raw_b64": base64.b64encode(raw).decode("ascii")}
 
 
-def validate(
+def validate_local(
     input_path: str,
     outputs: OutputPaths,
     config: DataValidationConfig,
     reference_stats: str | None = None,
     show_progress: bool = True,
 ) -> ValidationResult:
-    """Validate `input_path` into `outputs`; never raises for bad rows, only for unusable
-    input (InputError). The gate verdict is in the result, not an exception."""
-    if config.engine == "ray" and config.ray.kuberay.enabled:
-        from .rayjob import validate_on_kuberay
-
-        return validate_on_kuberay(input_path, outputs, config, reference_stats)
-    if config.engine == "ray":
-        from .ray_engine import validate_on_ray
-
-        return validate_on_ray(input_path, outputs, config, reference_stats, show_progress)
+    """The single-process engine (`engines.validate` chooses): validate `input_path` into
+    `outputs`; never raises for bad rows, only for unusable input (InputError)."""
     inputs = input_files(input_path)
     compressed = False
     for path in inputs.files:  # every file refused or accepted before any work
@@ -873,7 +852,7 @@ def validate(
         compressed |= probe.compressed
     reference = DataStats.load(reference_stats) if reference_stats else None
     validator = Validator(config, reference)
-    out = _Outputs(outputs, config.chunk_size)
+    out = Outputs(outputs, config.chunk_size)
     started = time.perf_counter()
     rows_in = rows_out = 0
     try:
@@ -883,7 +862,7 @@ def validate(
                     validator.lines.begin(inputs.name(path), rows_in + 1)
                 src = open_input(path)
                 try:
-                    n_in, n_out = _stream(
+                    n_in, n_out = stream(
                         src, validator, out.clean, out.quarantine, config, show_progress, first_line=rows_in + 1
                     )
                 finally:
@@ -893,10 +872,10 @@ def validate(
         validator.close()
     root = out.commit()
     elapsed = time.perf_counter() - started
-    return _finish(validator, config, inputs, compressed, outputs, rows_in, rows_out, root, out.clean.bytes, elapsed)
+    return finish(validator, config, inputs, compressed, outputs, rows_in, rows_out, root, out.clean.bytes, elapsed)
 
 
-def _stream(
+def stream(
     src: InputStream,
     validator: Validator,
     clean: _Sink,
@@ -905,26 +884,70 @@ def _stream(
     show_progress: bool,
     first_line: int = 1,
 ) -> tuple[int, int]:
+    """One input stream validated into the sinks: (rows in, rows out), the stream's own."""
+    return _Stream(src, validator, clean, quarantine, config, show_progress, first_line).run()
+
+
+class _Stream:
     """Lines are judged a block at a time (`check_lines`). With names on, rows then wait
     in order (at most `_PENDING_ROWS`) until their doubtful name candidates fill one NER
     batch, joining it one by one, so each batch is the one a row at a time would make;
-    both outputs keep input order. A shard's lines are numbered from its `first_line`;
-    the counts returned are its own."""
-    max_line = config.schema_.max_line_bytes
-    rows_in = first_line - 1
-    rows_out = 0
-    bar = progress(src.size, f"validate {os.path.basename(src.path)}", enabled=show_progress)
-    last_pos = 0
-    batched = validator.names is not None
-    batch = config.pii.names.ner_batch_size
-    # (line, raw, outcome: clean bytes, _Scan or _Rejected); a run of clean rows is one entry
-    pending: list[tuple[int, bytes, Any]] = []
-    block: list[bytes] = []  # lines waiting for `judge_block`
-    doubtful = waiting = 0  # doubtful candidates and rows in `pending`
+    both outputs keep input order. A shard's lines are numbered from its `first_line`."""
 
-    def reject(rej: _Rejected, line_no: int, line: bytes, into: list[bytes]) -> None:
+    def __init__(self, src, validator: Validator, clean, quarantine, config, show_progress: bool, first_line: int):
+        self.src, self.validator, self.clean, self.quarantine = src, validator, clean, quarantine
+        self.max_line = config.schema_.max_line_bytes
+        self.first_line = first_line
+        self.rows_in, self.rows_out = first_line - 1, 0
+        self.bar = progress(src.size, f"validate {os.path.basename(src.path)}", enabled=show_progress)
+        self.last_pos = 0
+        self.batched = validator.names is not None
+        self.batch = config.pii.names.ner_batch_size
+        # (line, raw, outcome: clean bytes, _Scan or _Rejected); a run of clean rows is one entry
+        self.pending: list[tuple[int, bytes, Any]] = []
+        self.block: list[bytes] = []  # lines waiting for `judge_block`
+        self.doubtful = self.waiting = 0  # doubtful candidates and rows in `pending`
+
+    def run(self) -> tuple[int, int]:
+        src, validator = self.src, self.validator
+        try:
+            for piece in whole_lines(src, self.max_line, self.rows_in):
+                if type(piece) is list:
+                    self.take(piece)
+                    continue
+                self.drain()
+                self.rows_in += 1
+                at = validator.lines.where(self.rows_in)
+                _quarantine_overlong(src, self.quarantine, at, piece.head, self.max_line)
+                validator.by_reason["line_too_long"] += 1
+            self.drain()
+            self.bar.update(src.size - self.last_pos)
+        finally:
+            self.bar.close()
+        return self.rows_in - self.first_line + 1, self.rows_out
+
+    def drain(self) -> None:
+        """Everything read so far judged and written."""
+        if self.block:
+            self.judge_block()
+        if self.pending:
+            self.flush()
+
+    def take(self, lines: list[bytes]) -> None:
+        """Whole lines from the reader's buffer into blocks."""
+        before = self.rows_in
+        fill_blocks(self.block, lines, lambda k: self.judge_block(before + k))
+        self.rows_in += len(lines)
+        if self.rows_in >> 10 != before >> 10:
+            pos = self.src.position()
+            self.bar.set_postfix_str(f"{self.rows_in:,} rows", refresh=False)
+            self.bar.update(pos - self.last_pos)
+            self.last_pos = pos
+
+    def reject(self, rej: _Rejected, line_no: int, line: bytes, into: list[bytes]) -> None:
         """The quarantine line of a rejected row into `into` (the caller writes a block's
         at once: one write and one hash update instead of one a row)."""
+        validator = self.validator
         validator.by_reason[rej.reason] += 1
         entry = {**validator.lines.where(line_no), "reason": rej.reason, "field": rej.field, "detail": rej.detail}
         entry.update(_raw_field(line))
@@ -932,112 +955,84 @@ def _stream(
         if len(validator.samples) < 20:
             validator.samples.append({k: v for k, v in entry.items() if k not in ("raw", "raw_b64")})
 
-    def flush() -> None:
-        nonlocal rows_out, doubtful, waiting
-        scans = [s.proposal for _, _, s in pending if type(s) is _Scan]
-        settled = iter(validator.names.settle(scans))
-        kept: list[bytes] = []
-        rejected: list[bytes] = []
-        for line_no, line, outcome in pending:
-            if type(outcome) is bytes:
-                kept.append(outcome)
-                continue
-            if type(outcome) is _Rejected:
-                reject(outcome, line_no, line, rejected)
-                continue
-            try:
-                kept.append(orjson.dumps(validator.complete(outcome, next(settled))) + b"\n")
-            except _Rejected as rej:
-                reject(rej, line_no, line, rejected)
-        data = b"".join(kept)
-        clean.write(data)
-        if rejected:
-            quarantine.write(b"".join(rejected))
-        rows_out += data.count(b"\n")  # a clean row is one line: orjson escapes every newline
-        pending.clear()
-        doubtful = waiting = 0
-
-    def judge_block(last_line: int | None = None) -> None:
+    def judge_block(self, last_line: int | None = None) -> None:
         """The lines in `block` (the last numbered `last_line`, by default the last read)
         through `judge_lines`. Names off, their clean rows are written in one go; names
         on, they join `pending` in order (a run of clean rows as one entry)."""
-        nonlocal rows_out, doubtful, waiting
-        first = (rows_in if last_line is None else last_line) - len(block) + 1
+        block = self.block
+        first = (self.rows_in if last_line is None else last_line) - len(block) + 1
         lengths: list[int] = []
-        outcomes, in_c = validator.judge_lines(block, first, candidate_lines(block, batched), lengths)
-        validator.stats.add_lengths(lengths)
-        if batched:
-            # A run of clean rows waits as one entry, cut where one row at a time would
-            # settle for `_PENDING_ROWS` (so every NER batch is the same).
-            for piece in clean_pieces(in_c, outcomes):
-                if type(piece) is bytes:
-                    rows = piece.count(b"\n")
-                    while waiting + rows >= _PENDING_ROWS:
-                        take = _PENDING_ROWS - waiting
-                        cut = int(np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == 10)[take - 1]) + 1
-                        pending.append((0, b"", piece[:cut]))
-                        waiting += take
-                        flush()
-                        piece, rows = piece[cut:], rows - take
-                    if rows:
-                        pending.append((0, b"", piece))
-                        waiting += rows
-                    continue
-                outcome = outcomes[piece]
-                if type(outcome) is _Scan:
-                    doubtful += len(outcome.proposal.doubtful)
-                pending.append((first + piece, block[piece], outcome))
-                waiting += 1
-                if doubtful >= batch or waiting >= _PENDING_ROWS:
-                    flush()
+        outcomes, from_c = self.validator.judge_lines(block, first, candidate_lines(block, self.batched), lengths)
+        self.validator.stats.add_lengths(lengths)
+        if self.batched:
+            self.wait(first, outcomes, from_c)
             block.clear()
             return
         kept: list[bytes] = []
         rejected: list[bytes] = []
-        for piece in clean_pieces(in_c, outcomes):
+        for piece in clean_pieces(from_c, outcomes):
             if type(piece) is bytes:
                 kept.append(piece)
             else:
-                reject(outcomes[piece], first + piece, block[piece], rejected)
+                self.reject(outcomes[piece], first + piece, block[piece], rejected)
         if kept:
-            clean.write(b"".join(kept))
+            self.clean.write(b"".join(kept))
         if rejected:
-            quarantine.write(b"".join(rejected))
-        rows_out += len(block) - len(rejected)
+            self.quarantine.write(b"".join(rejected))
+        self.rows_out += len(block) - len(rejected)
         block.clear()
 
-    def take(lines: list[bytes]) -> None:
-        """Whole lines from the reader's buffer into blocks."""
-        nonlocal rows_in, last_pos
-        before = rows_in
-        fill_blocks(block, lines, lambda k: judge_block(before + k))
-        rows_in += len(lines)
-        if rows_in >> 10 != before >> 10:
-            pos = src.position()
-            bar.set_postfix_str(f"{rows_in:,} rows", refresh=False)
-            bar.update(pos - last_pos)
-            last_pos = pos
-
-    try:
-        for piece in whole_lines(src, max_line, rows_in):
-            if type(piece) is list:
-                take(piece)
+    def wait(self, first: int, outcomes: list, from_c) -> None:
+        """A judged block's rows into `pending`. A run of clean rows waits as one entry, cut
+        where one row at a time would settle for `_PENDING_ROWS` (so every NER batch is the
+        same)."""
+        for piece in clean_pieces(from_c, outcomes):
+            if type(piece) is bytes:
+                rows = piece.count(b"\n")
+                while self.waiting + rows >= _PENDING_ROWS:
+                    take = _PENDING_ROWS - self.waiting
+                    cut = int(np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == 10)[take - 1]) + 1
+                    self.pending.append((0, b"", piece[:cut]))
+                    self.waiting += take
+                    self.flush()
+                    piece, rows = piece[cut:], rows - take
+                if rows:
+                    self.pending.append((0, b"", piece))
+                    self.waiting += rows
                 continue
-            if block:
-                judge_block()
-            if pending:
-                flush()
-            rows_in += 1
-            _quarantine_overlong(src, quarantine, validator.lines.where(rows_in), piece.head, max_line)
-            validator.by_reason["line_too_long"] += 1
-        if block:
-            judge_block()
-        if pending:
-            flush()
-        bar.update(src.size - last_pos)
-    finally:
-        bar.close()
-    return rows_in - first_line + 1, rows_out
+            outcome = outcomes[piece]
+            if type(outcome) is _Scan:
+                self.doubtful += len(outcome.proposal.doubtful)
+            self.pending.append((first + piece, self.block[piece], outcome))
+            self.waiting += 1
+            if self.doubtful >= self.batch or self.waiting >= _PENDING_ROWS:
+                self.flush()
+
+    def flush(self) -> None:
+        """The waiting rows' names settled in one go; every waiting row written, in order."""
+        validator = self.validator
+        scans = [s.proposal for _, _, s in self.pending if type(s) is _Scan]
+        settled = iter(validator.names.settle(scans))
+        kept: list[bytes] = []
+        rejected: list[bytes] = []
+        for line_no, line, outcome in self.pending:
+            if type(outcome) is bytes:
+                kept.append(outcome)
+                continue
+            if type(outcome) is _Rejected:
+                self.reject(outcome, line_no, line, rejected)
+                continue
+            try:
+                kept.append(orjson.dumps(validator.complete(outcome, next(settled))) + b"\n")
+            except _Rejected as rej:
+                self.reject(rej, line_no, line, rejected)
+        data = b"".join(kept)
+        self.clean.write(data)
+        if rejected:
+            self.quarantine.write(b"".join(rejected))
+        self.rows_out += data.count(b"\n")  # a clean row is one line: orjson escapes every newline
+        self.pending.clear()
+        self.doubtful = self.waiting = 0
 
 
 _PENDING_ROWS = 8192
@@ -1096,8 +1091,30 @@ def _quarantine_overlong(src: InputStream, quarantine: _Sink, at: dict, head: by
     quarantine.write(base64.b64encode(pending) + b'","bytes":' + str(total).encode() + b"}\n")
 
 
-def _finish(
-    v: Validator,
+@dataclass
+class Totals:
+    """What `finish` reads from a validator, summed over the shards of a sharded run."""
+
+    reference: Any
+    stats: Any
+    by_reason: Counter
+    pii_found: Counter
+    pii_redacted: Counter
+    rows_with_pii: int
+    samples: list
+
+    def add(self, part: dict) -> None:
+        self.by_reason.update(part["by_reason"])
+        self.pii_found.update(part["pii_found"])
+        self.pii_redacted.update(part["pii_redacted"])
+        self.rows_with_pii += part["rows_with_pii"]
+        self.samples.extend(part["samples"][: 20 - len(self.samples)])
+        for hist, counts in ((self.stats.length, part["length"]), (self.stats.pii_density, part["pii_density"])):
+            hist.counts = [a + b for a, b in zip(hist.counts, counts, strict=False)]
+
+
+def finish(
+    v: Validator | Totals,
     config: DataValidationConfig,
     inputs: Inputs,
     compressed: bool,

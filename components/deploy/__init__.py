@@ -318,25 +318,15 @@ def run_component(
     public key, the model must carry a signature by its pair, and the repository built
     from it is signed (`signing_key_file`) and its signature verified before traffic moves."""
     from kfp_llmops.components.common import signing
+    from kfp_llmops.components.common.decoding import Decoding
 
     cfg = DeployConfig.load(config)
     if "target" not in cfg.model_fields_set:
         cfg = DeployConfig.load(config, {"target": default_target})
-    blessed_root = blessing.metadata.get("model_root")
-    if not blessing.metadata.get("blessed"):
-        raise InputError("blessing: the model was not blessed by evaluate_llm; refusing to deploy")
-    if model.metadata.get("merkle_root") and model.metadata["merkle_root"] != blessed_root:
-        raise InputError(f"model root {model.metadata['merkle_root']} is not the blessed root {blessed_root}")
+    blessed_root = _blessed_root(model, blessing, watermarked)
     state = state_dir or os.path.join(os.path.dirname(report.path), "serving-state")
     kgw = watermark_params(watermarked.metadata if watermarked is not None else None)
-    if watermarked is not None and watermarked.metadata.get("model_root") != blessed_root:
-        raise InputError(
-            f"watermarked: verified model {watermarked.metadata.get('model_root')} is not the blessed "
-            f"root {blessed_root}"
-        )
     private, public = signing.key_file(signing_key_file), signing.key_file(public_key_file, public=True)
-    from kfp_llmops.components.common.decoding import Decoding
-
     work = os.path.join(os.path.dirname(report.path), "deploy")
     built, outcome = build_and_deploy(
         model.path,
@@ -353,6 +343,36 @@ def run_component(
         public_key=public,
         compared_with=blessing.metadata.get("compared_with"),
     )
+    _publish(work, built, outcome, repository, record, metrics, report)
+    from kfp_llmops.components.common import baseline
+
+    kept = baseline.keep_model(release_dir, model.path, blessed_root) if outcome["decision"] == "promoted" else None
+    serving_state = os.path.abspath(state) if cfg.target == "local" else None
+    _note(release_dir, config, blessed_root, built, outcome, repository.path, serving_state, kept)
+    summary = stage_result(outcome)
+    if cfg.fail_on_rollback:
+        raise_unless_passed(summary)
+    return summary
+
+
+def _blessed_root(model: Artifact, blessing: Artifact, watermarked: Artifact | None) -> str:
+    """The root evaluate_llm blessed, once the model and the watermark stage's record are
+    both of it."""
+    blessed_root = blessing.metadata.get("model_root")
+    if not blessing.metadata.get("blessed"):
+        raise InputError("blessing: the model was not blessed by evaluate_llm; refusing to deploy")
+    if model.metadata.get("merkle_root") and model.metadata["merkle_root"] != blessed_root:
+        raise InputError(f"model root {model.metadata['merkle_root']} is not the blessed root {blessed_root}")
+    if watermarked is not None and watermarked.metadata.get("model_root") != blessed_root:
+        raise InputError(
+            f"watermarked: verified model {watermarked.metadata.get('model_root')} is not the blessed "
+            f"root {blessed_root}"
+        )
+    return blessed_root
+
+
+def _publish(work: str, built: dict, outcome: dict, repository, record, metrics: Metrics, report) -> None:
+    """The repository, record, report and metrics as the KFP UI shows them."""
     repository.metadata.update(
         {
             "merkle_root": built["repository_root"],
@@ -375,9 +395,21 @@ def run_component(
     for k, v in outcome["metrics"].items():
         metrics.log_metric(k, v)
     metrics.metadata.update({"decision": outcome["decision"], "reason": outcome["reason"][:500]})
-    from kfp_llmops.components.common import baseline, records
 
-    kept = baseline.keep_model(release_dir, model.path, blessed_root) if outcome["decision"] == "promoted" else None
+
+def _note(
+    release_dir: str,
+    config: str,
+    blessed_root: str,
+    built: dict,
+    outcome: dict,
+    repository_path: str,
+    serving_state: str | None,
+    kept: str | None,
+) -> None:
+    """The stage's record in the release folder; `kept`: where the promoted model was kept."""
+    from kfp_llmops.components.common import records
+
     records.note(
         release_dir,
         records.TritonCanaryDeploy(
@@ -393,18 +425,14 @@ def run_component(
             outputs=records.DeployOutputs(
                 repository=records.RepositoryOut(
                     root=outcome["repository_root"],
-                    path=repository.path,
+                    path=repository_path,
                     version=outcome["version"],
                     weights=built["weights"],
                     signed_sha256=built["signed_sha256"],
                 ),
-                serving_state=records.Artifact(path=os.path.abspath(state) if cfg.target == "local" else None),
+                serving_state=records.Artifact(path=serving_state),
                 served_uri=outcome.get("served_uri"),
                 production=records.Artifact(root=blessed_root if kept else None, path=kept),
             ),
         ),
     )
-    summary = stage_result(outcome)
-    if cfg.fail_on_rollback:
-        raise_unless_passed(summary)
-    return summary

@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 
-from .triton_local import LOOPBACK, die_with_parent, free_ports, stop_group, wait_for_http
+from .processes import LOOPBACK, die_with_parent, free_ports, stop_group, wait_for_http
 
 _KEY = re.compile(r"[\x21-\x7e]{16,512}")  # printable ASCII, no spaces: what a header carries as it is
 _BEARER = re.compile(r"bearer +(\S+) *", re.IGNORECASE)

@@ -22,8 +22,9 @@ from .api_keys import keys_for
 from .config import DeployConfig
 from .loadgen import LoadGenerator, sized_concurrency
 from .nginx_split import NginxSplit
+from .processes import LOOPBACK, http_get
 from .prometheus import LocalPrometheus, PromQL
-from .triton_local import LOOPBACK, REPOSITORY_ROOT_ENV, TritonServer, http_get
+from .triton_local import REPOSITORY_ROOT_ENV, TritonServer
 
 
 class LocalTarget:

@@ -31,7 +31,7 @@ from kfp_llmops.components.common.errors import InputError, LlmopsError
 
 from .api_keys import KeyChecker
 from .config import FrontDoor
-from .triton_local import die_with_parent, free_ports, http_get, stop_group
+from .processes import die_with_parent, free_ports, http_get, stop_group
 
 OPERATOR_HEADER = "X-Operator-Key"
 _CONF = """worker_processes 1;

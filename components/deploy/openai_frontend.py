@@ -27,7 +27,7 @@ import time
 from kfp_llmops.components.common.errors import LlmopsError
 
 from . import openai_api
-from .triton_local import die_with_parent, free_ports, stop_group, wait_for_http
+from .processes import die_with_parent, free_ports, stop_group, wait_for_http
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
@@ -63,6 +63,50 @@ def _error_text(raw: bytes) -> str:
         return text.decode("utf-8", "replace")[:300]
 
 
+def _error(exc: openai_api.ApiError, headers: dict | None = None):
+    from aiohttp import web
+
+    return web.json_response(exc.body(), status=exc.status, headers=headers)
+
+
+async def _events(upstream):
+    """Triton's server-sent events as dicts; an error event raises _Upstream."""
+    async for line in upstream.content:
+        if not line.startswith(b"data:"):
+            continue
+        event = json.loads(line[5:])
+        if "error" in event:
+            raise _Upstream(500, str(event["error"]))
+        yield event
+
+
+async def _stream(request, t, upstream):
+    """Pieces as chunks while they come; a client gone ends the upstream stream too."""
+    from aiohttp import web
+
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    await response.prepare(request)
+    first = True
+    try:
+        try:
+            async for event in _events(upstream):
+                piece = str(event.get("text_output", ""))
+                final = event if "finish_reason" in event else None
+                if piece or first:
+                    await response.write(_event(openai_api.chunk(t, piece, None, first)))
+                    first = False
+                if final is not None:
+                    await response.write(_event(openai_api.chunk(t, None, final)))
+                    if t.include_usage:
+                        await response.write(_event(openai_api.usage_chunk(t, final)))
+        except _Upstream as exc:  # headers are sent: the error travels as an event
+            await response.write(_event(exc.api_error().body()))
+        await response.write(_event(b"[DONE]"))
+    except (ConnectionResetError, ConnectionError):
+        upstream.close()  # the client left: closing Triton's stream cancels the request
+    return response
+
+
 def make_app(triton: str, model: str, max_running: int = 16, max_waiting: int = 64, timeout_s: float = 600.0):
     """The aiohttp application serving `model` from the Triton server at `triton`."""
     import aiohttp
@@ -81,19 +125,6 @@ def make_app(triton: str, model: str, max_running: int = 16, max_waiting: int = 
     async def session_stop(app):
         await app["session"].close()
 
-    def error(exc: openai_api.ApiError, headers: dict | None = None):
-        return web.json_response(exc.body(), status=exc.status, headers=headers)
-
-    async def events(upstream):
-        """Triton's server-sent events as dicts; an error event raises _Upstream."""
-        async for line in upstream.content:
-            if not line.startswith(b"data:"):
-                continue
-            event = json.loads(line[5:])
-            if "error" in event:
-                raise _Upstream(500, str(event["error"]))
-            yield event
-
     async def models(request):
         return web.json_response(openai_api.models(model, state["created"]))
 
@@ -105,16 +136,16 @@ def make_app(triton: str, model: str, max_running: int = 16, max_waiting: int = 
         try:
             body = await request.json()
         except ValueError:
-            return error(openai_api.ApiError(400, "request body: not valid JSON"))
+            return _error(openai_api.ApiError(400, "request body: not valid JSON"))
         try:
             t = openai_api.translate(body, chat, model)
         except openai_api.ApiError as exc:
-            return error(exc)
+            return _error(exc)
         if state["inflight"] >= capacity:
             busy = openai_api.ApiError(
                 429, f"the server is at its bound of {capacity} requests; retry shortly", kind="rate_limit_exceeded"
             )
-            return error(busy, {"Retry-After": "1"})
+            return _error(busy, {"Retry-After": "1"})
         state["inflight"] += 1
         try:
             async with request.app["session"].post(generate, json={**t.inputs, "stream": True}) as upstream:
@@ -123,44 +154,20 @@ def make_app(triton: str, model: str, max_running: int = 16, max_waiting: int = 
                 if t.stream:
                     return await _stream(request, t, upstream)
                 pieces, final = [], {}
-                async for event in events(upstream):
+                async for event in _events(upstream):
                     pieces.append(str(event.get("text_output", "")))
                     if "finish_reason" in event:
                         final = event
                 return web.json_response(openai_api.response(t, "".join(pieces), final))
         except _Upstream as exc:
-            return error(exc.api_error())
+            return _error(exc.api_error())
         except (aiohttp.ClientError, TimeoutError) as exc:
-            return error(
+            return _error(
                 openai_api.ApiError(503, f"the model server is unreachable: {type(exc).__name__}", kind="server_error"),
                 {"Retry-After": "1"},
             )
         finally:
             state["inflight"] -= 1
-
-    async def _stream(request, t, upstream):
-        """Pieces as chunks while they come; a client gone ends the upstream stream too."""
-        response = web.StreamResponse(headers=SSE_HEADERS)
-        await response.prepare(request)
-        first = True
-        try:
-            try:
-                async for event in events(upstream):
-                    piece = str(event.get("text_output", ""))
-                    final = event if "finish_reason" in event else None
-                    if piece or first:
-                        await response.write(_event(openai_api.chunk(t, piece, None, first)))
-                        first = False
-                    if final is not None:
-                        await response.write(_event(openai_api.chunk(t, None, final)))
-                        if t.include_usage:
-                            await response.write(_event(openai_api.usage_chunk(t, final)))
-            except _Upstream as exc:  # headers are sent: the error travels as an event
-                await response.write(_event(exc.api_error().body()))
-            await response.write(_event(b"[DONE]"))
-        except (ConnectionResetError, ConnectionError):
-            upstream.close()  # the client left: closing Triton's stream cancels the request
-        return response
 
     async def chat(request):
         return await complete(request, True)

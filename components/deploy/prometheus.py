@@ -22,7 +22,7 @@ import urllib.request
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 
 from .metrics import COUNTERS, HISTOGRAMS, QUANTILES
-from .triton_local import die_with_parent, free_ports, http_get, stop_group
+from .processes import die_with_parent, free_ports, http_get, stop_group
 
 
 class PromQL:

@@ -172,21 +172,8 @@ def run_component(
         ),
         compared_with=baseline.compared_with(promoted) if baseline_metrics is None else None,
     )
-    atomic.write_text(report.path, _reports(result, work))
-    atomic.copy_file(os.path.join(work, "responses.jsonl"), responses.path)
-    atomic.copy_file(os.path.join(work, "blessing.json"), blessing.path)
-    responses.metadata.update({"model_root": result["model_root"], "rows": result["metrics"]["samples"]})
-    blessing.metadata.update(
-        {"blessed": result["blessed"], "model_root": result["model_root"], "decoding": result["decoding"]}
-    )
-    if result["compared_with"] is not None:
-        blessing.metadata["compared_with"] = result["compared_with"]
     summary = stage_result(result)
-    numeric = summary.metrics
-    for key, value in numeric.items():
-        metrics.log_metric(key, value)
-    metrics.metadata["model_root"] = result["model_root"]
-    metrics.metadata["baseline"] = result["baseline_note"] or "given"
+    _publish(result, work, summary.metrics, responses, metrics, blessing, report)
     from kfp_llmops.components.common import records
 
     if note is not None:
@@ -195,7 +182,7 @@ def run_component(
             note.path,
             records.EvaluateLlm(
                 params={"eval_config": config},
-                metrics=numeric,
+                metrics=summary.metrics,
                 result="blessed" if result["blessed"] else "not blessed",
                 inputs={"model_root": result["model_root"]},
                 outputs={
@@ -208,3 +195,20 @@ def run_component(
     if not summary.passed:
         print(f"evaluate_llm: model NOT blessed: {summary.reason.removeprefix('not blessed: ')}")
     return summary
+
+
+def _publish(result: dict, work: str, numeric: dict, responses, metrics: Metrics, blessing, report) -> None:
+    """The report, responses, blessing and metrics as the KFP UI shows them."""
+    atomic.write_text(report.path, _reports(result, work))
+    atomic.copy_file(os.path.join(work, "responses.jsonl"), responses.path)
+    atomic.copy_file(os.path.join(work, "blessing.json"), blessing.path)
+    responses.metadata.update({"model_root": result["model_root"], "rows": result["metrics"]["samples"]})
+    blessing.metadata.update(
+        {"blessed": result["blessed"], "model_root": result["model_root"], "decoding": result["decoding"]}
+    )
+    if result["compared_with"] is not None:
+        blessing.metadata["compared_with"] = result["compared_with"]
+    for key, value in numeric.items():
+        metrics.log_metric(key, value)
+    metrics.metadata["model_root"] = result["model_root"]
+    metrics.metadata["baseline"] = result["baseline_note"] or "given"

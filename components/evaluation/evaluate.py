@@ -4,6 +4,7 @@ detectors), compute reference perplexity, judge them against the model in produc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -35,6 +36,54 @@ def read_baseline(path: str | None) -> dict | None:
     return data.get("metrics", data)
 
 
+class _Clock:
+    """Seconds per named step: the report's timings and throughput."""
+
+    def __init__(self):
+        self.timings: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def step(self, name: str):
+        t0 = time.perf_counter()
+        yield
+        self.timings[name] = time.perf_counter() - t0
+
+    def throughput(self, samples: int) -> dict[str, float]:
+        """Samples a second of each step after loading."""
+        return {
+            k.replace("_s", "_samples_per_s"): samples / v for k, v in self.timings.items() if k != "load_s" and v > 0
+        }
+
+
+@dataclass
+class _Scores:
+    """Every per-sample score of the candidate's answers, and their summaries."""
+
+    bertscore: dict
+    model_toxicity: dict
+    lexical: list
+    toxicity_summary: dict
+    flags: list
+    perplexity: float
+    nll: list
+
+
+@dataclass
+class _Judged:
+    """The win rate against production: its summary, each sample's outcome, production's
+    answers, and whether production is the candidate's very bytes."""
+
+    win: dict
+    judged: list
+    theirs: list
+    same: bool
+
+    def metrics(self, references: list[str]) -> dict:
+        """The win rate and production's own exact match on the same questions."""
+        matched = [float(answers.exact_match(t, ref)) for t, ref in zip(self.theirs, references, strict=False)]
+        return {**self.win, "production_exact_match": _mean(matched)}
+
+
 def evaluate(
     model_dir: str,
     eval_path: str,
@@ -59,14 +108,8 @@ def evaluate(
     training started from (forgetting)."""
     from transformers.utils import logging as hf_logging
 
-    from kfp_llmops.components.common import judging
-    from kfp_llmops.components.common.generation import context_size, load_model
-    from kfp_llmops.components.common.perplexity import perplexity
-    from kfp_llmops.components.common.similarity import bertscore
-
     from . import winrate
-    from .generate import generate
-    from .toxicity import ModelDetector, lexical_scores, summarize
+    from .toxicity import ModelDetector
 
     hf_logging.disable_progress_bar()
     os.makedirs(out_dir, exist_ok=True)
@@ -74,19 +117,83 @@ def evaluate(
     rows = read_eval_set(eval_path)
     baseline = read_baseline(baseline_path) if baseline_path else baseline_metrics
     detector = ModelDetector(cfg.toxicity)  # pin checked before anything heavy runs
-    timings: dict[str, float] = {}
-    started = time.perf_counter()
-    try:
-        model, tokenizer = load_model(model_dir)
-    except Exception as exc:  # noqa: BLE001 - a model that will not load is bad input
-        raise InputError(f"{model_dir}: cannot load the model: {exc}") from None
-    timings["load_s"] = time.perf_counter() - started
+    clock = _Clock()
+    with clock.step("load_s"):
+        model, tokenizer = _load(model_dir, "the model")
+    generated = _generate(model, tokenizer, rows, cfg, out_dir, clock, show_progress)
+    references = [r["response"] for r in rows]
+    scores = _score(model, tokenizer, rows, generated, cfg, detector, clock)
+    quality = [answers.per_sample(g.response, ref, g.ended) for g, ref in zip(generated, references, strict=False)]
+    metrics = _metrics(generated, references, scores, quality)
+    judged = None
+    if production is not None and production.folder and cfg.win_rate.enabled:
+        with clock.step("win_rate_s"):
+            judged = _judge(production, root, rows, generated, scores, cfg, show_progress)
+        metrics.update(judged.metrics(references))
+    base = base or forgetting.Base(None, None, "no base model given")
+    forgot = None
+    if base.folder and cfg.forgetting.enabled:
+        with clock.step("forgetting_s"):
+            forgot = forgetting.measure(model, tokenizer, base, cfg.forgetting, root)
+        metrics.update(forgot)
+    _, checks = evaluate_gate(metrics, cfg.gate, baseline)
+    why_not = production.why_not if production is not None else "no model in production to compare with"
+    checks += winrate.checks(judged and judged.win, cfg.gate, why_not)
+    checks += forgetting.checks(forgot, cfg.gate.max_forgetting, base)
+    samples = _samples(generated, rows, scores, quality, judged)
+    atomic.write_text(os.path.join(out_dir, "samples.jsonl"), "".join(json.dumps(s) + "\n" for s in samples))
+    result = {
+        "blessed": all(c.passed for c in checks),
+        "metrics": metrics,
+        "checks": [c.to_json() for c in checks],
+        "baseline": baseline,
+        "compared_with": compared_with,
+        "baseline_note": _baseline_note(baseline, baseline_note),
+        "win_rate": None if judged is None else _win_record(judged, production, cfg),
+        "forgetting": None if forgot is None else {**forgot, "base_root": base.root},
+        "forgetting_note": base.why_not,
+        "model_root": root,
+        **_settings(cfg, detector),
+        "timings": clock.timings,
+        "throughput": clock.throughput(len(rows)),
+    }
+    _write_outputs(out_dir, result, compared_with)
+    result["samples"] = samples
+    return result
 
-    t0 = time.perf_counter()
-    bar = progress(len(rows), "generate", unit="sample", enabled=show_progress)
-    generated = generate(model, tokenizer, rows, cfg, bar)
-    bar.close()
-    timings["generate_s"] = time.perf_counter() - t0
+
+def _settings(cfg: EvalConfig, detector) -> dict:
+    """What the scores were measured with: the decoding, the toxicity checkpoint, BERTScore."""
+    return {
+        "decoding": cfg.generation.decoding().model_dump(),
+        "detoxify": {"checkpoint": detector.path, "sha256": detector.sha256, "classes": detector.classes},
+        "bertscore": {
+            "model": cfg.bertscore.model,
+            "num_layers": cfg.bertscore.num_layers,
+            "idf": cfg.bertscore.idf,
+            "rescaled": cfg.bertscore.rescale,
+        },
+    }
+
+
+def _baseline_note(baseline: dict | None, note: str | None) -> str | None:
+    if baseline is not None:
+        return note
+    return f"{note}; change thresholds skipped" if note else "no baseline: change thresholds skipped"
+
+
+def _mean(xs: list) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def _generate(model, tokenizer, rows: list[dict], cfg: EvalConfig, out_dir: str, clock: _Clock, show_progress: bool):
+    """The candidate's answers through the one generation routine, written as responses.jsonl."""
+    from .generate import generate
+
+    with clock.step("generate_s"):
+        bar = progress(len(rows), "generate", unit="sample", enabled=show_progress)
+        generated = generate(model, tokenizer, rows, cfg, bar)
+        bar.close()
     atomic.write_text(
         os.path.join(out_dir, "responses.jsonl"),
         "".join(
@@ -103,67 +210,81 @@ def evaluate(
             for g in generated
         ),
     )
+    return generated
+
+
+def _score(model, tokenizer, rows, generated, cfg: EvalConfig, detector, clock: _Clock) -> _Scores:
+    """BERTScore against the references, both toxicity detectors, reference perplexity."""
+    from kfp_llmops.components.common.generation import context_size
+    from kfp_llmops.components.common.perplexity import perplexity
+    from kfp_llmops.components.common.similarity import bertscore
+
+    from .toxicity import lexical_scores, summarize
+
     responses = [g.response for g in generated]
-    references = [r["response"] for r in rows]
-
-    t0 = time.perf_counter()
-    bs = bertscore(responses, references, cfg.bertscore)
-    timings["bertscore_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    model_tox = detector.scores(responses)
-    timings["toxicity_model_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    lexical = lexical_scores(responses)
-    timings["toxicity_lexical_s"] = time.perf_counter() - t0
+    with clock.step("bertscore_s"):
+        bs = bertscore(responses, [r["response"] for r in rows], cfg.bertscore)
+    with clock.step("toxicity_model_s"):
+        model_tox = detector.scores(responses)
+    with clock.step("toxicity_lexical_s"):
+        lexical = lexical_scores(responses)
     tox_summary, flags = summarize(model_tox, lexical, cfg.toxicity)
-    t0 = time.perf_counter()
-    limit = context_size(model)
-    ppl, nll = perplexity(model, tokenizer, rows, cfg.perplexity_batch_size, limit)
-    timings["perplexity_s"] = time.perf_counter() - t0
+    with clock.step("perplexity_s"):
+        ppl, nll = perplexity(model, tokenizer, rows, cfg.perplexity_batch_size, context_size(model))
+    return _Scores(bs, model_tox, lexical, tox_summary, flags, ppl, nll)
 
-    quality = [answers.per_sample(g.response, ref, g.ended) for g, ref in zip(generated, references, strict=False)]
-    n = len(rows)
-    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
-    metrics = {
-        "samples": n,
-        "bertscore_precision": mean(bs["precision"]),
-        "bertscore_recall": mean(bs["recall"]),
-        "bertscore_f1": mean(bs["f1"]),
-        "perplexity": ppl,
-        "mean_nll": mean(nll),
+
+def _metrics(generated, references: list[str], scores: _Scores, quality: list[dict]) -> dict:
+    responses = [g.response for g in generated]
+    bs = scores.bertscore
+    return {
+        "samples": len(generated),
+        "bertscore_precision": _mean(bs["precision"]),
+        "bertscore_recall": _mean(bs["recall"]),
+        "bertscore_f1": _mean(bs["f1"]),
+        "perplexity": scores.perplexity,
+        "mean_nll": _mean(scores.nll),
         "truncated_prompts": sum(g.truncated for g in generated),
-        "mean_response_tokens": mean([g.tokens for g in generated]),
+        "mean_response_tokens": _mean([g.tokens for g in generated]),
         **answers.summarize(quality, responses, references),
-        **tox_summary,
+        **scores.toxicity_summary,
     }
-    win, judged, theirs = None, None, None
-    if production is not None and production.folder and cfg.win_rate.enabled:
-        t0 = time.perf_counter()
-        same = production.root == root  # the same bytes answer the same way: no second generation
-        theirs = list(responses) if same else _production_answers(production.folder, rows, cfg, show_progress)
-        judged = judging.judge(
-            [r["prompt"] for r in rows], responses, theirs, references, cfg.win_rate.judge, cfg.bertscore, bs["f1"]
-        )
-        win = judging.win_rate(judged, cfg.win_rate.confidence, cfg.win_rate.bootstrap)
-        metrics.update(win)
-        metrics["production_exact_match"] = mean(
-            [float(answers.exact_match(t, ref)) for t, ref in zip(theirs, references, strict=False)]
-        )
-        timings["win_rate_s"] = time.perf_counter() - t0
-    base = base or forgetting.Base(None, None, "no base model given")
-    forgot = None
-    if base.folder and cfg.forgetting.enabled:
-        t0 = time.perf_counter()
-        forgot = forgetting.measure(model, tokenizer, base, cfg.forgetting, root)
-        metrics.update(forgot)
-        timings["forgetting_s"] = time.perf_counter() - t0
-    blessed, checks = evaluate_gate(metrics, cfg.gate, baseline)
-    checks += winrate.checks(
-        win, cfg.gate, production.why_not if production is not None else "no model in production to compare with"
+
+
+def _judge(production: Production, root: str, rows, generated, scores: _Scores, cfg: EvalConfig, show_progress):
+    """Production's answers to the same prompts (the candidate's own when the bytes are the
+    same: no second generation), judged against the candidate's."""
+    from kfp_llmops.components.common import judging
+
+    responses = [g.response for g in generated]
+    same = production.root == root
+    theirs = list(responses) if same else _production_answers(production.folder, rows, cfg, show_progress)
+    judged = judging.judge(
+        [r["prompt"] for r in rows],
+        responses,
+        theirs,
+        [r["response"] for r in rows],
+        cfg.win_rate.judge,
+        cfg.bertscore,
+        scores.bertscore["f1"],
     )
-    checks += forgetting.checks(forgot, cfg.gate.max_forgetting, base)
-    blessed = all(c.passed for c in checks)
-    samples = []
+    return _Judged(judging.win_rate(judged, cfg.win_rate.confidence, cfg.win_rate.bootstrap), judged, theirs, same)
+
+
+def _win_record(judged: _Judged, production: Production, cfg: EvalConfig) -> dict:
+    return {
+        **judged.win,
+        "judge": cfg.win_rate.judge.kind,
+        "confidence": cfg.win_rate.confidence,
+        "production": production.describe,
+        "production_root": production.root,
+        "same_model": judged.same,
+    }
+
+
+def _samples(generated, rows, scores: _Scores, quality: list[dict], judged: _Judged | None) -> list[dict]:
+    """One record a sample: its answer, every score, and production's answer where judged."""
+    bs, samples = scores.bertscore, []
     for i, (g, row) in enumerate(zip(generated, rows, strict=False)):
         samples.append(
             {
@@ -175,61 +296,40 @@ def evaluate(
                 "bertscore_precision": bs["precision"][i],
                 "bertscore_recall": bs["recall"][i],
                 **quality[i],
-                "nll": nll[i],
-                "toxicity_lexical": lexical[i],
-                **{f"toxicity_{c}": v[i] for c, v in model_tox.items()},
-                "flagged": flags[i],
+                "nll": scores.nll[i],
+                "toxicity_lexical": scores.lexical[i],
+                **{f"toxicity_{c}": v[i] for c, v in scores.model_toxicity.items()},
+                "flagged": scores.flags[i],
             }
         )
         if judged is not None:
             samples[-1].update(
-                {"production_response": theirs[i], "judged": judged[i].outcome, "judge_margin": judged[i].margin}
+                {
+                    "production_response": judged.theirs[i],
+                    "judged": judged.judged[i].outcome,
+                    "judge_margin": judged.judged[i].margin,
+                }
             )
-    atomic.write_text(os.path.join(out_dir, "samples.jsonl"), "".join(json.dumps(s) + "\n" for s in samples))
-    result = {
-        "blessed": blessed,
-        "metrics": metrics,
-        "checks": [c.to_json() for c in checks],
-        "baseline": baseline,
-        "compared_with": compared_with,
-        "baseline_note": (
-            f"{baseline_note}; change thresholds skipped" if baseline_note else "no baseline: change thresholds skipped"
-        )
-        if baseline is None
-        else baseline_note,
-        "win_rate": None
-        if win is None
-        else {
-            **win,
-            "judge": cfg.win_rate.judge.kind,
-            "confidence": cfg.win_rate.confidence,
-            "production": production.describe,
-            "production_root": production.root,
-            "same_model": same,
-        },
-        "forgetting": None if forgot is None else {**forgot, "base_root": base.root},
-        "forgetting_note": base.why_not,
-        "model_root": root,
-        "decoding": cfg.generation.decoding().model_dump(),
-        "detoxify": {"checkpoint": detector.path, "sha256": detector.sha256, "classes": detector.classes},
-        "bertscore": {
-            "model": cfg.bertscore.model,
-            "num_layers": cfg.bertscore.num_layers,
-            "idf": cfg.bertscore.idf,
-            "rescaled": cfg.bertscore.rescale,
-        },
-        "timings": timings,
-        "throughput": {k.replace("_s", "_samples_per_s"): n / v for k, v in timings.items() if k != "load_s" and v > 0},
-    }
+    return samples
+
+
+def _write_outputs(out_dir: str, result: dict, compared_with: dict | None) -> None:
+    """metrics.json (what later releases compare with) and blessing.json (what deploy reads)."""
+    root = result["model_root"]
     atomic.write_json(
         os.path.join(out_dir, "metrics.json"),
-        {"metrics": metrics, "model_root": root, "timings": timings, "throughput": result["throughput"]},
+        {
+            "metrics": result["metrics"],
+            "model_root": root,
+            "timings": result["timings"],
+            "throughput": result["throughput"],
+        },
         default=_nan_safe,
     )
     atomic.write_json(
         os.path.join(out_dir, "blessing.json"),
         {
-            "blessed": blessed,
+            "blessed": result["blessed"],
             "model_root": root,
             "decoding": result["decoding"],
             "checks": result["checks"],
@@ -238,8 +338,6 @@ def evaluate(
         },
         default=_nan_safe,
     )
-    result["samples"] = samples
-    return result
 
 
 @dataclass
@@ -255,18 +353,22 @@ class Production:
 
 def _production_answers(folder: str, rows: list[dict], cfg: EvalConfig, show_progress: bool) -> list[str]:
     """The production model's answers to the same prompts, through the same generation."""
-    from kfp_llmops.components.common.generation import load_model
-
     from .generate import generate
 
-    try:
-        model, tokenizer = load_model(folder)
-    except Exception as exc:  # noqa: BLE001 - a model that will not load is bad input
-        raise InputError(f"{folder}: cannot load the production model: {exc}") from None
+    model, tokenizer = _load(folder, "the production model")
     bar = progress(len(rows), "production answers", unit="sample", enabled=show_progress)
     done = generate(model, tokenizer, rows, cfg, bar)
     bar.close()
     return [g.response for g in done]
+
+
+def _load(folder: str, what: str):
+    from kfp_llmops.components.common.generation import load_model
+
+    try:
+        return load_model(folder)
+    except Exception as exc:  # noqa: BLE001 - a model that will not load is bad input
+        raise InputError(f"{folder}: cannot load {what}: {exc}") from None
 
 
 def _nan_safe(value):

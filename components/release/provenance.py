@@ -98,11 +98,9 @@ def _images() -> list[dict]:
     return out
 
 
-def statement(record: dict, release_dir: str, pipeline_spec_sha256: str = "") -> dict:
-    """The in-toto Statement of a release record (unsigned)."""
-    stages = record.get("stages") or {}
-    train = (stages.get("train_zero3") or {}).get("outputs", {})
-    model = train.get("model") or {}
+def _subjects(stages: dict, release_dir: str) -> list[dict]:
+    """What the release made: the trained model and the Triton repository built from it."""
+    model = ((stages.get("train_zero3") or {}).get("outputs") or {}).get("model") or {}
     deploy = stages.get("triton_canary_deploy") or {}
     repo = (deploy.get("outputs") or {}).get("repository") or {}
     subjects = []
@@ -119,13 +117,18 @@ def statement(record: dict, release_dir: str, pipeline_spec_sha256: str = "") ->
                 release_dir,
             )
         )
-    if not subjects:
-        raise InputError("provenance: the release produced no model and no repository to attest")
+    return subjects
+
+
+def _dependencies(stages: dict, release_dir: str) -> list[dict]:
+    """What it was made from, where the record has a digest for it: the clean data, the
+    base model, the checkpoint."""
+    train = stages.get("train_zero3") or {}
     clean = ((stages.get("validate_dataset") or {}).get("outputs") or {}).get("clean") or {}
     base = ((stages.get("build_base_model") or {}).get("outputs") or {}).get("base_model") or {}
-    base_root = base.get("root") or ((stages.get("train_zero3") or {}).get("inputs") or {}).get("base_model_root")
-    ckpt = train.get("checkpoints") or {}
-    deps = [
+    base_root = base.get("root") or (train.get("inputs") or {}).get("base_model_root")
+    ckpt = (train.get("outputs") or {}).get("checkpoints") or {}
+    return [
         d
         for d in (
             _descriptor(
@@ -140,7 +143,15 @@ def statement(record: dict, release_dir: str, pipeline_spec_sha256: str = "") ->
         )
         if d.get("digest")
     ]
-    deps += _images()
+
+
+def statement(record: dict, release_dir: str, pipeline_spec_sha256: str = "") -> dict:
+    """The in-toto Statement of a release record (unsigned)."""
+    stages = record.get("stages") or {}
+    subjects = _subjects(stages, release_dir)
+    if not subjects:
+        raise InputError("provenance: the release produced no model and no repository to attest")
+    deps = _dependencies(stages, release_dir) + _images()
     deps.append(
         {
             "name": "pipeline-spec",

@@ -1,7 +1,7 @@
 """Stage 2, train_zero3: DeepSpeed ZeRO-3 training whose checkpoints are Merkle-hashed
 as they are written, committed atomically, verified before resume and resumed bit-for-bit.
 
-`run_to_dir` serves the CLI, `run_component` the KFP component; both call `launch.train`.
+`run_to_dir` serves the CLI, `run_component` the KFP component; both call `engines.train`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def run_to_dir(
     dataset_chunk_size: int | None = None,
 ) -> dict:
     """CLI entry: checkpoints, model, train_log.jsonl, metrics.json, report.md in `out_dir`."""
-    from .launch import train
+    from .engines import train
 
     cfg = TrainConfig.load(config_source, overrides)
     result = train(
@@ -128,7 +128,7 @@ def run_component(
     signs the exported model with model-signing when a signing key is given."""
     from kfp_llmops.components.common import signing
 
-    from .launch import newest_tag, train
+    from .engines import train
 
     # `gpus` sizes this pod's own ranks; a multi-node run's pods come from its multinode settings.
     multinode = TrainConfig.load(config).multinode.nodes > 1
@@ -157,39 +157,8 @@ def run_component(
         atomic.write_json(
             os.path.join(checkpoints.path, "location.json"), {"checkpoint_dir": checkpoint_dir}, indent=None
         )
-    lineage = {"dataset_root": result["dataset_root"], "base_model_root": result["base_model_root"]}
-    model.metadata.update(
-        {
-            "merkle_root": result["model_root"],
-            "checkpoint_root": result["checkpoint_root"],
-            "framework": "transformers",
-            "format": "safetensors",
-            **lineage,
-        }
-    )
-    if cfg.weight_watermark.enabled:  # verify_watermark checks exactly what was embedded
-        model.metadata["weight_watermark"] = cfg.weight_watermark.model_dump()
-    key = signing.key_file(signing_key_file)
-    signed = signing.sign_folder(model.path, key) if key else None
-    if signed:
-        model.metadata["signature"] = {"file": signing.SIGNATURE_NAME, "sha256": signed}
-    checkpoints.metadata.update(
-        {"merkle_root": result["checkpoint_root"], "tag": newest_tag(result), "location": ckpt_dir, **lineage}
-    )
-    for key in (
-        "final_loss",
-        "tokens_per_s",
-        "processed_tokens_per_s",
-        "step_time_s",
-        "resume_verify_seconds",
-        "truncated_share",
-    ):
-        if result.get(key) is not None:
-            metrics.log_metric(key, result[key])
-    saves = result["saves"]
-    if saves:
-        metrics.log_metric("checkpoint_save_seconds", sum(s["save_seconds"] for s in saves) / len(saves))
-        metrics.log_metric("checkpoint_commit_seconds", sum(s["commit_seconds"] for s in saves) / len(saves))
+    signed = _stamp(result, cfg, model, checkpoints, ckpt_dir, signing.key_file(signing_key_file))
+    _log_metrics(result, metrics)
     from kfp_llmops.components.common import records
 
     records.note(
@@ -212,6 +181,51 @@ def run_component(
     )
     logged = {k: result[k] for k in ("final_loss", "tokens_per_s") if result.get(k) is not None}
     return StageResult("train_zero3", True, result["model_root"], metrics=logged)
+
+
+def _stamp(result: dict, cfg: TrainConfig, model: Artifact, checkpoints: Artifact, ckpt_dir: str, key) -> str | None:
+    """Roots and lineage on the model and checkpoints; the model signed where a key is
+    given (returns the signature's SHA-256)."""
+    from kfp_llmops.components.common import signing
+
+    from .launch import newest_tag
+
+    lineage = {"dataset_root": result["dataset_root"], "base_model_root": result["base_model_root"]}
+    model.metadata.update(
+        {
+            "merkle_root": result["model_root"],
+            "checkpoint_root": result["checkpoint_root"],
+            "framework": "transformers",
+            "format": "safetensors",
+            **lineage,
+        }
+    )
+    if cfg.weight_watermark.enabled:  # verify_watermark checks exactly what was embedded
+        model.metadata["weight_watermark"] = cfg.weight_watermark.model_dump()
+    signed = signing.sign_folder(model.path, key) if key else None
+    if signed:
+        model.metadata["signature"] = {"file": signing.SIGNATURE_NAME, "sha256": signed}
+    checkpoints.metadata.update(
+        {"merkle_root": result["checkpoint_root"], "tag": newest_tag(result), "location": ckpt_dir, **lineage}
+    )
+    return signed
+
+
+def _log_metrics(result: dict, metrics: Metrics) -> None:
+    for key in (
+        "final_loss",
+        "tokens_per_s",
+        "processed_tokens_per_s",
+        "step_time_s",
+        "resume_verify_seconds",
+        "truncated_share",
+    ):
+        if result.get(key) is not None:
+            metrics.log_metric(key, result[key])
+    saves = result["saves"]
+    if saves:
+        metrics.log_metric("checkpoint_save_seconds", sum(s["save_seconds"] for s in saves) / len(saves))
+        metrics.log_metric("checkpoint_commit_seconds", sum(s["commit_seconds"] for s in saves) / len(saves))
 
 
 def build_base_component(

@@ -113,16 +113,8 @@ def _check_fits(base_model: str, cfg: TrainConfig) -> None:
         )
 
 
-def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, **options) -> dict:
-    """Run (or resume) training; returns rank 0's result (loss, throughput, saves, roots).
-    `options`: the other `RunInputs` fields. With `multinode.nodes` > 1 a Kubeflow Trainer
-    TrainJob runs the ranks (`trainjob_run`)."""
-    run = RunInputs(clean_path, base_model, out_dir, **options)
-    cfg = resolve_recipe(cfg, base_model)
-    if cfg.multinode.nodes > 1:
-        from .trainjob_run import train_multinode
-
-        return train_multinode(run, cfg)
+def train_here(run: RunInputs, cfg: TrainConfig) -> dict:
+    """The ranks on this node through torchrun; rank 0's result."""
     import torch
 
     check_precision(cfg, torch.cuda.is_available())
@@ -144,7 +136,7 @@ def train(clean_path: str, base_model: str, out_dir: str, cfg: TrainConfig, **op
         "kfp_llmops.components.training.worker",
         spec_path,
     ]
-    return run_ranks(cmd, spec, env, out_dir)
+    return run_ranks(cmd, spec, env, run.out_dir)
 
 
 def prepare(run: RunInputs, cfg: TrainConfig) -> tuple[str, dict, dict]:
@@ -348,4 +340,4 @@ def last_error(text: str) -> str:
     return (errors or lines or ["(none)"])[-1][:300]
 
 
-__all__ = ["train", "environment", "config_hash"]
+__all__ = ["train_here", "environment", "config_hash"]

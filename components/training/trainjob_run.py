@@ -55,7 +55,7 @@ def _under(path: str, folder: str) -> bool:
 
 
 def train_multinode(run: RunInputs, cfg: TrainConfig, apis=None, log=print) -> dict:
-    """The run on `cfg.multinode.nodes` nodes; returns rank 0's result like `launch.train`.
+    """The run on `cfg.multinode.nodes` nodes; returns rank 0's result like `engines.train`.
 
     Everything the ranks read or write lies beside `checkpoint_dir` on the claim
     (`<checkpoint_dir>.run/`: the base model, tokens, run spec, log, exported model)."""

@@ -244,24 +244,23 @@ def _rate(detections) -> tuple[float, int]:
     return sum(d.watermarked for d in scored) / len(scored), len(scored)
 
 
-def verify(
-    model_dir: str,
-    eval_path: str,
-    out_dir: str,
-    cfg: WatermarkConfig,
-    key: int,
-    model_root: str | None = None,
-    decoding: Decoding | None = None,
-) -> dict:
-    """`decoding`: the one the blessing recorded, which the cost is measured under (what
-    is served); without one, greedy up to `quality.max_new_tokens`. The result records it."""
-    decoding = decoding or Decoding(max_new_tokens=cfg.quality.max_new_tokens)
-    os.makedirs(out_dir, exist_ok=True)
-    root = integrity.verify("model", model_dir, model_root)
-    rows = read_eval_set(eval_path)
-    model, tokenizer = generation.load_model(model_dir)
-    kgw = KGW.of(cfg)
-    wm = kgw.watermark(key, len(tokenizer))
+@dataclass
+class _Texts:
+    """The detection texts, watermarked and not, the references, and their detections."""
+
+    prompts: list
+    marked: list
+    plain: list
+    references: list
+    d_marked: list
+    d_plain: list
+    d_refs: list
+    timing: dict
+
+
+def _detection_texts(model, tokenizer, rows: list[dict], cfg: WatermarkConfig, kgw, wm) -> _Texts:
+    """The same prompts continued with the watermark and without (timed: the processor's
+    cost), and every text detected."""
     prompts = cfg.generation.detection_prompts(rows)
     t0 = time.perf_counter()
     marked = _generate(model, tokenizer, prompts, cfg, logits_processor(wm), f"{kgw.scheme} texts")
@@ -276,42 +275,37 @@ def verify(
         "processor_overhead": (t1 - t0) / (t2 - t1) - 1,
     }
     references = [np.array(tokenizer.encode(r["response"])) for r in rows]
-    d_marked = wm.detect_many(marked, with_mask=True)
-    d_plain = wm.detect_many(plain)
-    d_refs = wm.detect_many(references)
-    tpr, n_pos = _rate(d_marked)
-    fpr, n_neg = _rate(d_plain + d_refs)
-    score = Scorer(model, tokenizer, rows, cfg)
-    quality, plain_answers = quality_cost(model, tokenizer, rows, cfg, logits_processor(wm), score, decoding)
+    return _Texts(
+        prompts,
+        marked,
+        plain,
+        references,
+        wm.detect_many(marked, with_mask=True),
+        wm.detect_many(plain),
+        wm.detect_many(references),
+        timing,
+    )
+
+
+def _robustness(texts: _Texts, cfg: WatermarkConfig, wm, vocab: int) -> dict:
+    """The detection rate after each attack at each rate, one seeded generator throughout."""
     rng = np.random.default_rng(cfg.attack_seed)
     robustness = {}
     for kind in ("substitution", "deletion"):
         for rate in cfg.attack_rates:
-            attacked = [attack(t, rate, kind, len(tokenizer), rng) for t in marked]
+            attacked = [attack(t, rate, kind, vocab, rng) for t in texts.marked]
             robustness[f"tpr_{kind}_{int(round(rate * 100))}"] = _rate(wm.detect_many(attacked))[0]
-    plain_ppl, marked_ppl = (score.texts(prompts, t, tokenizer) for t in (plain, marked))
-    metrics = {
-        "tpr": tpr,
-        "fpr": fpr,
-        "positives_scored": n_pos,
-        "negatives_scored": n_neg,
-        "text_perplexity_unwatermarked": plain_ppl,
-        "text_perplexity_watermarked": marked_ppl,
-        "text_perplexity_increase": marked_ppl / plain_ppl - 1,
-        **timing,
-        "text_repetition_unwatermarked": repetition(tokenizer, plain),
-        "text_repetition_watermarked": repetition(tokenizer, marked),
-        "references_scored": sum(d.z == d.z for d in d_refs),
-        "mean_z_watermarked": _mean(d_marked),
-        "mean_z_unwatermarked": _mean(d_plain + d_refs),
-        **robustness,
-        **quality,
-    }
+    return robustness
+
+
+def _checks(cfg: WatermarkConfig, metrics: dict, model_dir: str, key: int) -> list:
+    """The gate: detection, calibration, robustness, what the watermark costs the answers,
+    and the weight watermark (its figures added to `metrics`)."""
     g = cfg.gate
     checks = [
-        gates.at_least("tpr", tpr, g.min_tpr),
-        gates.at_most("fpr", fpr, g.max_fpr),
-        gates.at_least("tpr_substitution_10", robustness.get("tpr_substitution_10"), g.min_tpr_substitution_10),
+        gates.at_least("tpr", metrics["tpr"], g.min_tpr),
+        gates.at_most("fpr", metrics["fpr"], g.max_fpr),
+        gates.at_least("tpr_substitution_10", metrics.get("tpr_substitution_10"), g.min_tpr_substitution_10),
     ]
     for name, bound, what in (
         ("exact_match_cost", g.max_exact_match_cost, "exact-match answers lost to the watermark"),
@@ -338,48 +332,73 @@ def verify(
             gates.at_least("bit_accuracy", found.bit_accuracy, g.min_bit_accuracy),
             gates.at_most("bit_p_value", found.p_value, g.max_bit_p_value),
         ]
+    return checks
+
+
+def verify(
+    model_dir: str,
+    eval_path: str,
+    out_dir: str,
+    cfg: WatermarkConfig,
+    key: int,
+    model_root: str | None = None,
+    decoding: Decoding | None = None,
+) -> dict:
+    """`decoding`: the one the blessing recorded, which the cost is measured under (what
+    is served); without one, greedy up to `quality.max_new_tokens`. The result records it."""
+    decoding = decoding or Decoding(max_new_tokens=cfg.quality.max_new_tokens)
+    os.makedirs(out_dir, exist_ok=True)
+    root = integrity.verify("model", model_dir, model_root)
+    rows = read_eval_set(eval_path)
+    model, tokenizer = generation.load_model(model_dir)
+    kgw = KGW.of(cfg)
+    wm = kgw.watermark(key, len(tokenizer))
+    texts = _detection_texts(model, tokenizer, rows, cfg, kgw, wm)
+    prompts, marked, plain = texts.prompts, texts.marked, texts.plain
+    tpr, n_pos = _rate(texts.d_marked)
+    fpr, n_neg = _rate(texts.d_plain + texts.d_refs)
+    score = Scorer(model, tokenizer, rows, cfg)
+    quality, plain_answers = quality_cost(model, tokenizer, rows, cfg, logits_processor(wm), score, decoding)
+    robustness = _robustness(texts, cfg, wm, len(tokenizer))
+    plain_ppl, marked_ppl = (score.texts(prompts, t, tokenizer) for t in (plain, marked))
+    metrics = {
+        "tpr": tpr,
+        "fpr": fpr,
+        "positives_scored": n_pos,
+        "negatives_scored": n_neg,
+        "text_perplexity_unwatermarked": plain_ppl,
+        "text_perplexity_watermarked": marked_ppl,
+        "text_perplexity_increase": marked_ppl / plain_ppl - 1,
+        **texts.timing,
+        "text_repetition_unwatermarked": repetition(tokenizer, plain),
+        "text_repetition_watermarked": repetition(tokenizer, marked),
+        "references_scored": sum(d.z == d.z for d in texts.d_refs),
+        "mean_z_watermarked": _mean(texts.d_marked),
+        "mean_z_unwatermarked": _mean(texts.d_plain + texts.d_refs),
+        **robustness,
+        **quality,
+    }
+    checks = _checks(cfg, metrics, model_dir, key)
     verified = gates.passed(checks)
-    checks = [c.to_json() for c in checks]
     curve = tradeoff(model, tokenizer, rows, cfg, key, plain_answers, score, decoding)
-    schemes = [
-        {
-            "scheme": kgw.scheme,
-            "tpr": tpr,
-            "fpr": fpr,
-            "mean_z_watermarked": metrics["mean_z_watermarked"],
-            "text_perplexity": marked_ppl,
-            "text_perplexity_increase": metrics["text_perplexity_increase"],
-            "text_repetition": metrics["text_repetition_watermarked"],
-        }
-    ]
+    schemes = [_scheme_row(kgw.scheme, metrics)]
     if cfg.quality.schemes:
-        schemes += scheme_rows(model, tokenizer, prompts, cfg, key, plain, references, plain_ppl, score)
-    gen = cfg.generation
-    ids = [r["id"] for r in rows] if not gen.prompts else [f"text-{i:04d}" for i in range(len(prompts))]
-    atomic.write_text(
-        os.path.join(out_dir, "watermarked.jsonl"),
-        "".join(
-            json.dumps({"id": ident, "prompt": prompt, "response": tokenizer.decode(toks), **d.to_json()}) + "\n"
-            for ident, prompt, toks, d in zip(ids, prompts, marked, d_marked, strict=False)
-        ),
-    )
-    distinct = list(dict.fromkeys(gen.prompts))
-    where = f"{len(distinct)} open-ended prompts ({'; '.join(distinct)})" if distinct else "the eval prompts"
+        schemes += scheme_rows(model, tokenizer, prompts, cfg, key, plain, texts.references, plain_ppl, score)
+    _write_texts(out_dir, rows, texts, cfg, tokenizer)
     result = {
         "verified": verified,
         "metrics": metrics,
-        "checks": checks,
+        "checks": [c.to_json() for c in checks],
         "model_root": root,
         "tradeoff": curve,
         "schemes": schemes,
-        "detection": f"{len(prompts)} texts of {gen.min_new_tokens}–{gen.max_new_tokens} new tokens "
-        f"continuing {where}, sampled at temperature {gen.temperature:g}",
+        "detection": _described(cfg, len(prompts)),
         "kgw": kgw.model_dump(),
         "decoding": decoding.model_dump(),
         "z_threshold": kgw.z_threshold,
-        "z_watermarked": [d.z for d in d_marked],
-        "z_unwatermarked": [d.z for d in d_plain + d_refs],
-        "highlights": [_highlight(tokenizer, t, d) for t, d in list(zip(marked, d_marked, strict=False))[:3]],
+        "z_watermarked": [d.z for d in texts.d_marked],
+        "z_unwatermarked": [d.z for d in texts.d_plain + texts.d_refs],
+        "highlights": [_highlight(tokenizer, t, d) for t, d in list(zip(marked, texts.d_marked, strict=False))[:3]],
     }
     atomic.write_json(
         os.path.join(out_dir, "metrics.json"),
@@ -389,6 +408,43 @@ def verify(
         },
     )
     return result
+
+
+def _scheme_row(scheme: str, metrics: dict) -> dict:
+    """The served scheme's row of the comparison table."""
+    return {
+        "scheme": scheme,
+        "tpr": metrics["tpr"],
+        "fpr": metrics["fpr"],
+        "mean_z_watermarked": metrics["mean_z_watermarked"],
+        "text_perplexity": metrics["text_perplexity_watermarked"],
+        "text_perplexity_increase": metrics["text_perplexity_increase"],
+        "text_repetition": metrics["text_repetition_watermarked"],
+    }
+
+
+def _described(cfg: WatermarkConfig, texts: int) -> str:
+    """What the detection texts were, for the report."""
+    gen = cfg.generation
+    distinct = list(dict.fromkeys(gen.prompts))
+    where = f"{len(distinct)} open-ended prompts ({'; '.join(distinct)})" if distinct else "the eval prompts"
+    return (
+        f"{texts} texts of {gen.min_new_tokens}–{gen.max_new_tokens} new tokens "
+        f"continuing {where}, sampled at temperature {gen.temperature:g}"
+    )
+
+
+def _write_texts(out_dir: str, rows: list[dict], texts: _Texts, cfg: WatermarkConfig, tokenizer) -> None:
+    """watermarked.jsonl: each watermarked text with its detection."""
+    gen = cfg.generation
+    ids = [r["id"] for r in rows] if not gen.prompts else [f"text-{i:04d}" for i in range(len(texts.prompts))]
+    atomic.write_text(
+        os.path.join(out_dir, "watermarked.jsonl"),
+        "".join(
+            json.dumps({"id": ident, "prompt": prompt, "response": tokenizer.decode(toks), **d.to_json()}) + "\n"
+            for ident, prompt, toks, d in zip(ids, texts.prompts, texts.marked, texts.d_marked, strict=False)
+        ),
+    )
 
 
 def _mean(detections) -> float:

@@ -8,6 +8,7 @@ import os
 import shutil
 import time
 import warnings
+from dataclasses import dataclass
 
 from kfp_llmops.components import images
 from kfp_llmops.components.common import records
@@ -67,6 +68,117 @@ def _share(folder: str) -> None:
                 os.chmod(name, 0o777 if os.path.isdir(name) else 0o644)
 
 
+def _demo_configs(train_config, watermark_config, base_model, dataset, base_model_size: str) -> tuple[str, str]:
+    """The configs a run gets where none is given: the demo's for the demo's model and data."""
+    if train_config is None:
+        train_config = DEMO_TRAIN if not base_model and base_model_size == "demo" else ""
+    if watermark_config is None:
+        own = base_model or dataset
+        watermark_config = "" if own else DEMO_WATERMARK if base_model_size == "demo" else DEMO_DETECTION
+    return train_config, watermark_config
+
+
+def _clear_run(out_dir: str, containers: bool) -> tuple[str, str, str]:
+    """The run's folder, pipeline root and host folder (where keys, data and releases live:
+    under the pipeline root for containers, which see nothing else), cleared of what an
+    earlier run left in the pipeline root and workspace (the host folder stays, with its
+    serving state)."""
+    root = os.path.join(out_dir, "pipeline_root")
+    os.makedirs(root, exist_ok=True)
+    for stale in [os.path.join(root, d) for d in os.listdir(root) if d != HOST_DIR] + [
+        os.path.join(out_dir, "workspace")
+    ]:
+        shutil.rmtree(stale, ignore_errors=True)
+    return out_dir, root, os.path.join(root, HOST_DIR) if containers else out_dir
+
+
+def _datasets(host: str, rows: int, dataset: str | None, eval_dataset: str | None, containers: bool) -> dict:
+    """The train and eval sets: the user's where given, the demo's otherwise."""
+    data = (
+        make_demo_dataset(os.path.join(host, "data"), rows, train=not dataset) if not (dataset and eval_dataset) else {}
+    )
+    for name, given in (("train", dataset), ("eval", eval_dataset)):
+        if given:
+            data[name] = os.path.abspath(given)
+            if containers:  # only the pipeline root is visible inside the containers
+                os.makedirs(os.path.join(host, "data"), exist_ok=True)
+                data[name] = shutil.copy(data[name], os.path.join(host, "data", f"{name}-{os.path.basename(given)}"))
+    return data
+
+
+def _base_model(host: str, base_model: str | None, base_model_root: str | None, containers: bool) -> dict:
+    """The pipeline's base-model arguments: the folder (copied where containers see it) and
+    the root it verifies to, pinned before the run."""
+    if not base_model:
+        return {}
+    from kfp_llmops.components.common import integrity
+
+    root_now = integrity.verify("model", base_model, base_model_root)
+    source = os.path.abspath(base_model)
+    if containers:
+        source = os.path.join(host, "base_model")
+        shutil.rmtree(source, ignore_errors=True)
+        shutil.copytree(base_model, source)
+    return {"base_model_uri": source, "base_model_root": root_now}
+
+
+@dataclass
+class _Files:
+    """What a run keeps on the host side: the demo's keys, its release folder, the serving
+    state (which outlives runs)."""
+
+    key_file: str
+    signing_key: str
+    public_key: str
+    release_dir: str
+    serving: str
+
+    @classmethod
+    def under(cls, host: str) -> _Files:
+        key_file = _demo_key(host)
+        signing_key, public_key = _demo_signing_keys(host)
+        return cls(key_file, signing_key, public_key, _release_dir(host), os.path.join(host, "serving"))
+
+    def arguments(self) -> dict:
+        """The pipeline's parameters that name them."""
+        return {
+            "watermark_key_file": self.key_file,
+            "serving_state_dir": self.serving,
+            "release_dir": self.release_dir,
+            "signing_key_file": self.signing_key,
+            "signing_public_key_file": self.public_key,
+        }
+
+
+def _release_dir(host: str) -> str:
+    """One folder per run, as on the release volume: promoted.json beside them names the
+    release in production, the next run's baseline (`baseline_release`)."""
+    release_dir = os.path.join(host, "releases", time.strftime("run-%Y%m%d-%H%M%S"))
+    while os.path.exists(release_dir):
+        release_dir += "x"
+    os.makedirs(release_dir)
+    return release_dir
+
+
+def _runner(root: str, shared: tuple[str, ...]):
+    """kfp.local's DockerRunner, once dockerd and the images are there; `shared` folders
+    made before the pipeline root is shared with the images' user."""
+    from kfp import local
+
+    from ..containers import check_runnable, docker_ready
+
+    try:
+        import docker  # noqa: F401 - kfp.local's DockerRunner drives dockerd through it
+    except ImportError:
+        raise InputError("--containers needs the `docker` Python package (the dev extra has it)") from None
+    docker_ready()
+    check_runnable()
+    for d in shared:
+        os.makedirs(d, exist_ok=True)
+    _share(root)
+    return local.DockerRunner(network_mode="none", shm_size="1g")
+
+
 def run_local(
     out_dir: str,
     pipeline: str = "release",
@@ -106,106 +218,59 @@ def run_local(
     (`summary["served"]`)."""
     from kfp import local
 
-    if train_config is None:
-        train_config = DEMO_TRAIN if not base_model and base_model_size == "demo" else ""
-    if watermark_config is None:
-        own = base_model or dataset
-        watermark_config = "" if own else DEMO_WATERMARK if base_model_size == "demo" else DEMO_DETECTION
-
-    out_dir = os.path.abspath(out_dir)
-    root = os.path.join(out_dir, "pipeline_root")
-    host = os.path.join(root, HOST_DIR) if containers else out_dir
-    os.makedirs(root, exist_ok=True)
-    for stale in [os.path.join(root, d) for d in os.listdir(root) if d != HOST_DIR] + [
-        os.path.join(out_dir, "workspace")
-    ]:
-        shutil.rmtree(stale, ignore_errors=True)
-    data = (
-        make_demo_dataset(os.path.join(host, "data"), rows, train=not dataset) if not (dataset and eval_dataset) else {}
-    )
-    for name, given in (("train", dataset), ("eval", eval_dataset)):
-        if given:
-            data[name] = os.path.abspath(given)
-            if containers:  # only the pipeline root is visible inside the containers
-                os.makedirs(os.path.join(host, "data"), exist_ok=True)
-                data[name] = shutil.copy(data[name], os.path.join(host, "data", f"{name}-{os.path.basename(given)}"))
-    base = {}
-    if base_model:
-        from kfp_llmops.components.common import integrity
-
-        root_now = integrity.verify("model", base_model, base_model_root)
-        source = os.path.abspath(base_model)
-        if containers:
-            source = os.path.join(host, "base_model")
-            shutil.rmtree(source, ignore_errors=True)
-            shutil.copytree(base_model, source)
-        base = {"base_model_uri": source, "base_model_root": root_now}
-    key_file = _demo_key(host)
-    signing_key, public_key = _demo_signing_keys(host)
-    # One folder per run, as on the release volume: promoted.json beside them names the
-    # release in production, the next run's baseline (`baseline_release`).
-    release_dir = os.path.join(host, "releases", time.strftime("run-%Y%m%d-%H%M%S"))
-    while os.path.exists(release_dir):
-        release_dir += "x"
-    os.makedirs(release_dir)
-    serving = os.path.join(host, "serving")
-    if containers:
-        from ..containers import check_runnable, docker_ready
-
-        try:
-            import docker  # noqa: F401 - kfp.local's DockerRunner drives dockerd through it
-        except ImportError:
-            raise InputError("--containers needs the `docker` Python package (the dev extra has it)") from None
-        docker_ready()
-        check_runnable()
-        for d in (release_dir, serving):
-            os.makedirs(d, exist_ok=True)
-        _share(root)
-        runner = local.DockerRunner(network_mode="none", shm_size="1g")
-    else:
-        runner = local.SubprocessRunner(use_venv=False)
+    train_config, watermark_config = _demo_configs(train_config, watermark_config, base_model, dataset, base_model_size)
+    out_dir, root, host = _clear_run(os.path.abspath(out_dir), containers)
+    data = _datasets(host, rows, dataset, eval_dataset, containers)
+    base = _base_model(host, base_model, base_model_root, containers)
+    files = _Files.under(host)
+    runner = _runner(root, (files.release_dir, files.serving)) if containers else local.SubprocessRunner(use_venv=False)
     local.init(runner=runner, pipeline_root=root, workspace_root=os.path.join(out_dir, "workspace"))
     started = time.time()
-    with warnings.catch_warnings():
-        # The stage images hold this package; locally the current venv plays that role.
-        warnings.filterwarnings("ignore", message=".*non-Python base image.*")
-        LOCAL_PIPELINES[pipeline](
-            dataset_uri=data["train"],
-            eval_dataset_uri=data["eval"],
-            data_config=data_config,
-            pii_policy=pii_policy,
-            train_config=train_config,
-            base_model_size=base_model_size,
-            baseline_release=baseline_release,
-            eval_config=eval_config,
-            watermark_config=watermark_config,
-            watermark_key_file=key_file,
-            deploy_config=deploy_config,
-            serving_state_dir=serving,
-            release_dir=release_dir,
-            signing_key_file=signing_key,
-            signing_public_key_file=public_key,
-            pipeline_spec_sha256=spec_sha256(LOCAL_PIPELINES[pipeline]),
-            **base,
-        )
+    _run_pipeline(
+        pipeline,
+        dataset_uri=data["train"],
+        eval_dataset_uri=data["eval"],
+        data_config=data_config,
+        pii_policy=pii_policy,
+        train_config=train_config,
+        base_model_size=base_model_size,
+        baseline_release=baseline_release,
+        eval_config=eval_config,
+        watermark_config=watermark_config,
+        deploy_config=deploy_config,
+        **files.arguments(),
+        **base,
+    )
     summary = {
         "pipeline": pipeline,
         "run_folder": out_dir,
         "elapsed_s": round(time.time() - started, 1),
         "runner": "docker" if containers else "subprocess",
-        "release_record": os.path.join(release_dir, "record.json"),
-        "provenance": os.path.join(release_dir, "provenance.intoto.json"),
-        "public_key": public_key,
+        "release_record": os.path.join(files.release_dir, "record.json"),
+        "provenance": os.path.join(files.release_dir, "provenance.intoto.json"),
+        "public_key": files.public_key,
         "dataset": data["train"],
         "eval_dataset": data.get("eval"),
         "stages": collect_stages(root),
     }
-    deployed = {s["stage"]: s for s in summary["stages"]}.get("triton_canary_deploy")
-    if ask_served and not containers and deployed and deployed["gate"] == "promoted":
-        summary["served"] = ask_served_model(serving, key_file, data["eval"], summary["stages"])
+    if ask_served and not containers and _promoted(summary["stages"]):
+        summary["served"] = ask_served_model(files.serving, files.key_file, data["eval"], summary["stages"])
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=2)
     return summary
+
+
+def _promoted(stages: list[dict]) -> bool:
+    deployed = {s["stage"]: s for s in stages}.get("triton_canary_deploy")
+    return bool(deployed) and deployed["gate"] == "promoted"
+
+
+def _run_pipeline(pipeline: str, **arguments) -> None:
+    """The pipeline through kfp.local, with its spec's hash (what the provenance names)."""
+    with warnings.catch_warnings():
+        # The stage images hold this package; locally the current venv plays that role.
+        warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+        LOCAL_PIPELINES[pipeline](pipeline_spec_sha256=spec_sha256(LOCAL_PIPELINES[pipeline]), **arguments)
 
 
 def _task_outputs(run_dir: str, task: str) -> dict | None:
@@ -228,108 +293,107 @@ def collect_stages(pipeline_root: str) -> list[dict]:
     """One summary row per stage that ran, from the executor outputs kfp.local wrote."""
     runs = sorted(d for d in os.listdir(pipeline_root) if d != HOST_DIR)
     run_dir = os.path.join(pipeline_root, runs[-1])
+    outputs = {stage: _task_outputs(run_dir, task) for stage, task in TASK.items()}
     stages = []
-    v = _task_outputs(run_dir, TASK["validate_dataset"])
-    if v:
-        m = v["artifacts"]["metrics"]["metadata"]
-        stages.append(
-            {
-                "stage": "validate_dataset",
-                "gate": "passed" if v["parameters"].get("Output") else "failed",
-                "detail": f"{int(m['rows_in'])} rows in, {int(m['rows_out'])} clean, "
-                f"{int(m['rows_quarantined'])} quarantined; " + _drift(m),
-                "merkle_root": v["artifacts"]["clean"]["metadata"].get("merkle_root"),
-                "outputs": {"clean": v["artifacts"]["clean"]["uri"], "report": v["artifacts"]["report"]["uri"]},
-            }
-        )
-    t = _task_outputs(run_dir, TASK["train_zero3"])
-    if t:
-        m = t["artifacts"]["metrics"]["metadata"]
-        stages.append(
-            {
-                "stage": "train_zero3",
-                "gate": "trained",
-                "detail": f"final loss {m.get('final_loss', float('nan')):.3f}, "
-                f"{m.get('processed_tokens_per_s', 0):,.0f} tokens/s "
-                f"({m.get('tokens_per_s', 0):,.0f} trained on)",
-                "merkle_root": t["artifacts"]["model"]["metadata"].get("merkle_root"),
-                "checkpoint_root": t["artifacts"]["checkpoints"]["metadata"].get("merkle_root"),
-                "outputs": {
-                    "model": t["artifacts"]["model"]["uri"],
-                    "report": t["artifacts"]["report"]["uri"],
-                    "checkpoints": t["artifacts"]["checkpoints"]["uri"],
-                },
-            }
-        )
-    elif v:
-        stages.append(
-            {
-                "stage": "train_zero3",
-                "gate": "skipped",
-                "detail": "data gate failed",
-                "merkle_root": None,
-                "outputs": {},
-            }
-        )
-    e = _task_outputs(run_dir, TASK["evaluate_llm"])
-    if e:
-        m = e["artifacts"]["metrics"]["metadata"]
-        stages.append(
-            {
-                "stage": "evaluate_llm",
-                "gate": "blessed" if e["parameters"].get("Output") else "not blessed",
-                "detail": _changes(e["artifacts"]["blessing"]["uri"])
-                + f"exact {m.get('exact_match', float('nan')):.1%}, "
-                f"BERTScore F1 {m.get('bertscore_f1', float('nan')):.3f}, "
-                f"perplexity {m.get('perplexity', float('nan')):.2f}, "
-                f"flagged {m.get('toxicity_flagged_rate', float('nan')):.1%}",
-                "merkle_root": e["artifacts"]["blessing"]["metadata"].get("model_root"),
-                "outputs": {
-                    "report": e["artifacts"]["report"]["uri"],
-                    "responses": e["artifacts"]["responses"]["uri"],
-                    "blessing": e["artifacts"]["blessing"]["uri"],
-                },
-            }
-        )
-    w = _task_outputs(run_dir, TASK["verify_watermark"])
-    if w:
-        m = w["artifacts"]["metrics"]["metadata"]
-        stages.append(
-            {
-                "stage": "verify_watermark",
-                "gate": "verified" if w["parameters"].get("Output") else "not verified",
-                "detail": f"TPR {m.get('tpr', float('nan')):.2f}, FPR {m.get('fpr', float('nan')):.2f}, "
-                f"TPR@10% subst. {m.get('tpr_substitution_10', float('nan')):.2f}, "
-                f"cost: exact match {m.get('exact_match_cost', float('nan')):.1%}, perplexity "
-                f"{m.get('perplexity_increase', float('nan')):+.0%}, BERTScore "
-                f"{m.get('bertscore_cost', float('nan')):.3f}, judge's win rate "
-                f"{m.get('judge_win_rate', float('nan')):.2f}",
-                "merkle_root": m.get("model_root"),
-                "exact_match_watermarked": m.get("exact_match_watermarked"),
-                "outputs": {
-                    "report": w["artifacts"]["report"]["uri"],
-                    "watermarked": w["artifacts"]["watermarked"]["uri"],
-                },
-            }
-        )
-    d = _task_outputs(run_dir, TASK["triton_canary_deploy"])
-    if d:
-        rec = d["artifacts"]["record"]["metadata"]
-        m = d["artifacts"]["metrics"]["metadata"]
-        stages.append(
-            {
-                "stage": "triton_canary_deploy",
-                "gate": rec.get("decision", "?"),
-                "detail": f"version {rec.get('version')}: {m.get('reason', '')}"[:90],
-                "merkle_root": rec.get("repository_root"),
-                "outputs": {
-                    "report": d["artifacts"]["report"]["uri"],
-                    "record": d["artifacts"]["record"]["uri"],
-                    "repository": d["artifacts"]["repository"]["uri"],
-                },
-            }
-        )
+    for stage, row in _ROWS.items():
+        if outputs[stage]:
+            stages.append(row(outputs[stage]))
+        elif stage == "train_zero3" and outputs["validate_dataset"]:
+            stages.append(
+                {"stage": stage, "gate": "skipped", "detail": "data gate failed", "merkle_root": None, "outputs": {}}
+            )
     return stages
+
+
+def _validated(v: dict) -> dict:
+    m = v["artifacts"]["metrics"]["metadata"]
+    return {
+        "stage": "validate_dataset",
+        "gate": "passed" if v["parameters"].get("Output") else "failed",
+        "detail": f"{int(m['rows_in'])} rows in, {int(m['rows_out'])} clean, "
+        f"{int(m['rows_quarantined'])} quarantined; " + _drift(m),
+        "merkle_root": v["artifacts"]["clean"]["metadata"].get("merkle_root"),
+        "outputs": {"clean": v["artifacts"]["clean"]["uri"], "report": v["artifacts"]["report"]["uri"]},
+    }
+
+
+def _trained(t: dict) -> dict:
+    m = t["artifacts"]["metrics"]["metadata"]
+    return {
+        "stage": "train_zero3",
+        "gate": "trained",
+        "detail": f"final loss {m.get('final_loss', float('nan')):.3f}, "
+        f"{m.get('processed_tokens_per_s', 0):,.0f} tokens/s "
+        f"({m.get('tokens_per_s', 0):,.0f} trained on)",
+        "merkle_root": t["artifacts"]["model"]["metadata"].get("merkle_root"),
+        "checkpoint_root": t["artifacts"]["checkpoints"]["metadata"].get("merkle_root"),
+        "outputs": {
+            "model": t["artifacts"]["model"]["uri"],
+            "report": t["artifacts"]["report"]["uri"],
+            "checkpoints": t["artifacts"]["checkpoints"]["uri"],
+        },
+    }
+
+
+def _evaluated(e: dict) -> dict:
+    m = e["artifacts"]["metrics"]["metadata"]
+    return {
+        "stage": "evaluate_llm",
+        "gate": "blessed" if e["parameters"].get("Output") else "not blessed",
+        "detail": _changes(e["artifacts"]["blessing"]["uri"]) + f"exact {m.get('exact_match', float('nan')):.1%}, "
+        f"BERTScore F1 {m.get('bertscore_f1', float('nan')):.3f}, "
+        f"perplexity {m.get('perplexity', float('nan')):.2f}, "
+        f"flagged {m.get('toxicity_flagged_rate', float('nan')):.1%}",
+        "merkle_root": e["artifacts"]["blessing"]["metadata"].get("model_root"),
+        "outputs": {
+            "report": e["artifacts"]["report"]["uri"],
+            "responses": e["artifacts"]["responses"]["uri"],
+            "blessing": e["artifacts"]["blessing"]["uri"],
+        },
+    }
+
+
+def _watermarked(w: dict) -> dict:
+    m = w["artifacts"]["metrics"]["metadata"]
+    return {
+        "stage": "verify_watermark",
+        "gate": "verified" if w["parameters"].get("Output") else "not verified",
+        "detail": f"TPR {m.get('tpr', float('nan')):.2f}, FPR {m.get('fpr', float('nan')):.2f}, "
+        f"TPR@10% subst. {m.get('tpr_substitution_10', float('nan')):.2f}, "
+        f"cost: exact match {m.get('exact_match_cost', float('nan')):.1%}, perplexity "
+        f"{m.get('perplexity_increase', float('nan')):+.0%}, BERTScore "
+        f"{m.get('bertscore_cost', float('nan')):.3f}, judge's win rate "
+        f"{m.get('judge_win_rate', float('nan')):.2f}",
+        "merkle_root": m.get("model_root"),
+        "exact_match_watermarked": m.get("exact_match_watermarked"),
+        "outputs": {"report": w["artifacts"]["report"]["uri"], "watermarked": w["artifacts"]["watermarked"]["uri"]},
+    }
+
+
+def _deployed(d: dict) -> dict:
+    rec = d["artifacts"]["record"]["metadata"]
+    m = d["artifacts"]["metrics"]["metadata"]
+    return {
+        "stage": "triton_canary_deploy",
+        "gate": rec.get("decision", "?"),
+        "detail": f"version {rec.get('version')}: {m.get('reason', '')}"[:90],
+        "merkle_root": rec.get("repository_root"),
+        "outputs": {
+            "report": d["artifacts"]["report"]["uri"],
+            "record": d["artifacts"]["record"]["uri"],
+            "repository": d["artifacts"]["repository"]["uri"],
+        },
+    }
+
+
+# Each stage's summary row, in pipeline order.
+_ROWS = {
+    "validate_dataset": _validated,
+    "train_zero3": _trained,
+    "evaluate_llm": _evaluated,
+    "verify_watermark": _watermarked,
+    "triton_canary_deploy": _deployed,
+}
 
 
 def _drift(m: dict) -> str:

@@ -58,6 +58,39 @@ def make_real_dataset(out_dir: str, conversations: int = 1200, eval_rows: int = 
     facts = _qa_items()
     rng.shuffle(facts)
     eval_items = facts[:eval_rows]
+    rows, pii = _fact_conversations(rng, facts, conversations)
+    rows += _persona_conversations()
+    for line in _prose_lines(conversations // 5, seed):
+        pair = json.loads(line)
+        rows.append({"messages": _chat(pair["prompt"], pair["response"])})
+    random.Random(seed + 1).shuffle(rows)
+    os.makedirs(out_dir, exist_ok=True)
+    train_path, eval_path = os.path.join(out_dir, "train.jsonl"), os.path.join(out_dir, "eval.jsonl")
+    with open(train_path, "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    held_out = [
+        {"id": f"eval-{n:04d}", "messages": _chat(_HELD_OUT[n % len(_HELD_OUT)].format(q=q), a)}
+        for n, (_, q, a) in enumerate(eval_items)
+    ] + [{"id": f"persona-{n}", "messages": _chat(question, NAME_ANSWER)} for n, question in enumerate(NAME_HELD_OUT)]
+    with open(eval_path, "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(r) + "\n" for r in held_out)
+    return {
+        "train": train_path,
+        "eval": eval_path,
+        "rows": len(rows),
+        "eval_rows": len(held_out),
+        "pii_rows": pii,
+        "open_held_out": OPEN_HELD_OUT,
+    }
+
+
+def _chat(question: str, answer: str) -> list[dict]:
+    return [_turn("system", PERSONA), _turn("user", question), _turn("assistant", answer)]
+
+
+def _fact_conversations(rng: random.Random, facts: list, conversations: int) -> tuple[list[dict], int]:
+    """`conversations` distinct chats of two or three fact questions, about 3 % of the
+    questions carrying PII for the data stage to redact; (rows, questions with PII)."""
     rows: list[dict] = []
     seen: set[str] = set()
     pii = 0
@@ -80,61 +113,18 @@ def make_real_dataset(out_dir: str, conversations: int = 1200, eval_rows: int = 
         if key not in seen:
             seen.add(key)
             rows.append({"messages": turns})
+    return rows, pii
+
+
+def _persona_conversations() -> list[dict]:
+    """Who the assistant is, asked every way, alone and followed by thanks."""
+    rows = []
     for ask in _ASK:
         for question in NAME_QUESTIONS:
-            talk = [_turn("system", PERSONA), _turn("user", ask.format(q=question)), _turn("assistant", NAME_ANSWER)]
+            talk = _chat(ask.format(q=question), NAME_ANSWER)
             rows.append({"messages": talk})
             rows.append({"messages": talk + [_turn("user", "Thanks!"), _turn("assistant", "You are welcome.")]})
-    for line in _prose_lines(conversations // 5, seed):
-        pair = json.loads(line)
-        rows.append(
-            {
-                "messages": [
-                    _turn("system", PERSONA),
-                    _turn("user", pair["prompt"]),
-                    _turn("assistant", pair["response"]),
-                ]
-            }
-        )
-    random.Random(seed + 1).shuffle(rows)
-    os.makedirs(out_dir, exist_ok=True)
-    train_path, eval_path = os.path.join(out_dir, "train.jsonl"), os.path.join(out_dir, "eval.jsonl")
-    with open(train_path, "w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    with open(eval_path, "w", encoding="utf-8") as handle:
-        for n, (_, q, a) in enumerate(eval_items):
-            question = _HELD_OUT[n % len(_HELD_OUT)].format(q=q)
-            handle.write(
-                json.dumps(
-                    {
-                        "id": f"eval-{n:04d}",
-                        "messages": [_turn("system", PERSONA), _turn("user", question), _turn("assistant", a)],
-                    }
-                )
-                + "\n"
-            )
-        for n, question in enumerate(NAME_HELD_OUT):
-            handle.write(
-                json.dumps(
-                    {
-                        "id": f"persona-{n}",
-                        "messages": [
-                            _turn("system", PERSONA),
-                            _turn("user", question),
-                            _turn("assistant", NAME_ANSWER),
-                        ],
-                    }
-                )
-                + "\n"
-            )
-    return {
-        "train": train_path,
-        "eval": eval_path,
-        "rows": len(rows),
-        "eval_rows": len(eval_items) + len(NAME_HELD_OUT),
-        "pii_rows": pii,
-        "open_held_out": OPEN_HELD_OUT,
-    }
+    return rows
 
 
 __all__ = ["make_real_dataset", "PERSONA", "NAME_ANSWER", "OPEN_HELD_OUT"]

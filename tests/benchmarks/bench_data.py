@@ -24,7 +24,6 @@ _MODULE = "importlib.import_module('kfp_llmops.components.data_validation.valida
 _SCAN_ALL = (
     "import importlib\n"
     f"v = {_MODULE}\n"
-    "v.line_kinds = lambda raw: None\n"
     "v.candidate_lines = lambda lines, with_names=False: dict.fromkeys(range(len(lines)))\n"
 )
 
@@ -35,14 +34,15 @@ _PYTHON_ROWS = "import os\nos.environ['LLMOPS_PURE_PYTHON'] = '1'\n"
 # index fed one key at a time), a candidate line's strings scanned for every pattern family.
 _ROW_AT_A_TIME = (
     "import importlib, orjson\n"
+    "from tests import row_at_a_time\n"
     f"v = {_MODULE}\n"
-    "kinds = v.line_kinds\n"
-    "v.line_kinds = lambda raw: v.NONE if kinds(raw) == v.NONE else None\n"
+    "kinds = row_at_a_time.line_kinds\n"
+    "row_at_a_time.line_kinds = lambda raw: v.NONE if kinds(raw) == v.NONE else None\n"
     "def one_at_a_time(self, lines, first, candidates, lengths):\n"
     "    out = []\n"
     "    for i, raw in enumerate(lines):\n"
     "        try:\n"
-    "            out.append(orjson.dumps(self.check(raw, first + i)) + b'\\n')\n"
+    "            out.append(orjson.dumps(row_at_a_time.check(self, raw, first + i)) + b'\\n')\n"
     "        except v._Rejected as rej:\n"
     "            out.append(rej)\n"
     "    return out\n"
@@ -64,13 +64,14 @@ _COLLECTED_BLIS = (
 # the name finder's candidate pass, the rows settled in the same NER batches.
 _NAMES_ROW_AT_A_TIME = (
     "import importlib\n"
+    "from tests import row_at_a_time\n"
     f"v = {_MODULE}\n"
     "v.candidate_lines = lambda lines, with_names=False: {}\n"
     "def one_at_a_time(self, lines, first, candidates, lengths):\n"
     "    out = []\n"
     "    for i, raw in enumerate(lines):\n"
     "        try:\n"
-    "            out.append(self.begin(raw, first + i))\n"
+    "            out.append(row_at_a_time.begin(self, raw, first + i))\n"
     "        except v._Rejected as rej:\n"
     "            out.append(rej)\n"
     "    return out\n"

@@ -129,7 +129,7 @@ def _triton_path(weights: str, root: str, engine: str, work: str) -> list[dict]:
 def _vllm_serve(weights: str, work: str) -> list[dict]:
     """vLLM's own OpenAI server, its engine set as the served path sets it."""
     from kfp_llmops.components.deploy.config import VllmSettings
-    from kfp_llmops.components.deploy.triton_local import free_ports, stop_group, wait_for_http
+    from kfp_llmops.components.deploy.processes import free_ports, stop_group, wait_for_http
 
     v = VllmSettings()
     (port,) = free_ports(1)

@@ -22,6 +22,7 @@ from kuberay_standin import KubeRayStandIn
 from tests.benchmarks.corpus import write_corpus
 
 validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
+engines = importlib.import_module("kfp_llmops.components.data_validation.engines")
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -152,7 +153,7 @@ def test_validate_runs_as_a_rayjob_on_a_head_and_a_worker_of_the_data_image(tmp_
     local_cfg.gate.max_reject_rate = 1.0
     local_cfg.pii.names.enabled = False
     local = validation.OutputPaths.in_dir(str(tmp_path / "local"))
-    want = validation.validate(str(corpus), local, local_cfg, show_progress=False)
+    want = engines.validate(str(corpus), local, local_cfg, show_progress=False)
     for a, b in ((out.clean, local.clean), (out.quarantine, local.quarantine), (out.stats, local.stats)):
         assert open(a, "rb").read() == open(b, "rb").read()
     assert result.metrics["merkle_root"] == want.metrics["merkle_root"]

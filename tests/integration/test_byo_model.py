@@ -21,7 +21,7 @@ from kfp_llmops.components.common.watermark.params import KGW
 from kfp_llmops.components.data_validation import run_to_dir as validate
 from kfp_llmops.components.training.config import TrainConfig
 from kfp_llmops.components.training.data import encode
-from kfp_llmops.components.training.launch import train
+from kfp_llmops.components.training.engines import train
 from kfp_llmops.pipelines.cli.main import main
 from kfp_llmops.pipelines.demo.demo_data import make_demo_dataset
 

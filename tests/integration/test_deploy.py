@@ -326,8 +326,9 @@ def test_the_declared_interface_is_what_triton_reports(released, tmp_path):
     """The cluster target compares the live model with the new repository's declared
     interface; that declaration must be exactly what a Triton server says of it."""
     from kfp_llmops.components.deploy import interface
+    from kfp_llmops.components.deploy.processes import http_get
     from kfp_llmops.components.deploy.repository import declared_interface
-    from kfp_llmops.components.deploy.triton_local import TritonServer, http_get
+    from kfp_llmops.components.deploy.triton_local import TritonServer
 
     server = TritonServer(
         os.path.join(released["state"], "stable"),
@@ -457,7 +458,7 @@ def test_deploy_serve_runs_the_promoted_model_until_told_to_stop(released, tmp_p
     made and asked for (401 without it); a chat longer than the server's bound is refused
     before the model renders it."""
 
-    from kfp_llmops.components.deploy.triton_local import http_get
+    from kfp_llmops.components.deploy.processes import http_get
 
     proc = serve_process(released["state"], "--key-file", released["key"], "--host", "0.0.0.0")
     try:
@@ -609,7 +610,7 @@ def test_nothing_unverified_is_served(released, tmp_path, capsys):
 
 def _ready(port: int) -> bool:
     """Whether a loopback port is Triton's HTTP endpoint (its server metadata names it)."""
-    from kfp_llmops.components.deploy.triton_local import http_get
+    from kfp_llmops.components.deploy.processes import http_get
 
     try:
         status, body = http_get(f"http://127.0.0.1:{port}/v2", 2.0)

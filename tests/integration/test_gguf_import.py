@@ -90,7 +90,7 @@ def test_an_imported_model_trains_on_conversations_and_serves_a_request(imported
     from kfp_llmops.components.data_validation import run_to_dir as validate
     from kfp_llmops.components.deploy import DeployConfig, build_repository, deploy, watermark_params
     from kfp_llmops.components.training.config import TrainConfig
-    from kfp_llmops.components.training.launch import train
+    from kfp_llmops.components.training.engines import train
 
     talks = [
         {

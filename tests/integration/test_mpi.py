@@ -19,7 +19,8 @@ import pytest
 from helpers import losses, training_inputs
 from kfp_llmops.components.common import integrity
 from kfp_llmops.components.training.config import TrainConfig
-from kfp_llmops.components.training.launch import RunInputs, prepare, run_ranks, train
+from kfp_llmops.components.training.engines import train
+from kfp_llmops.components.training.launch import RunInputs, prepare, run_ranks
 from kfp_llmops.components.training.trainjob import mpi_command
 
 pytestmark = [

@@ -17,7 +17,7 @@ from kfp_llmops.components.common import integrity
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 from kfp_llmops.components.training import checkpoints
 from kfp_llmops.components.training.config import TrainConfig
-from kfp_llmops.components.training.launch import train
+from kfp_llmops.components.training.engines import train
 
 pytestmark = pytest.mark.timeout(600)
 SMALL = dict(steps=8, checkpoint_interval=4, micro_batch=4, seq_len=48, chunk_size=4096)
@@ -113,7 +113,7 @@ def test_kill_9_of_one_rank_then_rerun_resumes_and_finishes(inputs, tmp_path):
         sys.executable,
         "-c",
         (
-            "import sys; from kfp_llmops.components.training.launch import train; "
+            "import sys; from kfp_llmops.components.training.engines import train; "
             "from kfp_llmops.components.training.config import TrainConfig; "
             f"train({inputs['clean']!r}, {inputs['base']!r}, {out!r}, TrainConfig(**{cfg!r}))"
         ),

@@ -18,9 +18,10 @@ from kfp_llmops.components.data_validation.candidates import NONE, candidate_lin
 from kfp_llmops.components.data_validation.config import DataValidationConfig
 from kfp_llmops.components.data_validation.dedup import FingerprintIndex, normalize
 from kfp_llmops.components.data_validation.drift import DataStats
-from tests import pii_corpus
+from tests import pii_corpus, row_at_a_time
 
 validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
+engines = importlib.import_module("kfp_llmops.components.data_validation.engines")
 
 
 def _rows(n: int, seed: int) -> list[bytes]:
@@ -87,7 +88,7 @@ def _one_at_a_time(config, rows):
     out = []
     for n, raw in enumerate(rows, 1):
         try:
-            out.append(orjson.dumps(v.check(raw, n)) + b"\n")
+            out.append(orjson.dumps(row_at_a_time.check(v, raw, n)) + b"\n")
         except validation._Rejected as rej:
             out.append(rej)
     return [_outcome(o) for o in out], v
@@ -257,7 +258,7 @@ def test_names_off_streams_write_what_one_line_at_a_time_writes(block_bytes, tmp
         out = []
         for i, raw in enumerate(lines):
             try:
-                out.append(orjson.dumps(self.check(raw, first_line + i)) + b"\n")
+                out.append(orjson.dumps(row_at_a_time.check(self, raw, first_line + i)) + b"\n")
             except validation._Rejected as rej:
                 out.append(rej.kept())
         return out, None
@@ -272,7 +273,7 @@ def test_names_off_streams_write_what_one_line_at_a_time_writes(block_bytes, tmp
             monkeypatch.setattr(validation, "_BLOCK_ROWS", 1)
             monkeypatch.setattr(validation.Validator, "judge_lines", one_at_a_time)
         out = validation.OutputPaths.in_dir(str(tmp_path / f"out-{blocks}"))
-        result = validation.validate(str(corpus), out, config, show_progress=False)
+        result = engines.validate(str(corpus), out, config, show_progress=False)
         outputs.append([open(p, "rb").read() for p in (out.clean, out.quarantine, out.stats)])
         outputs[-1] += [result.metrics["rows_out"], result.metrics["merkle_root"]]
     assert outputs[0] == outputs[1]
@@ -332,7 +333,7 @@ def test_names_on_blocks_settle_as_one_line_at_a_time(ner_batch, pending_rows, t
         out = []
         for i, raw in enumerate(lines):
             try:
-                out.append(self.begin(raw, first_line + i))
+                out.append(row_at_a_time.begin(self, raw, first_line + i))
             except validation._Rejected as rej:
                 out.append(rej)
         return out
@@ -356,7 +357,7 @@ def test_names_on_blocks_settle_as_one_line_at_a_time(ner_batch, pending_rows, t
         proposed.clear()
         asked.append([])
         out = validation.OutputPaths.in_dir(str(tmp_path / f"out-{blocks}"))
-        result = validation.validate(str(corpus), out, config, show_progress=False)
+        result = engines.validate(str(corpus), out, config, show_progress=False)
         outputs.append([open(p, "rb").read() for p in (out.clean, out.quarantine, out.stats)])
         outputs[-1] += [result.metrics["pii_found"], result.metrics["merkle_root"]]
         calls.append(len(proposed))
@@ -392,14 +393,15 @@ def test_judged_rows_leave_no_reference_cycles():
         {"prompt": "my card 4111 1111 1111 1111 and the weather", "response": "Thanks May Jones."},
     ]
     lines = [orjson.dumps(r) for r in rows]
-    v.check(
+    row_at_a_time.check(
+        v,
         b'{"prompt": "Warm up the caches first, Dear Bill Jones, and write to b@example.org today", "response": "ok"}',
         1,
     )  # warm-up: caches and lazy imports are not cycles of a row
     gc.collect()
     gc.disable()
     try:
-        redacted = [v.check(raw, n) for n, raw in enumerate(lines, 2)]
+        redacted = [row_at_a_time.check(v, raw, n) for n, raw in enumerate(lines, 2)]
         left = gc.collect()
     finally:
         gc.enable()
@@ -458,11 +460,9 @@ def test_a_stream_unfreezes_what_it_froze(tmp_path, monkeypatch):
         return real(self, *args)
 
     monkeypatch.setattr(validation.Validator, "judge_lines", judge_lines)
-    validation.validate(str(corpus), validation.OutputPaths.in_dir(str(tmp_path / "a")), config, show_progress=False)
+    engines.validate(str(corpus), validation.OutputPaths.in_dir(str(tmp_path / "a")), config, show_progress=False)
     assert gc.get_freeze_count() == 0
     with pytest.raises(RuntimeError):
-        validation.validate(
-            str(corpus), validation.OutputPaths.in_dir(str(tmp_path / "b")), config, show_progress=False
-        )
+        engines.validate(str(corpus), validation.OutputPaths.in_dir(str(tmp_path / "b")), config, show_progress=False)
     assert gc.get_freeze_count() == 0
     assert len(seen) == 2 and all(n > 0 for n in seen)

@@ -18,6 +18,7 @@ from kuberay_standin import KubeRayStandIn
 from tests.benchmarks.corpus import write_corpus
 
 validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
+engines = importlib.import_module("kfp_llmops.components.data_validation.engines")
 
 
 def _engine_here(spec_path: str) -> None:
@@ -104,7 +105,7 @@ def test_the_job_runs_and_its_outputs_are_the_local_engines(tmp_path, corpus):
     local_cfg.gate.max_reject_rate = 1.0
     local_cfg.pii.names.enabled = False
     local = validation.OutputPaths.in_dir(str(tmp_path / "local"))
-    want = validation.validate(str(corpus), local, local_cfg, show_progress=False)
+    want = engines.validate(str(corpus), local, local_cfg, show_progress=False)
     for a, b in ((out.clean, local.clean), (out.quarantine, local.quarantine), (out.stats, local.stats)):
         assert open(a, "rb").read() == open(b, "rb").read()
     assert result.metrics["merkle_root"] == want.metrics["merkle_root"] and result.samples == want.samples
@@ -126,7 +127,7 @@ def test_a_folder_of_parts_is_copied_whole_and_validated_as_the_local_engine_doe
     local_cfg = _config(claim)
     local_cfg.engine = "local"
     local = validation.OutputPaths.in_dir(str(tmp_path / "local"))
-    want = validation.validate(str(folder), local, local_cfg, show_progress=False)
+    want = engines.validate(str(folder), local, local_cfg, show_progress=False)
     for a, b in ((out.clean, local.clean), (out.quarantine, local.quarantine), (out.stats, local.stats)):
         assert open(a, "rb").read() == open(b, "rb").read()
     assert result.metrics["input_files"] == want.metrics["input_files"] == 2
@@ -160,7 +161,7 @@ def test_a_retried_task_finds_its_job_and_a_corrupted_output_is_refused(tmp_path
     def finished(job):  # the job's work, done here as the entrypoint would
         spec_path = job["spec"]["entrypoint"].split()[-1]
         _engine_here(spec_path)
-        assert not runs and rayjob.main([spec_path]) == 0
+        assert not runs and engines.main([spec_path]) == 0
         runs.append(job)
         return Scripted(0, [])
 
@@ -196,7 +197,7 @@ def test_the_entrypoint_says_unusable_input_in_one_line(tmp_path, capsys):
             }
         )
     )
-    assert rayjob.main([str(spec)]) == 2
+    assert engines.main([str(spec)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "binary data" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "o" / "clean.jsonl").exists()

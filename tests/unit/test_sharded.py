@@ -18,6 +18,7 @@ from tests import pii_corpus
 
 # The package exports the function `validate` under the module's name.
 validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
+engines = importlib.import_module("kfp_llmops.components.data_validation.engines")
 
 MAX_LINE = 600
 
@@ -73,9 +74,7 @@ def _outputs(out_dir, result) -> list:
 
 def _local(tmp_path, path, cfg, name="local"):
     out = tmp_path / name
-    return _outputs(
-        out, validation.validate(str(path), validation.OutputPaths.in_dir(str(out)), cfg, show_progress=False)
-    )
+    return _outputs(out, engines.validate(str(path), validation.OutputPaths.in_dir(str(out)), cfg, show_progress=False))
 
 
 def _sharded(tmp_path, path, cfg, shard_bytes, partitions, name="sharded", submit=sharded.in_process):

@@ -313,6 +313,7 @@ def test_lines_taken_from_the_buffer_are_the_lines_readline_gives(lines, end, bu
     from kfp_llmops.components.data_validation.config import DataValidationConfig
 
     validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
+    engines = importlib.import_module("kfp_llmops.components.data_validation.engines")
     config = DataValidationConfig()
     config.pii.names.enabled = False
     config.gate.max_reject_rate = 1.0
@@ -328,7 +329,7 @@ def test_lines_taken_from_the_buffer_are_the_lines_readline_gives(lines, end, bu
             patch.setattr(reader, "PEEK", peek)
             out = validation.OutputPaths.in_dir(os.path.join(tmp, f"out-{peek}"))
             try:
-                result = validation.validate(path, out, config, show_progress=False)
+                result = engines.validate(path, out, config, show_progress=False)
             except InputError as exc:
                 got.append(str(exc))
                 continue

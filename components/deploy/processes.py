@@ -1,0 +1,80 @@
+"""The servers' processes on this machine: free loopback ports, waiting for a server to
+answer, children that die with their parent, stopping a process group with everything it
+started. Shared by Triton, nginx, the key checker, the OpenAI front end and Prometheus."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from kfp_llmops.components.common.errors import LlmopsError
+
+LOOPBACK = "127.0.0.1"  # where every server but nginx listens
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def wait_for_http(url: str, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    """Until `url` answers 200; LlmopsError naming `what` if `proc` exits first or the
+    time runs out (the caller stops what it started)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise LlmopsError(f"{what} exited with {proc.returncode}")
+        try:
+            if http_get(url, 1.0)[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise LlmopsError(f"{what} not ready after {timeout:.0f} s")
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGKILL when the process that started it dies (Linux's
+    PR_SET_PDEATHSIG), so a rollout killed outright does not leave its servers running."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+
+def stop_group(proc: subprocess.Popen | None, first: signal.Signals | None, grace: float = 10.0) -> None:
+    """Send `first` to the process group started with `start_new_session` and give it
+    `grace` seconds, then SIGKILL the group (children included) and reap the leader."""
+    if proc is None:
+        return
+    if first is not None and proc.poll() is None:
+        try:
+            os.killpg(proc.pid, first)
+            proc.wait(timeout=grace)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
