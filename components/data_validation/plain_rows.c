@@ -109,6 +109,13 @@ static inline int py_space(uint8_t c) { return c == ' ' || (c >= 9 && c <= 13) |
 static const uint32_t *U_TABLE;
 static const uint8_t *U_POOL;
 
+/* The SHA-256 of the sources it was built from (setup.py defines it): the loader runs a
+ * library only when these match the sources installed beside it. */
+#ifndef LLMOPS_SOURCES_SHA256
+#define LLMOPS_SOURCES_SHA256 ""
+#endif
+const char *plain_rows_sources(void) { return LLMOPS_SOURCES_SHA256; }
+
 /* Every entry is checked before the table is taken: a form longer than its character's
  * own UTF-8, or reaching past the pool, is refused (its code point returned; -1: taken),
  * so the copies from the pool stay inside it and inside the output. */

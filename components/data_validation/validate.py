@@ -164,6 +164,7 @@ class Validator:
         of a sharded run passes the duplicates its shuffle found and the finder its process
         already loaded. `lines` says which file
         a line number is in (a folder's files are one stream)."""
+        plain_rows.library()  # the extension is there, or one line says what to do, before any work
         self.config = config
         self.lines = lines or Lines()
         policy = pii.POLICIES[config.pii.policy.value]
@@ -192,7 +193,7 @@ class Validator:
             for fmt, keys in self._format_keys
         ]
         self.exact = (exact or FingerprintIndex()) if config.dedup.exact else None
-        self._plain_rows_fn: Any = False  # the plain_rows function (None: unavailable), once looked up
+        self._plain_rows_fn: Any = False  # the plain_rows function (None: the Python path), once looked up
         near_index, near = near, config.dedup.near
         self.near = (
             (near_index or NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words))

@@ -22,7 +22,8 @@ IMPORTS = {
     "base": "import kfp_llmops.components.release, kfp",
     "data": "import kfp_llmops.components.data_validation.validate, orjson, dvc; "
     "from kfp_llmops.components.data_validation import ner, names; "
-    "names.NameFinder(ner.NerConfirmer(ner.resolve(ner.BUNDLED, None)[0]))",
+    "names.NameFinder(ner.NerConfirmer(ner.resolve(ner.BUNDLED, None)[0])); "
+    "from kfp_llmops.components.data_validation import plain_rows; assert plain_rows.load()",
     "train": "import kfp_llmops.components.training.launch, torch, deepspeed, transformers",
     "eval": "import kfp_llmops.components.evaluation.evaluate, bert_score, detoxify, profanity_check, torch",
     "deploy": "import kfp_llmops.components.deploy.local_target, torch, transformers; "

@@ -109,8 +109,6 @@ def _in_blocks(config, rows, size):
 @pytest.mark.parametrize("policy", ["balanced", "strict"])
 @pytest.mark.parametrize("in_c", [True, False], ids=["plain-rows-in-C", "python"])
 def test_blocks_judge_every_line_as_one_at_a_time(near, policy, in_c, monkeypatch):
-    if in_c and plain_rows.load() is None:
-        pytest.skip("no C compiler: the Python path alone")
     if not in_c:
         monkeypatch.setattr(plain_rows, "load", lambda: None)
         monkeypatch.setattr(pii_rows, "load", lambda: None)
@@ -246,8 +244,6 @@ def test_names_off_streams_write_what_one_line_at_a_time_writes(block_bytes, tmp
     lines' outcomes between them (`clean_pieces`): the clean and quarantine files, the
     statistics and the root equal one line at a time through `check`, blocks bounded by
     rows or by bytes (lines of 9000 bytes among them, each over the bound alone)."""
-    if plain_rows.load() is None:
-        pytest.skip("no C compiler: the Python path alone")
     corpus = tmp_path / "in.jsonl"
     corpus.write_bytes(b"\n".join(_rows(6000, seed=11)) + b"\n")
     config = DataValidationConfig()

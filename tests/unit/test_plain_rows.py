@@ -11,11 +11,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from kfp_llmops.components.common.errors import EnvironmentProblem
 from kfp_llmops.components.data_validation import plain_rows
 from kfp_llmops.components.data_validation.config import DataValidationConfig
 from kfp_llmops.components.data_validation.dedup import fingerprint, normalize
-
-pytestmark = pytest.mark.skipif(plain_rows.load() is None, reason="no C compiler: the Python path alone")
 
 FORMATS = DataValidationConfig().schema_.formats
 
@@ -188,56 +187,42 @@ def test_a_different_format_list_changes_what_is_claimed():
     assert status.tolist() == [0, -1]
 
 
-def test_without_a_compiler_the_validator_says_so_once_and_runs_its_python_path(tmp_path, monkeypatch, capsys):
+def test_the_extension_runs_only_as_built_from_the_sources_beside_it(monkeypatch):
+    """The library carries the digest of the C it was built from (setup.py); one built
+    from other sources (an edit since the install, a planted file) is refused in one line."""
+    lib = plain_rows.library()
+    assert lib.plain_rows_sources().decode() == plain_rows.sources_digest() != ""
     monkeypatch.setattr(plain_rows, "_loaded", {})
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    assert plain_rows.load() is None and plain_rows.load() is None
-    said = capsys.readouterr().err.strip().splitlines()
-    assert len(said) == 1 and "plain rows in C unavailable" in said[0] and "the Python path" in said[0], said
-    monkeypatch.setenv("CC", "cc")
-    monkeypatch.setattr(plain_rows, "_loaded", {})
-    assert plain_rows.load() is not None  # built into the empty cache
-    name = plain_rows._library_name()
-    assert sorted(os.listdir(tmp_path / "cache" / "kfp-llmops")) == [name, name + ".sha256"]
+    monkeypatch.setattr(plain_rows, "sources_digest", lambda: "0" * 64)
+    with pytest.raises(EnvironmentProblem, match="built from other sources") as caught:
+        plain_rows.library()
+    assert "\n" not in str(caught.value) and plain_rows.DISABLE in str(caught.value)
 
 
-def test_native_code_is_loaded_only_as_built_from_a_folder_of_this_users(tmp_path, monkeypatch, capsys):
-    """A library planted (or torn) in the cache, without the record of what was built there,
-    is built again, never loaded; the cache folder is made 0700 (tightened if looser), and
-    one that is a link elsewhere is refused (the Python path, said once)."""
-    import stat
+def test_without_the_extension_the_stage_says_so_and_runs_python_only_when_asked(tmp_path, monkeypatch):
+    """An installed package without its extension stops the data stage with one line that
+    says what to do, before any output is written; LLMOPS_PURE_PYTHON=1 runs the Python
+    path, which writes what C does."""
+    from kfp_llmops.components.data_validation import run_to_dir
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    folder = tmp_path / "cache" / "kfp-llmops"
-    folder.mkdir(parents=True, mode=0o777)
-    os.chmod(folder, 0o777)
-    planted = folder / plain_rows._library_name()
-    planted.write_bytes(b"\x7fELF not what was built")
+    corpus = tmp_path / "in.jsonl"
+    corpus.write_text("".join(json.dumps({"prompt": f"question {i}", "response": "été"}) + "\n" for i in range(50)))
+    with_c = run_to_dir(str(corpus), str(tmp_path / "c"), show_progress=False)
     monkeypatch.setattr(plain_rows, "_loaded", {})
-    assert plain_rows.load() is not None
-    assert planted.read_bytes()[:4] == b"\x7fELF" and b"not what was built" not in planted.read_bytes()
-    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
-    record = folder / (planted.name + ".sha256")
-    assert record.read_text().strip() == hashlib.sha256(planted.read_bytes()).hexdigest()
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "linked"))
-    (tmp_path / "linked").mkdir()
-    os.symlink(elsewhere, tmp_path / "linked" / "kfp-llmops")
-    monkeypatch.setattr(plain_rows, "_loaded", {})
-    capsys.readouterr()
-    assert plain_rows.load() is None
-    assert "not a folder of this user's" in capsys.readouterr().err and not os.listdir(elsewhere)
+    monkeypatch.setattr(plain_rows, "extension_path", lambda: None)
+    with pytest.raises(EnvironmentProblem, match="C extension .* is not installed") as caught:
+        run_to_dir(str(corpus), str(tmp_path / "none"), show_progress=False)
+    assert "\n" not in str(caught.value) and "LLMOPS_PURE_PYTHON=1" in str(caught.value)
+    assert not os.path.exists(tmp_path / "none" / "clean.jsonl")
+    monkeypatch.setenv(plain_rows.DISABLE, "1")
+    in_python = run_to_dir(str(corpus), str(tmp_path / "python"), show_progress=False)
+    assert in_python.metrics["merkle_root"] == with_c.metrics["merkle_root"]
+    assert (tmp_path / "python" / "clean.jsonl").read_bytes() == (tmp_path / "c" / "clean.jsonl").read_bytes()
 
 
-def test_a_unicode_table_that_points_outside_its_pool_is_refused_by_the_c_side(tmp_path, monkeypatch, capsys):
-    """A table whose record matches (whoever wrote one wrote both) but whose entries name
-    forms longer than their characters or past the pool is refused before any row is
-    scanned: built afresh, and the rows come out as Python writes them."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(plain_rows, "_loaded", {})
-    assert plain_rows.load() is not None
+def test_a_unicode_table_that_points_outside_its_pool_is_refused_by_the_c_side():
+    """Entries naming forms longer than their characters or past the pool are refused
+    before any row is scanned; the table built here is taken."""
     table, pool = plain_rows.unicode_table()
     bad = table.copy()
     cp = 0x00C9  # É: folds to é, 2 bytes
@@ -245,29 +230,4 @@ def test_a_unicode_table_that_points_outside_its_pool_is_refused_by_the_c_side(t
     lib = plain_rows.library()
     assert lib.plain_rows_unicode(bad.ctypes.data, pool, len(pool)) == cp
     assert lib.plain_rows_unicode(table.ctypes.data, pool, len(pool)) == -1
-    path = plain_rows.write_unicode_table(plain_rows.private_folder(str(tmp_path / "kfp-llmops")), bad, pool)
-    monkeypatch.setattr(plain_rows, "_loaded", {})
-    assert plain_rows.load() is not None
-    lines = ['{"prompt": "ÉCOLE été", "response": "Ça va"}'.encode()]
-    formats = plain_rows.Formats(DataValidationConfig().schema_.formats)
-    got = plain_rows.scan(plain_rows.load(), lines, formats)
-    assert "Unicode table refused at U+00C9: built afresh" in capsys.readouterr().err
-    assert got[1].tolist() == [0] and os.path.exists(path)
-
-
-def test_the_unicode_table_is_built_once_and_read_after(tmp_path, monkeypatch):
-    """Built and written to the cache folder the first time, read from there after; a
-    short file is not read as a table."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    built = plain_rows.cached_unicode_table()
-    want = plain_rows.unicode_table()
-    assert (built[0] == want[0]).all() and built[1] == want[1]
-    (path,) = (tmp_path / "kfp-llmops").glob("unicode-*.bin")
-    real = plain_rows.unicode_table
-    monkeypatch.setattr(plain_rows, "unicode_table", lambda: pytest.fail("built again"))
-    read = plain_rows.cached_unicode_table()
-    assert (read[0] == want[0]).all() and read[1] == want[1]
-    path.write_bytes(path.read_bytes()[:1000])
-    monkeypatch.setattr(plain_rows, "unicode_table", real)
-    again = plain_rows.cached_unicode_table()
-    assert (again[0] == want[0]).all() and len(path.read_bytes()) > 4 * 0x10000
+    plain_rows._loaded["unicode"] = (table, pool)  # what C now reads stays alive
