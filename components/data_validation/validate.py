@@ -164,7 +164,6 @@ class Validator:
         of a sharded run passes the duplicates its shuffle found and the finder its process
         already loaded. `lines` says which file
         a line number is in (a folder's files are one stream)."""
-        plain_rows.library()  # the extension is there, or one line says what to do, before any work
         self.config = config
         self.lines = lines or Lines()
         policy = pii.POLICIES[config.pii.policy.value]
@@ -193,7 +192,9 @@ class Validator:
             for fmt, keys in self._format_keys
         ]
         self.exact = (exact or FingerprintIndex()) if config.dedup.exact else None
-        self._plain_rows_fn: Any = False  # the plain_rows function (None: the Python path), once looked up
+        # The plain_rows function (None: the Python path), looked up before any work: a missing
+        # extension is one line saying what to do.
+        self._plain_rows_fn = plain_rows.load()
         near_index, near = near, config.dedup.near
         self.near = (
             (near_index or NearDuplicateIndex(near.threshold, near.num_perm, near.shingle_words))
@@ -584,11 +585,8 @@ class Validator:
         when needed (`_patterns_in_c`); the other rows C parsed are its alone (`c_rows`)."""
         n = len(lines)
         scan = None
-        if use_c and lines:
-            if self._plain_rows_fn is False:
-                self._plain_rows_fn = plain_rows.load()
-            if self._plain_rows_fn is not None:
-                scan = plain_rows.scan(self._plain_rows_fn, lines, self._c_formats)
+        if use_c and lines and self._plain_rows_fn is not None:
+            scan = plain_rows.scan(self._plain_rows_fn, lines, self._c_formats)
         loaded = np.zeros(0, dtype=np.int64)
         if scan is None:
             mine = loaded
