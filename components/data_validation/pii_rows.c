@@ -1,7 +1,7 @@
 /* Names off, a plain candidate row (ASCII, string fields only: plain_rows.c's) judged in C:
  * pii.find_pii on each value, the density and secret verdicts, redaction and the clean
  * row, as validate.py's Python computes them. The recognizers' regexes are not written
- * here: regex_program.py compiles Python's own parse of each pattern (pii.py) into a
+ * here: regex_program.py parses each pattern (pii.py) as Python's `re` reads it into a
  * program for the backtracking matcher below, which tries alternatives in the order
  * Python's engine does, so a match is the one `re` finds. The validators (Luhn, issuer
  * prefixes, GB 11643, IBAN mod-97, IPv6 parts) follow pii.py line by line; anything this

@@ -59,13 +59,15 @@ def kinds_mask(kinds: frozenset[str]) -> int:
 
 @dataclass(frozen=True)
 class Tables:
-    code: ctypes.Array
+    code: object  # int32 array
     sets: bytes
-    conf: ctypes.Array
+    conf: object  # int32 array
     needles: bytes
 
 
 def _tables() -> Tables:
+    import numpy as np
+
     program = Program()
     for pattern, _ in _PATTERNS:
         program.add(pattern)
@@ -101,9 +103,9 @@ def _tables() -> Tables:
     check = b"10X98765432\0"
     conf += [int.from_bytes(check[i : i + 4], "little") for i in range(0, 12, 4)]
     return Tables(
-        (ctypes.c_int32 * len(program.code))(*program.code),
+        np.array(program.code, dtype=np.int32),
         b"".join(program.sets),
-        (ctypes.c_int32 * len(conf))(*conf),
+        np.array(conf, dtype=np.int32),
         bytes(needles) or b"\0",
     )
 
@@ -117,23 +119,31 @@ def load():
     with _lock:
         if "lib" not in _loaded:
             lib = plain_rows.library()
-            if lib is not None:
-                ptr, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
-                lib.pii_find.restype = i64
-                lib.pii_find.argtypes = [ctypes.c_char_p, i64, i32, *[ptr] * 4, ctypes.POINTER(_Jwt), ptr, ptr, i64]
-                lib.regex_search.restype = i32
-                lib.regex_search.argtypes = [ptr, ctypes.c_char_p, i32, i32, ctypes.c_char_p, i32, i32, ptr, ptr, i64]
-                lib.pii_rows.restype = i64
-                lib.pii_rows.argtypes = [
-                    *[ctypes.c_char_p, i64],  # the lines
-                    *[ptr] * 7,  # formats (spec, names), kinds, tables (code, sets, conf, needles)
-                    ctypes.POINTER(_Jwt),  # the JWT headers' verdicts
-                    *[i32, i32, ctypes.c_double],  # redact, quarantine, max density
-                    *[ptr] * 5,  # status, chars, density, found, redacted
-                    *[ptr, i64, ptr, ptr, ptr, i64],  # out and its size, offsets, scratch, stack and its size
-                ]
-            _loaded["lib"] = None if lib is None else (lib, _tables())
+            _loaded["lib"] = None if lib is None else (_declare(lib), _tables())
         return _loaded["lib"]
+
+
+def _declare(lib):
+    """pii_rows.c's entry points with their argument types (arrays as `plain_rows.array`)."""
+    i32, i64, text, jwt = ctypes.c_int32, ctypes.c_int64, ctypes.c_char_p, ctypes.POINTER(_Jwt)
+    a = plain_rows.array
+    tables = [a("int32"), text, a("int32"), text]  # code, sets, conf, needles
+    lib.pii_find.restype = i64
+    lib.pii_find.argtypes = [text, i64, i32, *tables, jwt, a("int32"), a("uint8"), i64]
+    lib.regex_search.restype = i32
+    lib.regex_search.argtypes = [a("int32"), text, i32, i32, text, i32, i32, a("int32"), a("uint8"), i64]
+    lib.pii_rows.restype = i64
+    lib.pii_rows.argtypes = [
+        *[text, i64],  # the lines
+        *[a("int64"), text, a("int32")],  # formats (spec, names), kinds
+        *[*tables, jwt],  # the recognizers' tables, the JWT headers' verdicts
+        *[i32, i32, ctypes.c_double],  # redact, quarantine, max density
+        *[a("int32"), a("int64"), a("float64")],  # per line: status, chars, density
+        *[a("int64"), a("int64")],  # per type: found, redacted
+        *[a("uint8"), i64, a("int64")],  # out, its size, offsets
+        *[a("uint8"), a("uint8"), i64],  # scratch, stack, its size
+    ]
+    return lib
 
 
 _STACK = 1 << 16  # backtracking entries (16 bytes each); a row that needs more is Python's
@@ -144,7 +154,7 @@ class _Jwt(ctypes.Structure):
 
     _fields_ = [
         ("heads", ctypes.c_char_p),
-        ("offsets", ctypes.c_void_p),
+        ("offsets", ctypes.POINTER(ctypes.c_int64)),
         ("ok", ctypes.c_char_p),
         ("n", ctypes.c_int64),
     ]
@@ -174,41 +184,48 @@ def jwt_verdicts(data: bytes) -> tuple[_Jwt, tuple]:
     offsets = np.zeros(len(ordered) + 1, dtype=np.int64)
     np.cumsum([len(h) for h in ordered], out=offsets[1:])
     ok = bytes(pii._jwt_header_ok(h.decode("ascii")) for h in ordered)
-    return _Jwt(joined, offsets.ctypes.data, ok, len(ordered)), (joined, offsets, ok)
+    jwt = _Jwt(joined, (ctypes.c_int64 * len(offsets)).from_buffer(offsets), ok, len(ordered))
+    return jwt, (joined, offsets, ok)
 
 
 def find(text: str, kinds: frozenset[str] | None) -> list[pii.Finding] | None:
     """`pii.find_pii(text, kinds)` in C, or None where it declines (tests compare them)."""
+    import numpy as np
+
     lib, t = load()
     raw = text.encode("ascii")
     mask = (1 << (_SECRET_BIT + 1)) - 1 if kinds is None else kinds_mask(kinds)
-    out = (ctypes.c_int32 * (3 * 256))()
-    stack = ctypes.create_string_buffer(_STACK * 16)
+    out = np.zeros(3 * 256, dtype=np.int32)
+    stack = np.empty(_STACK * 16, dtype=np.uint8)
     jwt, _keep = jwt_verdicts(raw)
     n = lib.pii_find(raw, len(raw), mask, t.code, t.sets, t.conf, t.needles, ctypes.byref(jwt), out, stack, len(stack))
     if n < 0:
         return None
-    return [pii.Finding(out[3 * i], out[3 * i + 1], pii.ALL_TYPES[out[3 * i + 2]]) for i in range(n)]
+    got = out.tolist()
+    return [pii.Finding(got[3 * i], got[3 * i + 1], pii.ALL_TYPES[got[3 * i + 2]]) for i in range(n)]
 
 
 def regex_search(pattern, text: str, pos: int = 0, endpos: int | None = None) -> tuple | None:
     """`pattern.search(text, pos, endpos)` by the C matcher: (span, groups 1..3 spans), None
     for no match (tests compare it with `re`)."""
+    import numpy as np
+
     lib, _ = load()
     program = Program()
     entry = program.add(pattern)
     raw = text.encode("ascii")
-    caps = (ctypes.c_int32 * 8)()
-    stack = ctypes.create_string_buffer(_STACK * 16)
+    caps = np.zeros(8, dtype=np.int32)
+    stack = np.empty(_STACK * 16, dtype=np.uint8)
     end = len(raw) if endpos is None else min(endpos, len(raw))
-    code = (ctypes.c_int32 * len(program.code))(*program.code)
+    code = np.array(program.code, dtype=np.int32)
     sets, first = b"".join(program.sets), program.firsts[0]
     got = lib.regex_search(code, sets, entry, first, raw, end, pos, caps, stack, len(stack))
     if got == -2:
         raise RuntimeError("out of backtracking stack")
     if got < 0:
         return None
-    return (caps[0], caps[1]), tuple((caps[2 * g], caps[2 * g + 1]) for g in range(1, 4))
+    spans = caps.tolist()
+    return (spans[0], spans[1]), tuple((spans[2 * g], spans[2 * g + 1]) for g in range(1, 4))
 
 
 @dataclass
@@ -246,30 +263,9 @@ def judge(lines: list[bytes], masks: list[int], formats, redact: frozenset[str],
     stack = np.empty(_STACK * 16, dtype=np.uint8)
     redact_bits = sum(1 << TYPE_ID[k] for k in redact)
     got = lib.pii_rows(
-        buf,
-        len(buf),
-        formats.spec.ctypes.data,
-        formats.names,
-        kinds.ctypes.data,
-        t.code,
-        t.sets,
-        t.conf,
-        t.needles,
-        ctypes.byref(jwt),
-        redact_bits,
-        int(quarantine),
-        max_density,
-        status.ctypes.data,
-        chars.ctypes.data,
-        density.ctypes.data,
-        found.ctypes.data,
-        redacted.ctypes.data,
-        out.ctypes.data,
-        len(out),
-        offsets.ctypes.data,
-        scratch.ctypes.data,
-        stack.ctypes.data,
-        len(stack),
+        *(buf, len(buf), formats.spec, formats.names, kinds, t.code, t.sets, t.conf, t.needles, ctypes.byref(jwt)),
+        *(redact_bits, int(quarantine), max_density, status, chars, density, found, redacted),
+        *(out, len(out), offsets, scratch, stack, len(stack)),
     )
     if got != n:
         raise RuntimeError(f"pii_rows: {got} lines for {n}")

@@ -85,18 +85,51 @@ def _open():
             f"{path}: built from other sources than the plain_rows.c and pii_rows.c beside it; rebuild it "
             f"(pip install ., or make) or set {DISABLE}=1 for the Python path"
         )
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    i64 = ctypes.c_int64
     lib.plain_rows.restype = i64
     lib.plain_rows.argtypes = [
         *[ctypes.c_char_p, i64],  # the block
-        *[ptr, ctypes.c_char_p],  # formats: spec (int64), field names
-        *[ptr] * 6,  # status (int32), chars (int64), keys (uint64), out, offsets (int64), scratch
+        *[array("int64"), ctypes.c_char_p],  # formats: spec, field names
+        *[array("int32"), array("int64"), array("uint64")],  # status, chars, keys
+        *[array("uint8"), array("int64"), array("uint8")],  # out, offsets, scratch
     ]
     lib.plain_rows_unicode.restype = i64
-    lib.plain_rows_unicode.argtypes = [ptr, ctypes.c_char_p, i64]  # table (uint32), pool
+    lib.plain_rows_unicode.argtypes = [array("uint32"), ctypes.c_char_p, i64]  # table, pool
     lib.blake2b_64.restype = ctypes.c_uint64
     lib.blake2b_64.argtypes = [ctypes.c_char_p, i64]
     return lib
+
+
+def array(dtype: str):
+    """A C function's array argument as ctypes checks it at every call: a one-dimensional,
+    contiguous, aligned numpy array of exactly this element type, passed as its address
+    (anything else raises ctypes.ArgumentError before C sees it). Not numpy's ndpointer,
+    whose conversion leaves a reference cycle behind every call."""
+    import numpy as np
+
+    want = np.dtype(dtype)
+
+    class Array:
+        @staticmethod
+        def from_param(value):
+            if not (
+                isinstance(value, np.ndarray)
+                and value.dtype == want
+                and value.ndim == 1
+                and value.flags.c_contiguous
+                and value.flags.aligned
+            ):
+                raise TypeError(f"a contiguous one-dimensional {want} array, not {_described(value)}")
+            return ctypes.c_void_p(value.ctypes.data)
+
+    Array.__name__ = f"{want}_array"
+    return Array
+
+
+def _described(value) -> str:
+    if not hasattr(value, "shape"):
+        return type(value).__name__
+    return f"{type(value).__name__} of {getattr(value, 'dtype', '?')} shaped {value.shape}"
 
 
 def blake2b_64(data: bytes) -> int:
@@ -187,7 +220,7 @@ def _with_unicode(buf: bytes) -> None:
     with _lock:
         if "unicode" not in _loaded:
             table, pool = unicode_table()
-            bad = _loaded["lib"].plain_rows_unicode(table.ctypes.data, pool, len(pool))
+            bad = _loaded["lib"].plain_rows_unicode(table, pool, len(pool))
             if bad >= 0:
                 raise RuntimeError(f"plain_rows: the Unicode table built here is refused at U+{bad:04X}")
             _loaded["unicode"] = (table, pool)  # alive as long as the library reads them
@@ -218,18 +251,7 @@ def scan(fn, lines: list[bytes], formats: Formats) -> PlainScan:
     offsets = np.empty(n + 1, dtype=np.int64)
     out = np.empty(len(buf) + n + 1, dtype=np.uint8)
     scratch = np.empty(2 * (max(map(len, lines), default=0) + 1) + 16, dtype=np.uint8)
-    got = fn(
-        buf,
-        len(buf),
-        formats.spec.ctypes.data,
-        formats.names,
-        status.ctypes.data,
-        chars.ctypes.data,
-        keys.ctypes.data,
-        out.ctypes.data,
-        offsets.ctypes.data,
-        scratch.ctypes.data,
-    )
+    got = fn(buf, len(buf), formats.spec, formats.names, status, chars, keys, out, offsets, scratch)
     if got != n:
         raise RuntimeError(f"plain_rows: {got} lines for {n}")
     return PlainScan(out[: offsets[n]].tobytes(), status, chars, keys, offsets)

@@ -45,11 +45,16 @@ _CONSTRUCTS = [  # (pattern, a text it matches, which the test cuts and splices)
     (r"[^a-c\d]+", "xyz"),  # negated class
     (r"ab|a|abc", "abc"),  # leftmost alternative wins
     (r"(?=\d{3})\d", "1234"),  # lookahead
+    (r"(?P<x>a)\x41{1,}?[\]\-.]", "aAA]"),  # a named group, a hex escape, a lazy count, escapes in a class
+    (r"a{,2}b{2}c{1,}|{x}|a{}", "aabbc{x}"),  # counts, and braces that are not one
+    (r"[^\W\d_]+\t?", "abc\t"),  # class escapes inside a negated class
+    (r"(?i)[a-c]+(?-i:X)", "AbCX"),  # a flag turned off for a group
 ]
 
 
 _PIECES = ["123", "-", " ", "45", "6789", "x", "1.2", ".3", "ref", "REF", "erence", ":", "-----BEGIN ", "RSA "]
 _PIECES += ["KEY-----", "-----END", "bearer ", "Bearer\t", "abcdef==", "ab", "abc", "a", "b", "c", "\n", "#", "_", "0"]
+_PIECES += ["A", "x", "X", "]", "{x}", "{", "\t", "B"]
 
 
 @pytest.mark.parametrize(("source", "example"), _CONSTRUCTS)

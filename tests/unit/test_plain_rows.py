@@ -228,6 +228,22 @@ def test_a_unicode_table_that_points_outside_its_pool_is_refused_by_the_c_side()
     cp = 0x00C9  # É: folds to é, 2 bytes
     bad[cp] = 1 | 2 | 40 << 2 | (len(pool) + 1000) << 8
     lib = plain_rows.library()
-    assert lib.plain_rows_unicode(bad.ctypes.data, pool, len(pool)) == cp
-    assert lib.plain_rows_unicode(table.ctypes.data, pool, len(pool)) == -1
+    assert lib.plain_rows_unicode(bad, pool, len(pool)) == cp
+    assert lib.plain_rows_unicode(table, pool, len(pool)) == -1
     plain_rows._loaded["unicode"] = (table, pool)  # what C now reads stays alive
+
+
+def test_the_c_functions_take_arrays_of_their_own_types_only():
+    """The entry points are typed: an array of another element type, shape or layout, or
+    a bare address, is refused by ctypes before C reads it."""
+    import ctypes
+
+    import numpy as np
+
+    table, pool = plain_rows.unicode_table()
+    lib = plain_rows.library()
+    for wrong in (table.astype(np.int64), table[::2], table.reshape(256, 256), table.ctypes.data):
+        with pytest.raises(ctypes.ArgumentError):
+            lib.plain_rows_unicode(wrong, pool, len(pool))
+    assert lib.plain_rows_unicode(table, pool, len(pool)) == -1
+    plain_rows._loaded["unicode"] = (table, pool)
