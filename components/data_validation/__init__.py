@@ -13,7 +13,7 @@ from kfp_llmops.components.common.contract import Artifact, Metrics, StageResult
 
 from .config import DataValidationConfig
 from .engines import validate
-from .validate import CLEAN_NAME, OutputPaths, ValidationResult
+from .outputs import CLEAN_NAME, OutputPaths, ValidationResult
 
 __all__ = ["DataValidationConfig", "ValidationResult", "execute", "run_component", "run_to_dir", "stage_result"]
 
@@ -36,7 +36,7 @@ def execute(
 
         result.metrics["dvc"] = record(outputs.clean, config.dvc)
         if outputs.metrics:
-            from .validate import write_json
+            from .outputs import write_json
 
             write_json(outputs.metrics, result.metrics)
     if report_path:

@@ -13,7 +13,8 @@ from kfp_llmops.components.common import atomic
 from kfp_llmops.components.common.errors import InputError
 
 from .config import DataValidationConfig
-from .validate import OutputPaths, ValidationResult, validate_local
+from .local_engine import validate_local
+from .outputs import OutputPaths, ValidationResult
 
 
 def validate(

@@ -1,6 +1,6 @@
 /* Names off, a plain candidate row (ASCII, string fields only: plain_rows.c's) judged in C:
  * pii.find_pii on each value, the density and secret verdicts, redaction and the clean
- * row, as validate.py's Python computes them. The recognizers' regexes are not written
+ * row, as the Python path (pii_scan.py) computes them. The recognizers' regexes are not written
  * here: regex_program.py parses each pattern (pii.py) as Python's `re` reads it into a
  * program for the backtracking matcher below, which tries alternatives in the order
  * Python's engine does, so a match is the one `re` finds. The validators (Luhn, issuer

@@ -148,7 +148,7 @@ def validate_on_kuberay(
     """The run as a RayJob; the outputs land in `outputs` only once the clean file verifies."""
     from kfp_llmops.components.common.k8s import clients
 
-    from .validate import ValidationResult
+    from .outputs import ValidationResult
 
     s = config.ray.kuberay
     if not os.path.isdir(s.mount_path):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .validate import REASONS, ValidationResult
+from .outputs import ValidationResult
+from .schema import REASONS
 
 
 def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:

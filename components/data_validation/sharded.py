@@ -40,9 +40,13 @@ from blake3 import blake3
 
 from kfp_llmops.components.common.errors import InputError
 
+from .blocks import Validator
 from .config import DataValidationConfig
+from .gate import Totals, finish
+from .outputs import Outputs
+from .pii_scan import name_finder
 from .reader import Inputs, Lines, input_files, open_input, rest_of_line, whole_lines
-from .validate import Outputs, Totals, Validator, fill_blocks, finish, long_lived_frozen, name_finder, stream
+from .stream import fill_blocks, long_lived_frozen, stream
 
 SHIFT = 40  # a row's position: its shard << SHIFT | its line in the shard
 _LOW = (1 << SHIFT) - 1
@@ -98,7 +102,7 @@ def _ranges(path: str, shard_bytes: int) -> list[tuple[int, int]]:
 
 
 class _Range:
-    """A shard's bytes through `readline`, `peek` and `read` (the reader `validate.stream`
+    """A shard's bytes through `readline`, `peek` and `read` (the reader `stream.stream`
     wants), never past the shard's end, hashed as read."""
 
     def __init__(self, shard: Shard):

@@ -18,13 +18,17 @@ from tests.pii_corpus import PUBLIC_FIGURES, held_out_samples, labeled_samples, 
 MB = 1024 * 1024
 
 
-_MODULE = "importlib.import_module('kfp_llmops.components.data_validation.validate')"
+# The data stage's rooms a baseline patches, each where the name it replaces is looked up.
+_MODULE = (
+    "type('Rooms', (), {m: importlib.import_module('kfp_llmops.components.data_validation.' + m)"
+    " for m in ('blocks', 'stream', 'schema', 'local_engine')})"
+)
 
 # The path before the Hyperscan candidate search: every string through find_pii.
 _SCAN_ALL = (
     "import importlib\n"
     f"v = {_MODULE}\n"
-    "v.candidate_lines = lambda lines, with_names=False: dict.fromkeys(range(len(lines)))\n"
+    "v.stream.candidate_lines = lambda lines, with_names=False: dict.fromkeys(range(len(lines)))\n"
 )
 
 # Blocks with every row in Python: no plain rows in C (plain_rows.c).
@@ -37,16 +41,16 @@ _ROW_AT_A_TIME = (
     "from tests import row_at_a_time\n"
     f"v = {_MODULE}\n"
     "kinds = row_at_a_time.line_kinds\n"
-    "row_at_a_time.line_kinds = lambda raw: v.NONE if kinds(raw) == v.NONE else None\n"
+    "row_at_a_time.line_kinds = lambda raw: v.blocks.NONE if kinds(raw) == v.blocks.NONE else None\n"
     "def one_at_a_time(self, lines, first, candidates, lengths):\n"
     "    out = []\n"
     "    for i, raw in enumerate(lines):\n"
     "        try:\n"
     "            out.append(orjson.dumps(row_at_a_time.check(self, raw, first + i)) + b'\\n')\n"
-    "        except v._Rejected as rej:\n"
+    "        except v.schema.Rejected as rej:\n"
     "            out.append(rej)\n"
     "    return out\n"
-    "v.Validator.judge_lines = lambda self, *args: (one_at_a_time(self, *args), None)\n"
+    "v.blocks.Validator.judge_lines = lambda self, *args: (one_at_a_time(self, *args), None)\n"
 )
 
 # The runtime before the collector and BLAS changes, names on: the objects alive before
@@ -55,7 +59,7 @@ _ROW_AT_A_TIME = (
 _COLLECTED_BLIS = (
     "import contextlib, importlib\n"
     f"v = {_MODULE}\n"
-    "v.long_lived_frozen = contextlib.nullcontext\n"
+    "v.local_engine.long_lived_frozen = contextlib.nullcontext\n"
     "import thinc.api\n"
     "thinc.api.use_ops = lambda *a, **k: contextlib.nullcontext()\n"
 )
@@ -66,28 +70,28 @@ _NAMES_ROW_AT_A_TIME = (
     "import importlib\n"
     "from tests import row_at_a_time\n"
     f"v = {_MODULE}\n"
-    "v.candidate_lines = lambda lines, with_names=False: {}\n"
+    "v.stream.candidate_lines = lambda lines, with_names=False: {}\n"
     "def one_at_a_time(self, lines, first, candidates, lengths):\n"
     "    out = []\n"
     "    for i, raw in enumerate(lines):\n"
     "        try:\n"
     "            out.append(row_at_a_time.begin(self, raw, first + i))\n"
-    "        except v._Rejected as rej:\n"
+    "        except v.schema.Rejected as rej:\n"
     "            out.append(rej)\n"
     "    return out\n"
-    "v.Validator.judge_lines = lambda self, *args: (one_at_a_time(self, *args), None)\n"
+    "v.blocks.Validator.judge_lines = lambda self, *args: (one_at_a_time(self, *args), None)\n"
 )
 
 
 # Candidate rows judged in Python, not pii_rows.c (the path before it), the rest the same.
-_PII_IN_PYTHON = f"import importlib\nv = {_MODULE}\nv.Validator.c_patterns = False\n"
+_PII_IN_PYTHON = f"import importlib\nv = {_MODULE}\nv.blocks.Validator.c_patterns = False\n"
 
 # The exact index's storage before sorted runs (SQLite), everything else the same.
 _SQLITE_INDEX = (
     "import importlib\n"
     f"v = {_MODULE}\n"
     "from tests.benchmarks.sqlite_index import SqliteFingerprintIndex\n"
-    "v.FingerprintIndex = SqliteFingerprintIndex\n"
+    "v.blocks.FingerprintIndex = SqliteFingerprintIndex\n"
 )
 
 # The exact index alone: `n` random keys a block of 1024 at a time, 1% of them repeats

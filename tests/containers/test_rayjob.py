@@ -17,11 +17,11 @@ from job_standin import ProcessRun
 from kfp_llmops.components import images
 from kfp_llmops.components.data_validation import rayjob
 from kfp_llmops.components.data_validation.config import DataValidationConfig
+from kfp_llmops.components.data_validation.outputs import OutputPaths
 from kfp_llmops.pipelines import containers
 from kuberay_standin import KubeRayStandIn
 from tests.benchmarks.corpus import write_corpus
 
-validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
 engines = importlib.import_module("kfp_llmops.components.data_validation.engines")
 pytestmark = pytest.mark.timeout(600)
 
@@ -140,7 +140,7 @@ def test_validate_runs_as_a_rayjob_on_a_head_and_a_worker_of_the_data_image(tmp_
     cfg.ray.kuberay.namespace = "team-a"
     cfg.ray.kuberay.image = images.image("data", pinned=False)
     cfg.ray.kuberay.poll_s = 1
-    out = validation.OutputPaths.in_dir(str(tmp_path / "out"))
+    out = OutputPaths.in_dir(str(tmp_path / "out"))
     try:
         result = rayjob.validate_on_kuberay(str(corpus), out, cfg, None, apis=(api, api), log=print)
     finally:
@@ -152,7 +152,7 @@ def test_validate_runs_as_a_rayjob_on_a_head_and_a_worker_of_the_data_image(tmp_
     local_cfg = DataValidationConfig()
     local_cfg.gate.max_reject_rate = 1.0
     local_cfg.pii.names.enabled = False
-    local = validation.OutputPaths.in_dir(str(tmp_path / "local"))
+    local = OutputPaths.in_dir(str(tmp_path / "local"))
     want = engines.validate(str(corpus), local, local_cfg, show_progress=False)
     for a, b in ((out.clean, local.clean), (out.quarantine, local.quarantine), (out.stats, local.stats)):
         assert open(a, "rb").read() == open(b, "rb").read()

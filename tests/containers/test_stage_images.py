@@ -20,7 +20,7 @@ from kfp_llmops.pipelines.cli.main import main
 pytestmark = pytest.mark.timeout(1500)
 IMPORTS = {
     "base": "import kfp_llmops.components.release, kfp",
-    "data": "import kfp_llmops.components.data_validation.validate, orjson, dvc; "
+    "data": "import kfp_llmops.components.data_validation.blocks, orjson, dvc; "
     "from kfp_llmops.components.data_validation import ner, names; "
     "names.NameFinder(ner.NerConfirmer(ner.resolve(ner.BUNDLED, None)[0])); "
     "from kfp_llmops.components.data_validation import plain_rows; assert plain_rows.load()",

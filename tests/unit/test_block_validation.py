@@ -14,13 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kfp_llmops.components.data_validation import pii, pii_rows, plain_rows
+from kfp_llmops.components.data_validation import stream as streaming
+from kfp_llmops.components.data_validation.blocks import Validator
 from kfp_llmops.components.data_validation.candidates import NONE, candidate_lines, line_kinds
 from kfp_llmops.components.data_validation.config import DataValidationConfig
 from kfp_llmops.components.data_validation.dedup import FingerprintIndex, normalize
 from kfp_llmops.components.data_validation.drift import DataStats
+from kfp_llmops.components.data_validation.outputs import OutputPaths
+from kfp_llmops.components.data_validation.schema import Rejected
 from tests import pii_corpus, row_at_a_time
 
-validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
 engines = importlib.import_module("kfp_llmops.components.data_validation.engines")
 
 
@@ -84,18 +87,18 @@ def _outcome(o):
 
 
 def _one_at_a_time(config, rows):
-    v = validation.Validator(config)
+    v = Validator(config)
     out = []
     for n, raw in enumerate(rows, 1):
         try:
             out.append(orjson.dumps(row_at_a_time.check(v, raw, n)) + b"\n")
-        except validation._Rejected as rej:
+        except Rejected as rej:
             out.append(rej)
     return [_outcome(o) for o in out], v
 
 
 def _in_blocks(config, rows, size):
-    v = validation.Validator(config)
+    v = Validator(config)
     out = []
     for start in range(0, len(rows), size):
         block = rows[start : start + size]
@@ -152,7 +155,7 @@ def test_a_line_of_a_later_file_may_open_with_a_bom():
     config = DataValidationConfig()
     config.pii.names.enabled = False
     rows = [b'{"prompt": "a", "response": "b"}', b'\xef\xbb\xbf{"prompt": "c", "response": "d"}']
-    v = validation.Validator(config)
+    v = Validator(config)
     v.lines.begin("one.jsonl", 1)
     v.lines.begin("two.jsonl", 2)
     assert all(isinstance(o, bytes) for o in v.check_lines(rows, 1, candidate_lines(rows), []))
@@ -255,20 +258,20 @@ def test_names_off_streams_write_what_one_line_at_a_time_writes(block_bytes, tmp
         for i, raw in enumerate(lines):
             try:
                 out.append(orjson.dumps(row_at_a_time.check(self, raw, first_line + i)) + b"\n")
-            except validation._Rejected as rej:
+            except Rejected as rej:
                 out.append(rej.kept())
         return out, None
 
     runs = []
-    real_pieces = validation.clean_pieces
-    monkeypatch.setattr(validation, "clean_pieces", lambda *a: runs.append(real_pieces(*a)) or runs[-1])
-    monkeypatch.setattr(validation, "_BLOCK_BYTES", block_bytes)
+    real_pieces = streaming.clean_pieces
+    monkeypatch.setattr(streaming, "clean_pieces", lambda *a: runs.append(real_pieces(*a)) or runs[-1])
+    monkeypatch.setattr(streaming, "_BLOCK_BYTES", block_bytes)
     outputs = []
     for blocks in (True, False):
         if not blocks:
-            monkeypatch.setattr(validation, "_BLOCK_ROWS", 1)
-            monkeypatch.setattr(validation.Validator, "judge_lines", one_at_a_time)
-        out = validation.OutputPaths.in_dir(str(tmp_path / f"out-{blocks}"))
+            monkeypatch.setattr(streaming, "_BLOCK_ROWS", 1)
+            monkeypatch.setattr(Validator, "judge_lines", one_at_a_time)
+        out = OutputPaths.in_dir(str(tmp_path / f"out-{blocks}"))
         result = engines.validate(str(corpus), out, config, show_progress=False)
         outputs.append([open(p, "rb").read() for p in (out.clean, out.quarantine, out.stats)])
         outputs[-1] += [result.metrics["rows_out"], result.metrics["merkle_root"]]
@@ -281,8 +284,8 @@ def test_names_off_streams_write_what_one_line_at_a_time_writes(block_bytes, tmp
 def test_blocks_are_bounded_in_rows_and_bytes(monkeypatch):
     """`fill_blocks` hands over every line once, in order, at the index it reports, in
     blocks of at most `_BLOCK_ROWS` lines and `_BLOCK_BYTES` bytes, a longer line alone."""
-    monkeypatch.setattr(validation, "_BLOCK_ROWS", 50)
-    monkeypatch.setattr(validation, "_BLOCK_BYTES", 1000)
+    monkeypatch.setattr(streaming, "_BLOCK_ROWS", 50)
+    monkeypatch.setattr(streaming, "_BLOCK_BYTES", 1000)
     rng = random.Random(3)
     sizes = [rng.choice([1, 10, 30]) if rng.random() < 0.95 else rng.choice([400, 1500]) for _ in range(3000)]
     lines = [bytes([97 + i % 26]) * size for i, size in enumerate(sizes)]
@@ -296,7 +299,7 @@ def test_blocks_are_bounded_in_rows_and_bytes(monkeypatch):
             blocks.append(list(block))
             block.clear()
 
-        validation.fill_blocks(block, piece, full)
+        streaming.fill_blocks(block, piece, full)
         start += len(piece)
     blocks += [block] if block else []
     assert [line for b in blocks for line in b] == lines
@@ -323,14 +326,14 @@ def test_names_on_blocks_settle_as_one_line_at_a_time(ner_batch, pending_rows, t
     config = DataValidationConfig()
     config.gate.max_reject_rate = 1.0
     config.pii.names.ner_batch_size = ner_batch  # 16: settles often, in the middle of blocks
-    monkeypatch.setattr(validation, "_PENDING_ROWS", pending_rows)  # 37: settles on the rows waiting
+    monkeypatch.setattr(streaming, "_PENDING_ROWS", pending_rows)  # 37: settles on the rows waiting
 
     def one_at_a_time(self, lines, first_line, candidates, lengths):
         out = []
         for i, raw in enumerate(lines):
             try:
                 out.append(row_at_a_time.begin(self, raw, first_line + i))
-            except validation._Rejected as rej:
+            except Rejected as rej:
                 out.append(rej)
         return out
 
@@ -348,11 +351,11 @@ def test_names_on_blocks_settle_as_one_line_at_a_time(ner_batch, pending_rows, t
     outputs, calls = [], []
     for blocks in (True, False):
         if not blocks:
-            monkeypatch.setattr(validation, "_BLOCK_ROWS", 1)
-            monkeypatch.setattr(validation.Validator, "judge_lines", lambda self, *a: (one_at_a_time(self, *a), None))
+            monkeypatch.setattr(streaming, "_BLOCK_ROWS", 1)
+            monkeypatch.setattr(Validator, "judge_lines", lambda self, *a: (one_at_a_time(self, *a), None))
         proposed.clear()
         asked.append([])
-        out = validation.OutputPaths.in_dir(str(tmp_path / f"out-{blocks}"))
+        out = OutputPaths.in_dir(str(tmp_path / f"out-{blocks}"))
         result = engines.validate(str(corpus), out, config, show_progress=False)
         outputs.append([open(p, "rb").read() for p in (out.clean, out.quarantine, out.stats)])
         outputs[-1] += [result.metrics["pii_found"], result.metrics["merkle_root"]]
@@ -374,7 +377,7 @@ def test_judged_rows_leave_no_reference_cycles():
     config = DataValidationConfig()
     config.pii.max_density = 1.0
     finder = NameFinder(lambda items: [(s, e) for _, s, e in items])  # every doubtful name a person
-    v = validation.Validator(config, names=finder)
+    v = Validator(config, names=finder)
     rows = [
         {
             "prompt": "Mail a1@example.com or call +44 20 7946 0018 about the plan we made last week, Dear Will Smith.",
@@ -413,7 +416,7 @@ def test_rejected_rows_leave_no_reference_cycles():
 
     config = DataValidationConfig()
     config.pii.names.enabled = False
-    v = validation.Validator(config)
+    v = Validator(config)
     block = [
         b'{"prompt": "what is up?", "response": "Fine."}',
         b'{"prompt": "cut off',
@@ -427,7 +430,7 @@ def test_rejected_rows_leave_no_reference_cycles():
     gc.disable()
     try:
         out = v.check_lines(block, 1, candidate_lines(block), [])
-        reasons = [o.reason for o in out if isinstance(o, validation._Rejected)]
+        reasons = [o.reason for o in out if isinstance(o, Rejected)]
         del out
         left = gc.collect()
     finally:
@@ -447,7 +450,7 @@ def test_a_stream_unfreezes_what_it_froze(tmp_path, monkeypatch):
     config = DataValidationConfig()
     config.pii.names.enabled = False
     seen = []
-    real = validation.Validator.judge_lines
+    real = Validator.judge_lines
 
     def judge_lines(self, *args):
         seen.append(gc.get_freeze_count())
@@ -455,10 +458,10 @@ def test_a_stream_unfreezes_what_it_froze(tmp_path, monkeypatch):
             raise RuntimeError("a stream that fails")
         return real(self, *args)
 
-    monkeypatch.setattr(validation.Validator, "judge_lines", judge_lines)
-    engines.validate(str(corpus), validation.OutputPaths.in_dir(str(tmp_path / "a")), config, show_progress=False)
+    monkeypatch.setattr(Validator, "judge_lines", judge_lines)
+    engines.validate(str(corpus), OutputPaths.in_dir(str(tmp_path / "a")), config, show_progress=False)
     assert gc.get_freeze_count() == 0
     with pytest.raises(RuntimeError):
-        engines.validate(str(corpus), validation.OutputPaths.in_dir(str(tmp_path / "b")), config, show_progress=False)
+        engines.validate(str(corpus), OutputPaths.in_dir(str(tmp_path / "b")), config, show_progress=False)
     assert gc.get_freeze_count() == 0
     assert len(seen) == 2 and all(n > 0 for n in seen)

@@ -12,13 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kfp_llmops.components.data_validation import names, pii
+from kfp_llmops.components.data_validation import stream as streaming
 from kfp_llmops.components.data_validation.candidates import NAMES, NONE, candidate_lines, line_kinds
 from kfp_llmops.components.data_validation.config import DataValidationConfig
+from kfp_llmops.components.data_validation.outputs import OutputPaths
 from tests import pii_corpus
 from tests.benchmarks.corpus import write_corpus
 
 # The package exports the function `validate` under the module's name.
-validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
 engines = importlib.import_module("kfp_llmops.components.data_validation.engines")
 
 
@@ -115,9 +116,9 @@ def test_outputs_equal_scanning_every_line(tmp_path, monkeypatch, names):
     for gate in (True, False):
         if not gate:
             monkeypatch.setattr(
-                validation, "candidate_lines", lambda lines, with_names=False: dict.fromkeys(range(len(lines)))
+                streaming, "candidate_lines", lambda lines, with_names=False: dict.fromkeys(range(len(lines)))
             )
-        out = validation.OutputPaths.in_dir(str(tmp_path / f"out-{gate}"))
+        out = OutputPaths.in_dir(str(tmp_path / f"out-{gate}"))
         result = engines.validate(str(corpus), out, config, show_progress=False)
         outputs.append(
             [open(p, "rb").read() for p in (out.clean, out.quarantine, out.stats)]

@@ -4,7 +4,7 @@ import os
 import re
 
 from kfp_llmops.components.data_validation import pii
-from kfp_llmops.components.data_validation.validate import REASONS
+from kfp_llmops.components.data_validation.schema import REASONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 

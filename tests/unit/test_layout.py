@@ -157,3 +157,32 @@ def test_the_circle_check_sees_a_circle_through_a_function(tmp_path, monkeypatch
     (stage / "c.py").write_text("from kfp_llmops.components.s.a import y\n")
     monkeypatch.setitem(globals(), "ROOT", str(tmp_path / "components"))
     assert _cycles("s") == [["a", "b", "c", "a"]]
+
+
+def test_no_module_reads_the_standard_library_s_private_modules():
+    """The package runs on the Python versions it declares, not on one CPython's internals
+    (`re._parser`, `re._constants`: what regex_program.py read before it parsed patterns
+    itself). Names imported from a private module count too."""
+    import sys
+
+    roots = [ROOT, os.path.join(os.path.dirname(ROOT), "pipelines")]
+    wrong = []
+    for root in roots:
+        for dirpath, _, names in os.walk(root):
+            for name in names:
+                if not name.endswith(".py"):
+                    continue
+                path = os.path.join(dirpath, name)
+                for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+                    if isinstance(node, ast.Import):
+                        modules = [a.name for a in node.names]
+                    elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                        modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                    else:
+                        continue
+                    for module in modules:
+                        parts = module.split(".")
+                        if parts[0] in sys.stdlib_module_names and any(p.startswith("_") for p in parts[1:2]):
+                            if module != "os._exit":
+                                wrong.append((os.path.relpath(path, os.path.dirname(ROOT)), module))
+    assert not wrong, f"private standard-library modules imported: {sorted(set(wrong))}"

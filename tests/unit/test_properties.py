@@ -10,8 +10,8 @@ from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.data_validation import pii
 from kfp_llmops.components.data_validation.config import DataValidationConfig
 from kfp_llmops.components.data_validation.engines import validate
+from kfp_llmops.components.data_validation.outputs import OutputPaths
 from kfp_llmops.components.data_validation.reader import _CONTROL, _PROBE, BINARY_SHARE
-from kfp_llmops.components.data_validation.validate import OutputPaths
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -14,10 +14,10 @@ from job_standin import ProcessRun, Run
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 from kfp_llmops.components.data_validation import rayjob
 from kfp_llmops.components.data_validation.config import DataValidationConfig
+from kfp_llmops.components.data_validation.outputs import OutputPaths
 from kuberay_standin import KubeRayStandIn
 from tests.benchmarks.corpus import write_corpus
 
-validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
 engines = importlib.import_module("kfp_llmops.components.data_validation.engines")
 
 
@@ -77,7 +77,7 @@ def _config(claim, workers=2) -> DataValidationConfig:
 
 
 def _run(tmp_path, api, data, cfg, name="out"):
-    out = validation.OutputPaths.in_dir(str(tmp_path / name))
+    out = OutputPaths.in_dir(str(tmp_path / name))
     return out, rayjob.validate_on_kuberay(str(data), out, cfg, None, apis=(api, api), log=lambda *_: None)
 
 
@@ -104,7 +104,7 @@ def test_the_job_runs_and_its_outputs_are_the_local_engines(tmp_path, corpus):
     local_cfg = DataValidationConfig()
     local_cfg.gate.max_reject_rate = 1.0
     local_cfg.pii.names.enabled = False
-    local = validation.OutputPaths.in_dir(str(tmp_path / "local"))
+    local = OutputPaths.in_dir(str(tmp_path / "local"))
     want = engines.validate(str(corpus), local, local_cfg, show_progress=False)
     for a, b in ((out.clean, local.clean), (out.quarantine, local.quarantine), (out.stats, local.stats)):
         assert open(a, "rb").read() == open(b, "rb").read()
@@ -126,7 +126,7 @@ def test_a_folder_of_parts_is_copied_whole_and_validated_as_the_local_engine_doe
     out, result = _run(tmp_path, api, folder, _config(claim))
     local_cfg = _config(claim)
     local_cfg.engine = "local"
-    local = validation.OutputPaths.in_dir(str(tmp_path / "local"))
+    local = OutputPaths.in_dir(str(tmp_path / "local"))
     want = engines.validate(str(folder), local, local_cfg, show_progress=False)
     for a, b in ((out.clean, local.clean), (out.quarantine, local.quarantine), (out.stats, local.stats)):
         assert open(a, "rb").read() == open(b, "rb").read()

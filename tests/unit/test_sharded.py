@@ -14,10 +14,10 @@ import pytest
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.data_validation import sharded
 from kfp_llmops.components.data_validation.config import DataValidationConfig
+from kfp_llmops.components.data_validation.outputs import OutputPaths
 from tests import pii_corpus
 
 # The package exports the function `validate` under the module's name.
-validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
 engines = importlib.import_module("kfp_llmops.components.data_validation.engines")
 
 MAX_LINE = 600
@@ -74,14 +74,14 @@ def _outputs(out_dir, result) -> list:
 
 def _local(tmp_path, path, cfg, name="local"):
     out = tmp_path / name
-    return _outputs(out, engines.validate(str(path), validation.OutputPaths.in_dir(str(out)), cfg, show_progress=False))
+    return _outputs(out, engines.validate(str(path), OutputPaths.in_dir(str(out)), cfg, show_progress=False))
 
 
 def _sharded(tmp_path, path, cfg, shard_bytes, partitions, name="sharded", submit=sharded.in_process):
     out = tmp_path / name
     result = sharded.run(
         str(path),
-        validation.OutputPaths.in_dir(str(out)),
+        OutputPaths.in_dir(str(out)),
         cfg,
         None,
         submit,

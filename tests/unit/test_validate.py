@@ -13,6 +13,7 @@ from helpers import read_jsonl, sft, validate_lines, write_lines
 from kfp_llmops.components.common import merkle
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.data_validation import run_to_dir
+from kfp_llmops.components.data_validation.outputs import OutputPaths
 
 
 def reasons(out):
@@ -312,7 +313,6 @@ def test_lines_taken_from_the_buffer_are_the_lines_readline_gives(lines, end, bu
     from kfp_llmops.components.data_validation import reader
     from kfp_llmops.components.data_validation.config import DataValidationConfig
 
-    validation = importlib.import_module("kfp_llmops.components.data_validation.validate")
     engines = importlib.import_module("kfp_llmops.components.data_validation.engines")
     config = DataValidationConfig()
     config.pii.names.enabled = False
@@ -327,7 +327,7 @@ def test_lines_taken_from_the_buffer_are_the_lines_readline_gives(lines, end, bu
         patch.setattr(reader, "BUFFER", buffer)
         for peek in (True, False):
             patch.setattr(reader, "PEEK", peek)
-            out = validation.OutputPaths.in_dir(os.path.join(tmp, f"out-{peek}"))
+            out = OutputPaths.in_dir(os.path.join(tmp, f"out-{peek}"))
             try:
                 result = engines.validate(path, out, config, show_progress=False)
             except InputError as exc:
