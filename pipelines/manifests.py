@@ -153,10 +153,12 @@ def network_policies() -> list[dict]:
     """Every pod of the project is isolated (nothing reaches it unless a policy below lets
     it); the pods that must be reached are let in from their peers only: Ray's head and
     workers from each other and KubeRay's submitter, a TrainJob's nodes from each other,
-    the served model from the gateway, Knative and the pipeline's tasks on the ports
-    KServe's Triton, Knative's queue-proxy and the gateway form's Triton really listen on,
-    and its metrics from Prometheus. The served model's egress is DNS and HTTPS outside
-    the cluster's private ranges (the storage initializer's download), nothing else."""
+    the served model from the gateway, Knative, the front door and the pipeline's tasks on
+    the ports KServe's Triton, Knative's queue-proxy and the gateway form's Triton really
+    listen on, and its metrics from Prometheus; the front door (the transformer) from the
+    gateway and Knative only. The served model's egress is DNS and HTTPS outside the
+    cluster's private ranges (the storage initializer's download); the front door's is
+    DNS and the way to the predictor, nothing else."""
 
     def policy(name, selector, ingress, egress=None):
         spec = {
@@ -177,7 +179,12 @@ def network_policies() -> list[dict]:
     def tcp(*ports):
         return [{"protocol": "TCP", "port": p} for p in ports]
 
-    serving = {"matchLabels": {"serving.kserve.io/inferenceservice": DeployConfig().cluster.service_name}}
+    isvc = {"serving.kserve.io/inferenceservice": DeployConfig().cluster.service_name}
+    # KServe labels each component's pods: the predictor (Triton) and the transformer (the front door)
+    not_door = {"key": "component", "operator": "NotIn", "values": ["transformer"]}
+    serving = {"matchLabels": isvc, "matchExpressions": [not_door]}
+    door = {"matchLabels": {**isvc, "component": "transformer"}}
+    knative = namespaces("knative-serving", "kourier-system", "istio-system")
     tasks = [{"podSelector": {"matchLabels": dict(TASK_LABEL)}}]
     ray = having("ray.io/cluster")
     ray_peers = [
@@ -200,7 +207,7 @@ def network_policies() -> list[dict]:
             serving,
             [
                 {
-                    "from": namespaces("gateway-system", "knative-serving", "kourier-system", "istio-system") + tasks,
+                    "from": namespaces("gateway-system") + knative + tasks + [{"podSelector": door}],
                     # gateway form: Triton 8000/8001; KServe: Triton 8080/9000 behind queue-proxy 8012/8013,
                     # whose autoscaling metrics Knative reads on 9090
                     "ports": tcp(8000, 8001, 8080, 9000, 8012, 8013, 9090),
@@ -208,6 +215,14 @@ def network_policies() -> list[dict]:
                 {"from": namespaces("monitoring"), "ports": tcp(8002, 9091)},
             ],
             [dns, outside],
+        ),
+        policy(
+            "llmops-front-door",
+            door,
+            [{"from": namespaces("gateway-system") + knative, "ports": tcp(8080, 8012, 8013, 9090)}],
+            # to the predictor: through Knative's activator (8012/8013) or the cluster-local gateway
+            # (Kourier's or Istio's, 8081), or straight to its queue-proxy
+            [dns, {"to": knative + [{"podSelector": serving}], "ports": tcp(8012, 8013, 8081)}],
         ),
     ]
 

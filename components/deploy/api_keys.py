@@ -9,7 +9,8 @@ mounted Secret's file works as it is) that is read again when it changes, so a k
 added or revoked without a restart.
 
 `python -m kfp_llmops.components.deploy.api_keys --keys FILE --port N` runs the checker;
-`KeyChecker` starts and stops that process beside nginx."""
+`KeyChecker` starts and stops that process beside nginx. In the cluster the front end
+asks `Keys` itself (openai_frontend.py, the InferenceService's transformer)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ from kfp_llmops.components.common.errors import InputError, LlmopsError
 
 from .processes import LOOPBACK, die_with_parent, free_ports, stop_group, wait_for_http
 
+REQUIRED = "an API key is required: send Authorization: Bearer <key>"  # the 401's message
+CHALLENGE = 'Bearer realm="llmops"'  # its WWW-Authenticate
 _KEY = re.compile(r"[\x21-\x7e]{16,512}")  # printable ASCII, no spaces: what a header carries as it is
 _BEARER = re.compile(r"bearer +(\S+) *", re.IGNORECASE)
 
@@ -104,7 +107,7 @@ def authorized(header: str | None, keys: list[bytes]) -> bool:
     return ok and bool(match)
 
 
-class _Keys:
+class Keys:
     """The file's keys, read again when its modification time or size changes; a file
     that turns bad keeps the last good keys (and says so on stderr) rather than locking
     everyone out or letting everyone in."""
@@ -156,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     try:
-        keys = _Keys(args.keys)
+        keys = Keys(args.keys)
     except InputError as exc:
         sys.exit(f"error: {exc}")
     server = ThreadingHTTPServer((args.host, args.port), _Check)

@@ -28,6 +28,14 @@ from .prometheus import PromQL
 from .triton_local import REPOSITORY_ROOT_ENV
 
 KEY_MOUNT = "/var/run/secrets/kfp-llmops/watermark"
+API_KEYS_MOUNT = "/var/run/secrets/kfp-llmops/api-keys"
+FRONT_DOOR_RESOURCES = {"cpu": "1", "memory": "1Gi"}  # an asynchronous relay: no model, no tokenizer
+_LOCKED = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
 MODEL_ROOT_ANNOTATION = "kfp-llmops/model-root"
 LABELS = {"app.kubernetes.io/part-of": "kfp-llmops", "kfp-llmops/stage": "triton_canary_deploy"}
 
@@ -64,12 +72,7 @@ def render_inference_service(
             ],
             "resources": {"requests": dict(limits), "limits": limits},
             "volumeMounts": [{"name": "watermark-key", "mountPath": KEY_MOUNT, "readOnly": True}],
-            "securityContext": {
-                "runAsNonRoot": True,
-                "allowPrivilegeEscalation": False,
-                "readOnlyRootFilesystem": True,
-                "capabilities": {"drop": ["ALL"]},
-            },
+            "securityContext": dict(_LOCKED),
         },
         "volumes": [{"name": "watermark-key", "secret": {"secretName": c.key_secret}}],
     }
@@ -88,8 +91,49 @@ def render_inference_service(
                 **({MODEL_ROOT_ANNOTATION: model_root} if model_root else {}),
             },
         },
-        "spec": {"predictor": predictor},
+        "spec": {"predictor": predictor, **({"transformer": front_door(cfg)} if c.front_door else {})},
     }
+
+
+def front_door(cfg: DeployConfig) -> dict:
+    """The InferenceService's transformer: the deploy image's OpenAI front end in front of
+    the predictor (KServe routes the service's traffic here and appends
+    `--predictor_host`), the only way in. Clients send a key from the mounted Secret; the
+    front door's own account has no token and no Role."""
+    from kfp_llmops.components import images
+
+    c = cfg.cluster
+    running, waiting = cfg.frontend_limits
+    return {
+        "serviceAccountName": c.service_account,
+        "automountServiceAccountToken": False,
+        "minReplicas": 1,
+        "containers": [
+            {
+                "name": "kserve-container",
+                "image": images.DEPLOY,
+                "command": ["python", "-m", "kfp_llmops.components.deploy.openai_frontend"],
+                "args": [
+                    *["--model_name", cfg.serving.model_name, "--http_port", "8080", "--host", "0.0.0.0"],
+                    *["--api-keys", f"{API_KEYS_MOUNT}/keys"],
+                    *["--max-running", str(running), "--max-waiting", str(waiting)],
+                ],
+                "resources": {"requests": dict(FRONT_DOOR_RESOURCES), "limits": dict(FRONT_DOOR_RESOURCES)},
+                "volumeMounts": [{"name": "api-keys", "mountPath": API_KEYS_MOUNT, "readOnly": True}],
+                "securityContext": dict(_LOCKED),
+            }
+        ],
+        "volumes": [{"name": "api-keys", "secret": {"secretName": c.api_keys_secret}}],
+    }
+
+
+def predictor_url(cfg: DeployConfig) -> str:
+    """The predictor's in-cluster address (KServe names its service `<name>-predictor`):
+    where the controller's smoke tests, load and interface checks go when the front door
+    holds the InferenceService's own address. The canary split happens here, between the
+    predictor's revisions."""
+    c = cfg.cluster
+    return f"http://{c.service_name}-predictor.{namespace(c.namespace)}.svc.cluster.local"
 
 
 def answer_paths(cfg: DeployConfig) -> list[str]:
@@ -171,7 +215,11 @@ class ClusterTarget:
         self.cfg, self.log = cfg, log
         c = cfg.cluster
         self.namespace = namespace(c.namespace)
-        self.url = c.url or f"http://{c.service_name}.{self.namespace}.svc.cluster.local"
+        self.url = c.url or (
+            predictor_url(cfg)
+            if cfg.target == "kserve" and c.front_door
+            else f"http://{c.service_name}.{self.namespace}.svc.cluster.local"
+        )
         self.headers = {"Host": c.hostname} if cfg.target == "gateway" else {}
         self.promql = PromQL(cfg.metrics.prometheus_url or CLUSTER_PROMETHEUS)
         self._api = api

@@ -306,6 +306,16 @@ class Cluster(_Section):
     cpu: str = "2"
     memory: str = "8Gi"
     gpus: int = Field(0, ge=0)
+    front_door: bool = Field(
+        True,
+        description="Target kserve: the project's front end as the InferenceService's transformer, its only door: "
+        "the OpenAI API and Triton's answer endpoints, API keys from api_keys_secret. The controller's own "
+        "requests go to the predictor's address.",
+    )
+    api_keys_secret: str = Field(
+        "llmops-api-keys",
+        description="Secret whose `keys` file holds the API keys clients send (Authorization: Bearer), one per line.",
+    )
 
 
 class DeployConfig(StageConfig):

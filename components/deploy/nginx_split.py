@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from kfp_llmops.components.common import atomic
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 
-from .api_keys import KeyChecker
+from .api_keys import CHALLENGE, REQUIRED, KeyChecker
 from .config import FrontDoor
 from .processes import die_with_parent, free_ports, http_get, stop_group
 
@@ -132,7 +132,7 @@ _AUTH_LOCATIONS = """        location = /_auth {
         }
         location @unauthorized {
             default_type application/json;
-            add_header WWW-Authenticate 'Bearer realm="llmops"' always;
+            add_header WWW-Authenticate '%s' always;
             return 401 '%s';
         }"""
 
@@ -142,7 +142,7 @@ def _error(message: str, kind: str = "invalid_request_error", code: str | None =
     return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
 
 
-_AUTH_LOCATIONS %= _error("an API key is required: send Authorization: Bearer <key>", code="invalid_api_key")
+_AUTH_LOCATIONS %= (CHALLENGE, _error(REQUIRED, code="invalid_api_key"))
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,13 @@ requests are taken at once; more get a 429 with `Retry-After`.
 
 `python -m kfp_llmops.components.deploy.openai_frontend --triton URL --model NAME --port N`
 runs it; `OpenAIFrontend` starts and stops that process beside a `TritonServer`.
+
+In the cluster it is the InferenceService's transformer, the only door to the model: it
+takes KServe's arguments (`--model_name`, `--predictor_host`, `--http_port`), passes
+Triton's answer endpoints through (readiness, the model's metadata and readiness,
+`generate`, `generate_stream`; nothing else of Triton's API exists here), and with
+`--api-keys FILE` (a mounted Secret) answers a model endpoint only for a client that
+sends one of its keys (`api_keys.authorized`; the file read again when it changes).
 """
 
 from __future__ import annotations
@@ -24,9 +31,10 @@ import subprocess
 import sys
 import time
 
-from kfp_llmops.components.common.errors import LlmopsError
+from kfp_llmops.components.common.errors import InputError, LlmopsError
 
 from . import openai_api
+from .api_keys import CHALLENGE, REQUIRED, Keys, authorized
 from .processes import die_with_parent, free_ports, stop_group, wait_for_http
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -107,29 +115,99 @@ async def _stream(request, t, upstream):
     return response
 
 
-def make_app(triton: str, model: str, max_running: int = 16, max_waiting: int = 64, timeout_s: float = 600.0):
-    """The aiohttp application serving `model` from the Triton server at `triton`."""
-    import aiohttp
+OPEN_PATHS = frozenset({"/health", "/v2/health/ready"})  # probes ask without a key
+
+
+def _keyed(keys: Keys):
+    """A middleware that answers 401 to a request for a model endpoint without one of
+    `keys`; an unknown path stays a 404, probes pass."""
     from aiohttp import web
 
-    state = {"inflight": 0, "created": int(time.time())}
-    capacity = max_running + max_waiting
-    generate = f"{triton.rstrip('/')}/v2/models/{model}/generate_stream"
+    @web.middleware
+    async def check(request, handler):
+        if request.path in OPEN_PATHS or request.match_info.http_exception is not None:
+            return await handler(request)
+        if not authorized(request.headers.get("Authorization"), keys.current()):
+            return _error(openai_api.ApiError(401, REQUIRED, code="invalid_api_key"), {"WWW-Authenticate": CHALLENGE})
+        return await handler(request)
 
-    async def session_start(app):
+    return check
+
+
+def _add_triton_routes(app, triton: str, model: str) -> None:
+    """Triton's answer endpoints for `model`, passed through as they are (status, type,
+    streamed body); the request reaches Triton with its body and type only."""
+    from aiohttp import web
+
+    async def passed(request):
+        if request.match_info.get("model", model) != model:
+            raise web.HTTPNotFound()
+        version = request.match_info.get("version")
+        path = request.path if request.path == "/v2/health/ready" else f"/v2/models/{model}"
+        if request.path != "/v2/health/ready":
+            path += (f"/versions/{version}" if version else "") + request.match_info.get("op", "")
+        body = await request.read() if request.method == "POST" else None
+        headers = {"Content-Type": request.headers.get("Content-Type", "application/json")} if body else {}
+        async with request.app["session"].request(request.method, triton + path, data=body, headers=headers) as up:
+            response = web.StreamResponse(
+                status=up.status, headers={"Content-Type": up.headers.get("Content-Type", "application/json")}
+            )
+            await response.prepare(request)
+            async for piece in up.content.iter_any():
+                await response.write(piece)
+            await response.write_eof()
+            return response
+
+    app.router.add_get("/v2/health/ready", passed)
+    for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version:[0-9]+}"):
+        app.router.add_get(prefix, passed)
+        app.router.add_get(prefix + "{op:/ready}", passed)
+        app.router.add_post(prefix + "{op:/generate}", passed)
+        app.router.add_post(prefix + "{op:/generate_stream}", passed)
+
+
+def _with_session(app, capacity: int, timeout_s: float) -> None:
+    """`app["session"]`: one client session to Triton while the app runs, as many
+    connections as requests are admitted."""
+    import aiohttp
+
+    async def start(app):
         connector = aiohttp.TCPConnector(limit=capacity, limit_per_host=capacity)
         app["session"] = aiohttp.ClientSession(
             connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_s)
         )
 
-    async def session_stop(app):
+    async def stop(app):
         await app["session"].close()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+
+
+def make_app(
+    triton: str,
+    model: str,
+    max_running: int = 16,
+    max_waiting: int = 64,
+    timeout_s: float = 600.0,
+    api_keys: str | None = None,
+):
+    """The aiohttp application serving `model` from the Triton server at `triton`; with
+    `api_keys` (a file) its model endpoints ask for a key."""
+    import aiohttp
+    from aiohttp import web
+
+    triton = triton.rstrip("/")
+
+    state = {"inflight": 0, "created": int(time.time())}
+    capacity = max_running + max_waiting
+    generate = f"{triton}/v2/models/{model}/generate_stream"
 
     async def models(request):
         return web.json_response(openai_api.models(model, state["created"]))
 
     async def health(request):
-        async with request.app["session"].get(f"{triton.rstrip('/')}/v2/health/ready") as resp:
+        async with request.app["session"].get(f"{triton}/v2/health/ready") as resp:
             return web.Response(status=200 if resp.status == 200 else 503)
 
     async def complete(request, chat: bool):
@@ -175,28 +253,44 @@ def make_app(triton: str, model: str, max_running: int = 16, max_waiting: int = 
     async def completions(request):
         return await complete(request, False)
 
-    app = web.Application(client_max_size=1 << 20)
-    app.on_startup.append(session_start)
-    app.on_cleanup.append(session_stop)
+    app = web.Application(client_max_size=1 << 20, middlewares=[_keyed(Keys(api_keys))] if api_keys else [])
+    _with_session(app, capacity, timeout_s)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
+    _add_triton_routes(app, triton, model)
     return app
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with KServe's names for what a transformer is told (`--model_name`,
+    `--predictor_host`, `--http_port`, `--workers`) beside this module's own."""
+    parser = argparse.ArgumentParser(description="OpenAI-compatible API over one Triton server's model.")
+    server = parser.add_mutually_exclusive_group(required=True)
+    server.add_argument("--triton", help="The Triton server's HTTP URL.")
+    server.add_argument("--predictor_host", help="KServe's: the predictor's host[:port] (HTTP).")
+    parser.add_argument("--model", "--model_name", dest="model", required=True, help="The served model's name.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", "--http_port", dest="port", type=int, required=True)
+    parser.add_argument("--workers", type=int, default=1, help="KServe's; one asynchronous process serves.")
+    parser.add_argument("--max-running", type=int, default=16)
+    parser.add_argument("--max-waiting", type=int, default=64)
+    parser.add_argument("--api-keys", help="File of API keys (one per line): model endpoints ask for one.")
+    args = parser.parse_args(argv)
+    if args.triton is None:
+        args.triton = f"http://{args.predictor_host}"
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
     from aiohttp import web
 
-    parser = argparse.ArgumentParser(description="OpenAI-compatible API over one Triton server's model.")
-    parser.add_argument("--triton", required=True, help="The Triton server's HTTP URL.")
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--max-running", type=int, default=16)
-    parser.add_argument("--max-waiting", type=int, default=64)
-    args = parser.parse_args(argv)
-    app = make_app(args.triton, args.model, args.max_running, args.max_waiting)
+    args = arguments(argv)
+    try:
+        app = make_app(args.triton, args.model, args.max_running, args.max_waiting, api_keys=args.api_keys)
+    except InputError as exc:
+        sys.exit(f"error: {exc}")
     # A client that disconnects cancels its handler (aiohttp's default leaves it running).
     web.run_app(app, host=args.host, port=args.port, handler_cancellation=True, print=None, access_log=None)
 

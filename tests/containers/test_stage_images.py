@@ -28,7 +28,10 @@ IMPORTS = {
     "eval": "import kfp_llmops.components.evaluation.evaluate, bert_score, detoxify, profanity_check, torch",
     "deploy": "import kfp_llmops.components.deploy.local_target, torch, transformers; "
     "from kfp_llmops.components.deploy import serving_env as s; s.check_env(); s.triton_paths(); "
-    "from kfp_llmops.components.deploy.engine_vllm import check_kernels; check_kernels()",
+    "from kfp_llmops.components.deploy.engine_vllm import check_kernels; check_kernels(); "
+    "from kfp_llmops.components.deploy import openai_frontend as door, cluster, config; "  # the cluster's front door
+    "c = cluster.front_door(config.DeployConfig())['containers'][0]; "
+    "door.make_app(door.arguments(c['args'] + ['--predictor_host', 'p', '--api-keys', '']).triton, 'llm')",
 }
 
 

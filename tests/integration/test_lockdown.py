@@ -280,3 +280,80 @@ def test_a_request_rate_is_bounded_only_where_one_is_set(tmp_path):
             assert all(h["Retry-After"] == "1" for status, h, _ in got if status == 429)
         else:
             assert statuses == [200] * 60, statuses
+
+
+_BODIES = {  # what the OpenAI paths need to reach the predictor
+    "/v1/chat/completions": json.dumps({"model": "llm", "messages": [{"role": "user", "content": "hi"}]}).encode(),
+    "/v1/completions": json.dumps({"model": "llm", "prompt": "hi"}).encode(),
+}
+
+
+def _as_kserve_starts_it(container: dict, isvc: str, namespace: str) -> list[str]:
+    """The transformer's command line as KServe's controller completes it (its custom
+    transformer's GetContainer): `--model_name`, `--predictor_host` and `--http_port`
+    appended where the spec does not already pass them."""
+    args = list(container["args"])
+    for flag, value in (
+        ("--model_name", isvc),
+        ("--predictor_host", f"{isvc}-predictor.{namespace}"),
+        ("--http_port", "8080"),
+    ):
+        if flag not in args:
+            args += [flag, value]
+    return container["command"] + args
+
+
+def test_the_clusters_front_door_passes_only_the_answer_endpoints_and_asks_for_a_key(tmp_path):
+    """The InferenceService's transformer, run here from its rendered command line as KServe
+    completes it (the predictor one echo server): Triton's answer endpoints and the OpenAI
+    API answer only a client with a key, the key never reaches the predictor, probes pass
+    without one, and nothing else of Triton's API exists at the door."""
+    import subprocess
+    import sys
+
+    from kfp_llmops.components.deploy.cluster import API_KEYS_MOUNT, render_inference_service
+    from kfp_llmops.components.deploy.config import DeployConfig
+    from kfp_llmops.components.deploy.openai_frontend import arguments
+    from kfp_llmops.components.deploy.processes import free_ports, stop_group, wait_for_http
+
+    cfg = DeployConfig()
+    container = render_inference_service(cfg, "ab" * 32, 5)["spec"]["transformer"]["containers"][0]
+    argv = _as_kserve_starts_it(container, cfg.cluster.service_name, "team-a")
+    assert argv[:3] == ["python", "-m", "kfp_llmops.components.deploy.openai_frontend"]
+    parsed = arguments(argv[3:])
+    assert (parsed.triton, parsed.model, parsed.port) == ("http://llm-predictor.team-a", "llm", 8080)
+    assert parsed.host == "0.0.0.0"  # in its pod, behind Knative's queue-proxy
+    assert parsed.api_keys == f"{API_KEYS_MOUNT}/keys"
+
+    predictor = _upstream("predictor")
+    keys = tmp_path / "keys"
+    keys.write_text("sk-cluster-0123456789abcdef\n")
+    port = free_ports(1, "127.0.0.1")[0]
+    here = {"--predictor_host": f"127.0.0.1:{predictor.server_port}", "--http_port": str(port), "--host": "127.0.0.1"}
+    here["--api-keys"] = str(keys)
+    args = [here.get(argv[i - 1], a) for i, a in enumerate(argv)]
+    proc = subprocess.Popen([sys.executable, *args[1:]], start_new_session=True)
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/health", proc, 30, "the front door")
+        door = type("Door", (), {"host": "127.0.0.1", "port": port})
+        bearer = {"Authorization": "Bearer sk-cluster-0123456789abcdef", "Content-Type": "application/json"}
+        for method, path in ALLOWED:
+            status, headers, body = _send(door, method, path)
+            if path == "/v2/health/ready":
+                assert status == 200
+                continue
+            assert status == 401, (method, path, status)
+            assert json.loads(body)["error"]["code"] == "invalid_api_key"
+            assert headers["WWW-Authenticate"].startswith("Bearer")
+            status, _, body = _send(door, method, path, bearer, _BODIES.get(path, b"{}"))
+            assert status == 200, (method, path, status, body)
+            if path.startswith("/v2/"):
+                seen = json.loads(body)
+                assert seen["path"] == path and "authorization" not in {k.lower() for k in seen["headers"]}
+        assert {_send(door, m, p, bearer)[0] for m, p in DENIED} == {404}
+        assert not [p for p in predictor.seen if not p.startswith(("/v2/health/ready", "/v2/models/llm"))]
+        assert predictor.seen.count("/v2/models/llm/generate_stream") == 2  # the OpenAI paths, translated
+        assert _send(door, "GET", "/v1/models", {"Authorization": "Bearer sk-cluster-0123456789abcdeF"})[0] == 401
+    finally:
+        stop_group(proc, 15, 5.0)
+        predictor.shutdown()

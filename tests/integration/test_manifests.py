@@ -94,7 +94,15 @@ def test_network_policies_match_the_pods_and_ports_that_exist():
     assert _selects(docs["llmops-trainjob"]["podSelector"], node) and _lets_in(docs["llmops-trainjob"], node)
     serving = docs["llmops-serving"]
     pod = {"serving.kserve.io/inferenceservice": "llm", "app.kubernetes.io/part-of": "kfp-llmops"}
-    assert _selects(serving["podSelector"], pod)
+    assert _selects(serving["podSelector"], pod)  # the gateway form's pods
+    predictor = {**pod, "component": "predictor"}  # as KServe labels an InferenceService's pods
+    door_pod = {**pod, "component": "transformer"}
+    assert _selects(serving["podSelector"], predictor) and not _selects(serving["podSelector"], door_pod)
+    door = docs["llmops-front-door"]
+    assert _selects(door["podSelector"], door_pod) and not _selects(door["podSelector"], predictor)
+    assert _lets_in(serving, door_pod) and not _lets_in(door, door_pod) and not _lets_in(door, predictor)
+    assert not any("ipBlock" in t for r in door["egress"] for t in r["to"])  # the front door reaches nothing outside
+    assert any(_selects(t["podSelector"], predictor) for r in door["egress"] for t in r["to"] if "podSelector" in t)
     compiled = os.path.join(manifests.MANIFESTS_DIR, "..", "pipelines", "compiled")
     labels = yaml.safe_load(open(os.path.join(compiled, "argo", "release.yaml")))["spec"]["podMetadata"]["labels"]
     assert _lets_in(serving, labels) and not _lets_in(serving, {"app.kubernetes.io/part-of": "kfp-llmops"})
@@ -108,7 +116,7 @@ def test_network_policies_match_the_pods_and_ports_that_exist():
 
 
 def _selects(selector: dict, labels: dict) -> bool:
-    """A LabelSelector as the API server matches it (matchLabels and Exists/DoesNotExist/In)."""
+    """A LabelSelector as the API server matches it (matchLabels and Exists/DoesNotExist/In/NotIn)."""
     if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
         return False
     for e in selector.get("matchExpressions", []):
@@ -116,6 +124,8 @@ def _selects(selector: dict, labels: dict) -> bool:
         if (op == "Exists" and not present) or (op == "DoesNotExist" and present):
             return False
         if op == "In" and labels.get(e["key"]) not in e["values"]:
+            return False
+        if op == "NotIn" and labels.get(e["key"]) in e["values"]:
             return False
     return True
 

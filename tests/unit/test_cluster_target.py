@@ -177,7 +177,10 @@ def test_cluster_defaults_need_no_settings_beyond_the_namespace(tmp_path, monkey
     monkeypatch.setenv("LLMOPS_NAMESPACE", "team-b")
     monkeypatch.setattr("kfp_llmops.components.common.k8s.POD_NAMESPACE_FILE", str(tmp_path / "none"))
     target = ClusterTarget(DeployConfig.load("target: kserve\n"), api=RecordingApi())
-    assert target.url == "http://llm.team-b.svc.cluster.local"
+    # the front door holds the InferenceService's address: the controller asks the predictor
+    assert target.url == "http://llm-predictor.team-b.svc.cluster.local"
+    without = DeployConfig.load("target: kserve\ncluster: {front_door: false}\n")
+    assert ClusterTarget(without, api=RecordingApi()).url == "http://llm.team-b.svc.cluster.local"
     assert target.promql.url == "http://prometheus-operated.monitoring.svc:9090"
     (tmp_path / "ns").write_text("team-c\n")
     monkeypatch.setattr("kfp_llmops.components.common.k8s.POD_NAMESPACE_FILE", str(tmp_path / "ns"))
