@@ -5,36 +5,45 @@ the server (`answer_text`), and the same answer piece by piece as tokens come
 A streamed piece is never taken back, so a stream sends only text that later tokens
 cannot change: not a character whose bytes have not all arrived (byte-level tokenizers
 split multi-byte characters over tokens; an unfinished one decodes as U+FFFD), not
-trailing whitespace (the answer is stripped), not a tail that may be the start of the
+trailing whitespace (the answer is stripped), not a tail that may be the start of a
 stop string. The pieces joined are the answer a non-streaming request gets.
+
+`stop` is one string or several (OpenAI's `stop` takes up to four): the answer ends
+before whichever of them occurs first in the text.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 _PARTIAL = "\ufffd"
 
 
-def _decoded(tokenizer, tokens: list[int], stop: str) -> tuple[str, bool]:
-    """(text before the stop string, whether the stop string was met)."""
+def stops_of(stop: str | Sequence[str]) -> tuple[str, ...]:
+    """The non-empty stop strings `stop` names."""
+    return tuple(s for s in ((stop,) if isinstance(stop, str) else stop) if s)
+
+
+def _decoded(tokenizer, tokens: list[int], stops: tuple[str, ...]) -> tuple[str, bool]:
+    """(text before the first stop string in it, whether one was met)."""
     text = tokenizer.decode(tokens, skip_special_tokens=True)
-    if stop and stop in text:
-        return text.split(stop, 1)[0], True
-    return text, False
+    cut = min((at for at in (text.find(s) for s in stops) if at >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
 
 
-def answer_text(tokenizer, tokens: list[int], stop: str = "") -> str:
-    """The answer `tokens` make: decoded without special tokens, cut at the first `stop`,
-    stripped."""
-    return _decoded(tokenizer, tokens, stop)[0].strip()
+def answer_text(tokenizer, tokens: list[int], stop: str | Sequence[str] = "") -> str:
+    """The answer `tokens` make: decoded without special tokens, cut before the first stop
+    string in it, stripped."""
+    return _decoded(tokenizer, tokens, stops_of(stop))[0].strip()
 
 
 class TextStream:
     """One answer's text as its tokens come: `push` each token, send what it returns;
-    `finish` returns the rest. `stopped` turns True when the stop string appears (the
+    `finish` returns the rest. `stopped` turns True when a stop string appears (the
     answer is complete: generate no more for it)."""
 
-    def __init__(self, tokenizer, stop: str = ""):
-        self.tokenizer, self.stop = tokenizer, stop
+    def __init__(self, tokenizer, stop: str | Sequence[str] = ""):
+        self.tokenizer, self.stops = tokenizer, stops_of(stop)
         self.tokens: list[int] = []
         self.sent = ""
         self.stopped = False
@@ -49,17 +58,24 @@ class TextStream:
 
     def push(self, token: int) -> str:
         self.tokens.append(token)
-        text, self.stopped = _decoded(self.tokenizer, self.tokens, self.stop)
+        text, self.stopped = _decoded(self.tokenizer, self.tokens, self.stops)
         if self.stopped:
             return self._emit(text.strip())
         safe = text.lstrip().rstrip()
         while safe.endswith(_PARTIAL):
             safe = safe[:-1].rstrip()
-        for k in range(min(len(self.stop) - 1, len(safe)), 0, -1):
-            if safe.endswith(self.stop[:k]):
-                safe = safe[:-k].rstrip()  # the answer is stripped: no space before the stop is sent
-                break
+        held = max((_held(safe, stop) for stop in self.stops), default=0)
+        if held:
+            safe = safe[:-held].rstrip()  # the answer is stripped: no space before a stop is sent
         return self._emit(safe)
 
     def finish(self) -> str:
-        return self._emit(answer_text(self.tokenizer, self.tokens, self.stop))
+        return self._emit(answer_text(self.tokenizer, self.tokens, self.stops))
+
+
+def _held(text: str, stop: str) -> int:
+    """How many characters at the end of `text` may be the start of `stop`."""
+    for k in range(min(len(stop) - 1, len(text)), 0, -1):
+        if text.endswith(stop[:k]):
+            return k
+    return 0

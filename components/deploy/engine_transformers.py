@@ -39,7 +39,7 @@ class TransformersEngine:
         if self.added_latency:
             time.sleep(self.added_latency)
         first = members[0].served
-        streams = [TextStream(self.tokenizer, m.served.stop) for m in members]
+        streams = [TextStream(self.tokenizer, m.served.stops) for m in members]
         started = time.monotonic()
         step = [0]
         self.metrics.set(names.RUNNING, len(members))
@@ -93,7 +93,7 @@ class TransformersEngine:
                 reason = "stop"
             else:
                 reason = "length"
-            rest = text.finish() if live.served.stream else answer_text(self.tokenizer, text.tokens, live.served.stop)
+            rest = text.finish() if live.served.stream else answer_text(self.tokenizer, text.tokens, live.served.stops)
             live.finish(rest, reason, len(text.tokens))
 
     def close(self) -> None:

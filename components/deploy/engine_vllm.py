@@ -179,7 +179,7 @@ class VllmEngine:
 
     async def _answer(self, live) -> None:
         served = live.served
-        text = TextStream(self.tokenizer, served.stop)
+        text = TextStream(self.tokenizer, served.stops)
         request_id = uuid.uuid4().hex
         reason = None
         try:
@@ -215,7 +215,7 @@ class VllmEngine:
         if reason is None:  # the client went away: nothing more is sent
             live.finish("", "abort", len(text.tokens))
             return
-        rest = text.finish() if served.stream else answer_text(self.tokenizer, text.tokens, served.stop)
+        rest = text.finish() if served.stream else answer_text(self.tokenizer, text.tokens, served.stops)
         live.finish(rest, reason, len(text.tokens))
 
     def close(self) -> None:

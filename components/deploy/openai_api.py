@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from kfp_llmops.components.common.conversation import TurnError, prompt_turns
 from kfp_llmops.components.common.decoding import MIN_TEMPERATURE
 
-MAX_STOPS = 1  # the engines end an answer at one stop string
+from .serving_request import MAX_STOP_CHARS, MAX_STOPS
 
 _COMMON = {
     "model",
@@ -139,15 +139,21 @@ def _prompt(value) -> str:
     return value
 
 
-def _stop(value) -> str | None:
+def _stop(value) -> dict:
+    """The inputs OpenAI's `stop` becomes: one string as `stop`; several as `stops`, a JSON
+    list (the generate extension takes one value an input)."""
     if value is None:
-        return None
+        return {}
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
         raise _bad("stop", "expected a non-empty string or a list of them")
     if len(stops) > MAX_STOPS:
-        raise _bad("stop", f"{len(stops)} stop strings; this server ends answers at {MAX_STOPS}")
-    return stops[0] if stops else None
+        raise _bad("stop", f"{len(stops)} stop strings; at most {MAX_STOPS}")
+    if any(len(s) > MAX_STOP_CHARS for s in stops):
+        raise _bad("stop", f"a stop string longer than {MAX_STOP_CHARS} characters")
+    if not stops:
+        return {}
+    return {"stop": stops[0]} if len(stops) == 1 else {"stops": json.dumps(stops)}
 
 
 def translate(body, chat: bool, served_model: str) -> Translated:
@@ -200,9 +206,7 @@ def translate(body, chat: bool, served_model: str) -> Translated:
         if max_tokens is None:
             raise _bad("ignore_eos", "needs max_tokens (the answer runs to it)")
         inputs["min_new_tokens"] = max_tokens
-    stop = _stop(body.get("stop"))
-    if stop:
-        inputs["stop"] = stop
+    inputs.update(_stop(body.get("stop")))
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise _bad("stream", "expected true or false")

@@ -18,7 +18,8 @@ from kfp_llmops.components.common.decoding import Decoding
 # model's chat template) is the prompt; unset sampling inputs take the blessed decoding,
 # `temperature` alone turns sampling on and `do_sample` false asks for greedy decoding
 # (OpenAI's temperature 0); `stop` ends the answer at its first
-# occurrence; `min_new_tokens` asks for a long answer (the watermark smoke test);
+# occurrence, `stops` (a JSON list of up to MAX_STOPS strings) at the first of any of them;
+# `min_new_tokens` asks for a long answer (the watermark smoke test);
 # `stream` sends the answer piece by piece (generate_stream), else in one response.
 INPUTS = {
     "text_input": ("TYPE_STRING", True),
@@ -30,12 +31,15 @@ INPUTS = {
     "top_p": ("TYPE_FP32", True),
     "min_new_tokens": ("TYPE_INT32", True),
     "stop": ("TYPE_STRING", True),
+    "stops": ("TYPE_STRING", True),
     "stream": ("TYPE_BOOL", True),
     "do_sample": ("TYPE_BOOL", True),
 }
 # The answer (or its next piece); a request's last response also says why it ended
 # (stop: EOS or a stop string; length: the token bound; abort: the client left) and how
 # many tokens its prompt and answer took, which OpenAI clients read as `usage`.
+MAX_STOPS = 4  # OpenAI's bound on a request's stop strings
+MAX_STOP_CHARS = 256  # each; the stream holds back at most this much of a tail
 OUTPUTS = {
     "text_output": "TYPE_STRING",
     "finish_reason": "TYPE_STRING",
@@ -50,7 +54,7 @@ class ServedRequest:
     decoding: Decoding
     min_new_tokens: int
     seed: int
-    stop: str
+    stops: tuple[str, ...]
     stream: bool
 
     @property
@@ -104,9 +108,25 @@ def parse(values: dict, blessed: Decoding, limit: int, limits: dict | None = Non
     if not 0 <= min_new <= decoding.max_new_tokens:
         raise ValueError(f"min_new_tokens: {min_new} is outside 0..max_new_tokens ({decoding.max_new_tokens})")
     seed = int(values.get("seed", 0)) if decoding.do_sample else 0  # greedy requests batch together
-    return ServedRequest(
-        prompt, decoding, min_new, seed, str(values.get("stop") or ""), bool(values.get("stream", False))
-    )
+    return ServedRequest(prompt, decoding, min_new, seed, _stops(values), bool(values.get("stream", False)))
+
+
+def _stops(values: dict) -> tuple[str, ...]:
+    """The request's stop strings: `stop` (one) and `stops` (a JSON list of them)."""
+    stops = [str(values["stop"])] if values.get("stop") else []
+    if values.get("stops"):
+        try:
+            more = json.loads(values["stops"])
+        except ValueError as exc:
+            raise ValueError(f"stops: not a JSON list of strings ({exc.msg} at character {exc.pos})") from None
+        if not isinstance(more, list) or not all(isinstance(x, str) and x for x in more):
+            raise ValueError("stops: expected a JSON list of non-empty strings")
+        stops += more
+    if len(stops) > MAX_STOPS:
+        raise ValueError(f"stops: {len(stops)} stop strings; this server takes at most {MAX_STOPS}")
+    if any(len(x) > MAX_STOP_CHARS for x in stops):
+        raise ValueError(f"stops: a stop string longer than {MAX_STOP_CHARS} characters")
+    return tuple(dict.fromkeys(stops))
 
 
 def check_fits(prompt_tokens: int, max_new_tokens: int, context: int) -> None:

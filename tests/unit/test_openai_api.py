@@ -38,6 +38,9 @@ def test_fields_map_to_the_served_inputs():
     assert _inputs(temperature=0)["do_sample"] is False  # greedy, whatever the blessed decoding samples with
     assert _inputs(max_completion_tokens=5)["max_new_tokens"] == 5
     assert _inputs(max_tokens=9, ignore_eos=True)["min_new_tokens"] == 9
+    several = _inputs(stop=["\n\n", "Q:", "\u00bfQ"])  # several stops travel as one JSON list
+    assert several["stops"] == json.dumps(["\n\n", "Q:", "\u00bfQ"]) and "stop" not in several
+    assert _inputs(stop="\n") == {"messages": json.dumps(CHAT), "stop": "\n"}
 
 
 def test_newer_clients_message_shapes_are_read():
@@ -63,7 +66,9 @@ def test_newer_clients_message_shapes_are_read():
         ({"temperature": 3}, 400, "temperature", "outside 0.0..2.0"),
         ({"temperature": 0.001}, 400, "temperature", "below 0.01"),
         ({"top_p": 0}, 400, "top_p", "keeps no token"),
-        ({"stop": ["a", "b"]}, 400, "stop", "ends answers at 1"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, 400, "stop", "5 stop strings; at most 4"),
+        ({"stop": ["a", ""]}, 400, "stop", "non-empty string"),
+        ({"stop": "x" * 257}, 400, "stop", "longer than 256"),
         ({"n": 3}, 400, "n", "outside 1..1"),
         ({"ignore_eos": True}, 400, "ignore_eos", "needs max_tokens"),
         ({"logprobs": True}, 400, "logprobs", "not supported"),

@@ -50,6 +50,39 @@ def test_a_stop_string_ends_the_stream_and_is_never_sent_in_part():
     assert "".join(pieces) == "12" == answer_text(tok, ids, "meX and") and not stream.diverged
 
 
+def test_several_stop_strings_end_the_answer_at_the_first_that_occurs():
+    tok = tokenizer(2000)
+    text = "Alpha beta. Gamma; delta\nQ: more"
+    ids = tok.encode(text)
+    for stops, want in (
+        (["\nQ:", ";", "never"], "Alpha beta. Gamma"),  # the first in the text, not in the list
+        (("never", "beta."), "Alpha"),
+        (["never", "either"], text.strip()),
+    ):
+        stream, pieces = _stream(tok, ids, stop=stops)
+        assert "".join(pieces) == want == answer_text(tok, ids, stops), stops
+        assert stream.stopped == (want != text.strip()) and not stream.diverged
+    # a tail that may start either of two stops is held back until it cannot
+    stream = TextStream(tok, ["Gamma; x", "Gam!"])
+    sent = "".join(stream.push(t) for t in tok.encode("Alpha beta. Gam"))
+    assert sent == "Alpha beta." and not stream.stopped
+
+
+def test_stop_strings_are_read_from_stop_and_stops():
+    got = parse({"text_input": "Hi", "stop": "\n", "stops": json.dumps(["Q:", "\n", "A:"])}, BLESSED, 256)
+    assert got.stops == ("\n", "Q:", "A:")
+    assert parse({"text_input": "Hi"}, BLESSED, 256).stops == ()
+    for stops, says in (
+        ("[1]", "non-empty strings"),
+        ("Q:", "not a JSON list"),
+        (json.dumps(["a", "b", "c", "d", "e"]), "at most 4"),
+        (json.dumps(["x" * 257]), "longer than 256"),
+    ):
+        with pytest.raises(ValueError, match=says) as caught:
+            parse({"text_input": "secret prompt", "stops": stops}, BLESSED, 256)
+        assert str(caught.value).startswith("stops: ") and "secret" not in str(caught.value)
+
+
 def test_requests_are_read_within_the_blessed_decoding_and_bad_ones_named_in_one_line():
     got = parse({"text_input": "Hi"}, BLESSED, 256)
     assert got.prompt == "Hi" and got.decoding == BLESSED and not got.stream and got.seed == 0
