@@ -9,19 +9,41 @@ import functools
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import orjson
 
 from . import pii_rows, plain_rows
 from .candidates import NAMES, NONE, Kinds
-from .config import DataValidationConfig
+from .config import DataValidationConfig, RecordFormat
 from .dedup import FingerprintIndex, NearDuplicateIndex, fingerprints, normalize
 from .drift import DataStats
 from .names import Proposal
 from .pii_scan import PiiScan, Scan
 from .reader import Lines
 from .schema import Rejected, Schema, dedup_text
+
+
+class ParsedRow(NamedTuple):
+    """A line parsed: its index in the block, its object (None: C parsed it; loaded when
+    a later step needs it), its format, its field values when plain, and its dedup text
+    (None without texts, or where C keeps its key)."""
+
+    index: int
+    obj: dict | None
+    fmt: RecordFormat
+    values: list[str] | None
+    text: str | None
+
+
+class Row(NamedTuple):
+    """A unique row waiting for its verdict: `ParsedRow` without the dedup text."""
+
+    index: int
+    obj: dict | None
+    fmt: RecordFormat
+    values: list[str] | None
 
 
 class Validator:
@@ -96,16 +118,16 @@ class Validator:
         texts: bool,
         opening: Iterable[int] | None = None,
         indices: Iterable[int] | None = None,
-    ) -> tuple[list[tuple], dict[int, Rejected]]:
+    ) -> tuple[list[ParsedRow], dict[int, Rejected]]:
         """`parse` of consecutive lines numbered from `first_line` (`opening`: the line
         numbers that open a file and may start with a BOM, by default `self.lines`';
-        `indices`: only these of them): the parsed as (index, object, format, its values
-        when plain, dedup text when `texts`) and the rejected by index.
+        `indices`: only these of them): the parsed (`ParsedRow`s, their dedup text when
+        `texts`) and the rejected by index.
 
         Most rows are plain: valid JSON holding exactly the fields of a string-only format,
         each a string within bounds. Those are judged here with nothing but that check;
         every other row goes through `parse`, so each verdict is `parse`'s."""
-        parsed: list[tuple] = []
+        parsed: list[ParsedRow] = []
         rejected: dict[int, Rejected] = {}
         loads, plain_formats = orjson.loads, self.schema.plain
         opens = {n - first_line for n in (self.lines.firsts if opening is None else opening)}
@@ -139,9 +161,10 @@ class Validator:
                 except Rejected as rej:
                     rejected[i] = rej.kept()
                     continue
-                parsed.append((i, obj, fmt, None, dedup_text(obj, fmt) if texts else None))
+                parsed.append(ParsedRow(i, obj, fmt, None, dedup_text(obj, fmt) if texts else None))
             else:
-                parsed.append((i, obj, fmt, values, "\x1f".join(map(normalize, values)) if texts else None))
+                text = "\x1f".join(map(normalize, values)) if texts else None
+                parsed.append(ParsedRow(i, obj, fmt, values, text))
         return parsed, rejected
 
     def check_lines(
@@ -195,8 +218,8 @@ class Validator:
         return out, from_c
 
     def _names_first(
-        self, lines: list[bytes], unique: list[tuple], candidates: dict[int, Kinds]
-    ) -> tuple[list[tuple], dict[int, Kinds], dict[int, Proposal]]:
+        self, lines: list[bytes], unique: list[Row], candidates: dict[int, Kinds]
+    ) -> tuple[list[Row], dict[int, Kinds], dict[int, Proposal]]:
         """Names on, the name finder's pass over each flat row that is a names candidate,
         before its patterns: most find nothing (the line test is loose), and such a row is
         then no names candidate (its kinds lose `NAMES`), so it is judged as names off
@@ -210,8 +233,8 @@ class Validator:
             kinds = candidates.get(i, NONE)
             if kinds is not None and NAMES in kinds:
                 if obj is None:
-                    row = loaded(lines, row)
-                    obj = row[1]
+                    row = load_row(lines, row)
+                    obj = row.obj
                 if all(type(v) is str for v in obj.values()):  # `PiiScan.scan`'s strings
                     proposal = self.names.propose(list(obj.values()))
                     if proposal.per_text is None:
@@ -226,7 +249,7 @@ class Validator:
         """The record formats as plain_rows.c and pii_rows.c read them, built once."""
         return plain_rows.Formats(self.schema.formats)
 
-    def _patterns_in_c(self, lines: list[bytes], unique: list[tuple], candidates: dict[int, Kinds], out: list) -> list:
+    def _patterns_in_c(self, lines: list[bytes], unique: list[Row], candidates: dict[int, Kinds], out: list) -> list:
         """The unique plain rows with pattern candidates and no name candidate judged in C
         (`pii_rows`), which gives each the clean row, counts and statistics the Python
         path would, into `out`. It declines what it does not follow (a row to quarantine
@@ -240,7 +263,7 @@ class Validator:
                     rows.append(k)
         done: set[int] = set()
         if rows:
-            at = [unique[k][0] for k in rows]
+            at = [unique[k].index for k in rows]
             judged = pii_rows.judge(
                 [lines[i] for i in at],
                 [pii_rows.kinds_mask(candidates[i]) for i in at],
@@ -262,7 +285,7 @@ class Validator:
         for k, row in enumerate(unique):
             if k in done:
                 continue
-            left.append(loaded(lines, row) if row[1] is None else row)
+            left.append(load_row(lines, row) if row.obj is None else row)
         return left
 
     def parse_block(
@@ -278,8 +301,8 @@ class Validator:
         not a file's first line; not at all without `use_c`: the near-dup index wants each
         row's text), with every parsed row's dedup key in line order when `texts`. Rows in
         `python` (that need a scan: a candidate) which C parsed keep its key and bounds
-        check and are parsed as (index, None, format, None, None): their object is loaded
-        when needed (`_patterns_in_c`); the other rows C parsed are its alone (`c_rows`)."""
+        check and are parsed without their object (a `ParsedRow`'s obj None), loaded when
+        needed (`_patterns_in_c`); the other rows C parsed are its alone (`c_rows`)."""
         n = len(lines)
         scan = None
         if use_c and lines and self._plain_rows_fn is not None:
@@ -301,13 +324,13 @@ class Validator:
             if len(loaded):
                 plain = self.schema.plain
                 for i, f in zip(loaded.tolist(), scan.status[loaded].tolist(), strict=True):
-                    parsed.append((i, None, plain[f][1], None, None))  # loaded when needed
-                parsed.sort(key=lambda row: row[0])
+                    parsed.append(ParsedRow(i, None, plain[f][1], None, None))  # loaded when needed
+                parsed.sort(key=lambda row: row.index)
         at = keys = None
         if texts:
-            by_python = [row for row in parsed if row[4] is not None]
-            at = np.fromiter((row[0] for row in by_python), dtype=np.int64, count=len(by_python))
-            keys = fingerprints([row[4] for row in by_python])
+            by_python = [row for row in parsed if row.text is not None]
+            at = np.fromiter((row.index for row in by_python), dtype=np.int64, count=len(by_python))
+            keys = fingerprints([row.text for row in by_python])
             by_c = np.concatenate([mine, loaded])
             if len(by_c):
                 at, keys = np.concatenate([by_c, at]), np.concatenate([scan.keys[by_c], keys])
@@ -317,11 +340,10 @@ class Validator:
 
     def _deduplicated(
         self, lines: list[bytes], first_line: int, candidates: dict[int, Kinds], lengths: list[int]
-    ) -> tuple[list, list[tuple], CleanFromC | None]:
+    ) -> tuple[list, list[Row], CleanFromC | None]:
         """`parse_block`, then every parsed row's key through the exact index in one
         `add_many` and the near index row by row, in order: (per line its `Rejected` or
-        None, the rows left as (index, object, format, values when plain), the clean rows
-        of C's). Nothing a row does after its dedup changes what dedup says of another,
+        None, the rows left (`Row`s), the clean rows of C's). Nothing a row does after its dedup changes what dedup says of another,
         so these are the verdicts of one row at a time. The rows C parsed (plain, no
         pattern candidate) are concluded here: their clean bytes, and their lengths
         straight into the stats (`lengths` is for the rows Python concludes)."""
@@ -349,7 +371,7 @@ class Validator:
             from_c = CleanFromC(block.scan.buf, block.scan.offsets, kept)
             self.stats.add_lengths(block.scan.chars[kept])
         near = self.near
-        unique: list[tuple] = []
+        unique: list[Row] = []
         for i, obj, fmt, values, text in parsed:
             if firsts[i]:
                 out[i] = self._duplicate_of(int(firsts[i]))
@@ -359,7 +381,7 @@ class Validator:
                 if first is not None:
                     out[i] = self._near_duplicate_of(first)
                     continue
-            unique.append((i, obj, fmt, values))
+            unique.append(Row(i, obj, fmt, values))
         return out, unique, from_c
 
     def complete(self, scan: Scan, name_spans: list | None) -> dict:
@@ -376,7 +398,7 @@ class ParsedBlock:
     judged alone with its scan (`plain_rows.scan`), and every parsed row's index and
     dedup key, in line order (None without texts)."""
 
-    parsed: list[tuple]
+    parsed: list[ParsedRow]
     rejected: dict[int, Rejected]
     c_rows: np.ndarray
     scan: plain_rows.PlainScan | None
@@ -402,12 +424,11 @@ class CleanFromC:
         return out
 
 
-def loaded(lines: list[bytes], row: tuple) -> tuple:
-    """A row C parsed, (index, None, format, None), with its object and values: C keeps
-    no object, so one is loaded only for a row that a later step leaves to Python."""
-    i, _, fmt, _ = row
-    obj = orjson.loads(lines[i])
-    return (i, obj, fmt, [obj[name] for name in fmt.fields])
+def load_row(lines: list[bytes], row: Row) -> Row:
+    """A row C parsed (its object None) with its object and values: C keeps no object,
+    so one is loaded only for a row that a later step leaves to Python."""
+    obj = orjson.loads(lines[row.index])
+    return Row(row.index, obj, row.fmt, [obj[name] for name in row.fmt.fields])
 
 
 def clean_pieces(from_c: CleanFromC | None, out: list) -> list:

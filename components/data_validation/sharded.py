@@ -196,9 +196,9 @@ def shard_keys(shard: Shard, config: DataValidationConfig, partitions: int) -> t
             keys.append(parsed.keys & np.uint64(_KEY_MASK))
             positions.extend((base | (first + parsed.at)).tolist())
         if near is not None:  # parsed in Python alone: near-dup on
-            at = [base | (first + row[0]) for row in parsed.parsed]
+            at = [base | (first + row.index) for row in parsed.parsed]
             for row, position in zip(parsed.parsed, at, strict=True):
-                sig = near.signature(row[4])
+                sig = near.signature(row.text)
                 hashes = near.band_hashes(sig)
                 bands.extend(hashes)
                 band_positions.extend([position] * len(hashes))
