@@ -30,8 +30,8 @@ IMPORTS = {
     "from kfp_llmops.components.deploy import serving_env as s; s.check_env(); s.triton_paths(); "
     "from kfp_llmops.components.deploy.engine_vllm import check_kernels; check_kernels(); "
     "from kfp_llmops.components.deploy import openai_frontend as door, cluster, config; "  # the cluster's front door
-    "c = cluster.front_door(config.DeployConfig())['containers'][0]; "
-    "door.make_app(door.arguments(c['args'] + ['--predictor_host', 'p', '--api-keys', '']).triton, 'llm')",
+    'c = cluster.front_door(config.DeployConfig())["containers"][0]; '  # the shell quotes this in '...'
+    'door.make_app(door.arguments(c["args"] + ["--predictor_host", "p", "--api-keys", ""]).triton, "llm")',
 }
 
 
