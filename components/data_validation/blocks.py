@@ -343,8 +343,9 @@ class Validator:
     ) -> tuple[list, list[Row], CleanFromC | None]:
         """`parse_block`, then every parsed row's key through the exact index in one
         `add_many` and the near index row by row, in order: (per line its `Rejected` or
-        None, the rows left (`Row`s), the clean rows of C's). Nothing a row does after its dedup changes what dedup says of another,
-        so these are the verdicts of one row at a time. The rows C parsed (plain, no
+        None, the rows left (`Row`s), the clean rows of C's). Nothing a row does after its
+        dedup changes what dedup says of another, so these are the verdicts of one row at a
+        time. The rows C parsed (plain, no
         pattern candidate) are concluded here: their clean bytes, and their lengths
         straight into the stats (`lengths` is for the rows Python concludes)."""
         n = len(lines)
