@@ -9,7 +9,7 @@ trailing whitespace (the answer is stripped), not a tail that may be the start o
 stop string. The pieces joined are the answer a non-streaming request gets.
 
 `stop` is one string or several (OpenAI's `stop` takes up to four): the answer ends
-before whichever of them occurs first in the text.
+before whichever of them is complete first as it is generated.
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ def stops_of(stop: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def _decoded(tokenizer, tokens: list[int], stops: tuple[str, ...]) -> tuple[str, bool]:
-    """(text before the first stop string in it, whether one was met)."""
+    """(text before the stop string met first, whether one was met). Met first: the one
+    whose first occurrence ends first (then the one starting first), so a whole answer is
+    cut where its generation stopped, a token at a time: a stop that starts earlier but
+    ends later was never complete when the other ended the answer."""
     text = tokenizer.decode(tokens, skip_special_tokens=True)
-    cut = min((at for at in (text.find(s) for s in stops) if at >= 0), default=-1)
-    return (text[:cut], True) if cut >= 0 else (text, False)
+    found = [(at + len(s), at) for s in stops if (at := text.find(s)) >= 0]
+    return (text[: min(found)[1]], True) if found else (text, False)
 
 
 def answer_text(tokenizer, tokens: list[int], stop: str | Sequence[str] = "") -> str:

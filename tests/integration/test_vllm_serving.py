@@ -154,8 +154,8 @@ def test_the_openai_client_gets_what_evaluation_judged_streamed_or_not(served):
     cut = _ask(client, chats[0], stop=word)
     assert cut.choices[0].message.content == served["judged"][0].split(word, 1)[0].strip()
     answer = served["judged"][0]
-    stops = ["never in it", answer[-1], word]  # up to four; the first in the answer ends it
-    first = min(answer.find(s) for s in stops if s in answer)
+    stops = ["never in it", answer[-1], word]  # up to four; the one complete first ends the answer
+    _, first = min((answer.find(s) + len(s), answer.find(s)) for s in stops if s in answer)
     several = _ask(client, chats[0], stop=stops)
     assert several.choices[0].message.content == answer[:first].strip()
     assert several.choices[0].finish_reason == "stop"

@@ -58,6 +58,7 @@ def test_several_stop_strings_end_the_answer_at_the_first_that_occurs():
         (["\nQ:", ";", "never"], "Alpha beta. Gamma"),  # the first in the text, not in the list
         (("never", "beta."), "Alpha"),
         (["never", "either"], text.strip()),
+        (["beta. Gamma", "a. G"], "Alpha bet"),  # complete first as generated, though it starts later
     ):
         stream, pieces = _stream(tok, ids, stop=stops)
         assert "".join(pieces) == want == answer_text(tok, ids, stops), stops
