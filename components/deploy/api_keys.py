@@ -32,7 +32,9 @@ from .processes import LOOPBACK, die_with_parent, free_ports, stop_group, wait_f
 
 REQUIRED = "an API key is required: send Authorization: Bearer <key>"  # the 401's message
 CHALLENGE = 'Bearer realm="llmops"'  # its WWW-Authenticate
-_KEY = re.compile(r"[\x21-\x7e]{16,512}")  # printable ASCII, no spaces: what a header carries as it is
+# Printable ASCII, no spaces: what a header carries as it is; at most 255 characters, the
+# longest key nginx's per-key connection bound counts (a longer one would be let past it).
+_KEY = re.compile(r"[\x21-\x7e]{16,255}")
 _BEARER = re.compile(r"bearer +(\S+) *", re.IGNORECASE)
 
 
@@ -50,7 +52,7 @@ def read_keys(path: str) -> list[bytes]:
             continue
         if not _KEY.fullmatch(line):
             raise InputError(
-                f"{path}:{number}: not an API key (16 to 512 printable ASCII characters without spaces, one per line)"
+                f"{path}:{number}: not an API key (16 to 255 printable ASCII characters without spaces, one per line)"
             )
         keys.append(line.encode())
     if not keys:
@@ -96,15 +98,20 @@ def keys_for(host: str, keys_file: str, state_dir: str) -> str | None:
     return path
 
 
-def authorized(header: str | None, keys: list[bytes]) -> bool:
-    """Whether an Authorization header carries one of `keys`, in time that does not depend
-    on which key matched or how much of one did."""
+def matched(header: str | None, keys: list[bytes]) -> bytes | None:
+    """The one of `keys` an Authorization header carries (None: none), found in time that
+    does not depend on which key matched or how much of one did: every key is compared."""
     match = _BEARER.fullmatch(header or "")
     given = (match.group(1) if match else "").encode("utf-8", "replace")
-    ok = False
+    found = None
     for key in keys:
-        ok |= hmac.compare_digest(key, given)
-    return ok and bool(match)
+        if hmac.compare_digest(key, given):
+            found = key
+    return found if match else None
+
+
+def authorized(header: str | None, keys: list[bytes]) -> bool:
+    return matched(header, keys) is not None
 
 
 class Keys:

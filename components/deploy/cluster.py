@@ -116,6 +116,7 @@ def front_door(cfg: DeployConfig) -> dict:
                 "args": [
                     *["--model_name", cfg.serving.model_name, "--http_port", "8080", "--host", "0.0.0.0"],
                     *["--api-keys", f"{API_KEYS_MOUNT}/keys"],
+                    *["--max-per-key", str(cfg.front_door.connections_per_client)],
                     *["--max-running", str(running), "--max-waiting", str(waiting)],
                 ],
                 "resources": {"requests": dict(FRONT_DOOR_RESOURCES), "limits": dict(FRONT_DOOR_RESOURCES)},

@@ -73,7 +73,12 @@ class FrontDoor(_Section):
 
     max_body_bytes: int = Field(262144, ge=1024, description="A request body above this is a 413 at nginx.")
     body_timeout_s: int = Field(10, ge=1, description="A client that sends its headers or body slower is cut off.")
-    connections_per_client: int = Field(32, ge=1, description="Open requests per client address; more get a 429.")
+    connections_per_client: int = Field(
+        32,
+        ge=1,
+        description="Open requests per client (its address at nginx; its API key too where keys are asked, and "
+        "alone at the cluster's front door, where every client comes from the gateway); more get a 429.",
+    )
     requests_per_s_per_client: int = Field(
         0,
         ge=0,

@@ -64,7 +64,7 @@ http {{
     # Per client address; the operator's own load (one address, many streams) is not counted.
     map $operator $client {{ default $binary_remote_addr; 1 ""; }}
     limit_conn_zone $client zone=conns:4m;
-{rate_zone}    limit_conn_status 429;
+{key_zone}{rate_zone}    limit_conn_status 429;
     limit_req_status 429;
     client_header_timeout {body_timeout}s;
     client_body_timeout {body_timeout}s;
@@ -116,11 +116,18 @@ _PROXIED = """            proxy_http_version 1.1;
             proxy_buffering off;              # server-sent events reach the client as each piece is sent
             proxy_set_header Authorization "";   # API keys stop here
             limit_conn conns {connections};
-{rate_limit}            error_page 429 = @busy;
+{key_limit}{rate_limit}            error_page 429 = @busy;
             error_page 413 = @too_large;
             add_header X-Upstream $shown_upstream always;"""
 _AUTH = """            auth_request /_auth;
             error_page 401 = @unauthorized;"""
+# Where keys are asked, a client is its key as well as its address: one key used from many
+# addresses holds no more open than from one. The key as sent (any case of "Bearer", any
+# spaces) is read as api_keys reads it; a wrong one is refused after this, at auth_request.
+_KEY_ZONE = """    map $http_authorization $bearer { default ""; "~*^bearer +(?<token>[\\x21-\\x7e]+) *$" $token; }
+    map $operator $key_client { default $bearer; 1 ""; }
+    limit_conn_zone $key_client zone=keyconns:4m;
+"""
 _AUTH_UPSTREAM = "    upstream auth {{ server {checker}; keepalive 8; }}"
 _AUTH_LOCATIONS = """        location = /_auth {
             internal;
@@ -230,7 +237,12 @@ class NginxSplit:
             canary_v1=canary.openai,
             weighted=upstream_lines(stable and stable.triton, canary.triton, self.canary_percent),
             weighted_v1=upstream_lines(stable and stable.openai, canary.openai, self.canary_percent),
-            proxied=_PROXIED.format(connections=lim.connections_per_client, rate_limit=rate_limit),
+            proxied=_PROXIED.format(
+                connections=lim.connections_per_client,
+                rate_limit=rate_limit,
+                key_limit=f"            limit_conn keyconns {lim.connections_per_client};\n" if self.checker else "",
+            ),
+            key_zone=_KEY_ZONE if self.checker else "",
             operator=self.operator_key,
             model=re.escape(self.model),
             rate_zone=f"    limit_req_zone $client zone=reqs:4m rate={lim.requests_per_s_per_client}r/s;\n"

@@ -18,7 +18,8 @@ takes KServe's arguments (`--model_name`, `--predictor_host`, `--http_port`), pa
 Triton's answer endpoints through (readiness, the model's metadata and readiness,
 `generate`, `generate_stream`; nothing else of Triton's API exists here), and with
 `--api-keys FILE` (a mounted Secret) answers a model endpoint only for a client that
-sends one of its keys (`api_keys.authorized`; the file read again when it changes).
+sends one of its keys (`api_keys.matched`; the file read again when it changes), each key
+holding at most `--max-per-key` requests open.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import time
 from kfp_llmops.components.common.errors import InputError, LlmopsError
 
 from . import openai_api
-from .api_keys import CHALLENGE, REQUIRED, Keys, authorized
+from .api_keys import CHALLENGE, REQUIRED, Keys, matched
 from .processes import die_with_parent, free_ports, stop_group, wait_for_http
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -118,18 +119,32 @@ async def _stream(request, t, upstream):
 OPEN_PATHS = frozenset({"/health", "/v2/health/ready"})  # probes ask without a key
 
 
-def _keyed(keys: Keys):
+def _keyed(keys: Keys, per_key: int):
     """A middleware that answers 401 to a request for a model endpoint without one of
-    `keys`; an unknown path stays a 404, probes pass."""
+    `keys`, and 429 to a key already holding `per_key` requests open (0: no bound): in the
+    cluster every client arrives from the gateway's address, so the key is what tells
+    clients apart. An unknown path stays a 404, probes pass."""
     from aiohttp import web
+
+    held: dict[bytes, int] = {}
 
     @web.middleware
     async def check(request, handler):
         if request.path in OPEN_PATHS or request.match_info.http_exception is not None:
             return await handler(request)
-        if not authorized(request.headers.get("Authorization"), keys.current()):
+        key = matched(request.headers.get("Authorization"), keys.current())
+        if key is None:
             return _error(openai_api.ApiError(401, REQUIRED, code="invalid_api_key"), {"WWW-Authenticate": CHALLENGE})
-        return await handler(request)
+        if per_key and held.get(key, 0) >= per_key:
+            busy = f"this API key holds {per_key} requests open, the most one key may; retry shortly"
+            return _error(openai_api.ApiError(429, busy, kind="rate_limit_exceeded"), {"Retry-After": "1"})
+        held[key] = held.get(key, 0) + 1
+        try:
+            return await handler(request)
+        finally:
+            held[key] -= 1
+            if not held[key]:
+                del held[key]
 
     return check
 
@@ -191,9 +206,11 @@ def make_app(
     max_waiting: int = 64,
     timeout_s: float = 600.0,
     api_keys: str | None = None,
+    max_per_key: int = 0,
 ):
     """The aiohttp application serving `model` from the Triton server at `triton`; with
-    `api_keys` (a file) its model endpoints ask for a key."""
+    `api_keys` (a file) its model endpoints ask for a key, each key holding at most
+    `max_per_key` requests open (0: no bound of its own)."""
     import aiohttp
     from aiohttp import web
 
@@ -253,7 +270,9 @@ def make_app(
     async def completions(request):
         return await complete(request, False)
 
-    app = web.Application(client_max_size=1 << 20, middlewares=[_keyed(Keys(api_keys))] if api_keys else [])
+    app = web.Application(
+        client_max_size=1 << 20, middlewares=[_keyed(Keys(api_keys), max_per_key)] if api_keys else []
+    )
     _with_session(app, capacity, timeout_s)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
@@ -277,6 +296,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-running", type=int, default=16)
     parser.add_argument("--max-waiting", type=int, default=64)
     parser.add_argument("--api-keys", help="File of API keys (one per line): model endpoints ask for one.")
+    parser.add_argument(
+        "--max-per-key", type=int, default=0, help="Requests one API key may hold open; more get a 429 (0: no bound)."
+    )
     args = parser.parse_args(argv)
     if args.triton is None:
         args.triton = f"http://{args.predictor_host}"
@@ -288,7 +310,14 @@ def main(argv: list[str] | None = None) -> None:
 
     args = arguments(argv)
     try:
-        app = make_app(args.triton, args.model, args.max_running, args.max_waiting, api_keys=args.api_keys)
+        app = make_app(
+            args.triton,
+            args.model,
+            args.max_running,
+            args.max_waiting,
+            api_keys=args.api_keys,
+            max_per_key=args.max_per_key,
+        )
     except InputError as exc:
         sys.exit(f"error: {exc}")
     # A client that disconnects cancels its handler (aiohttp's default leaves it running).

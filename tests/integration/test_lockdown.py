@@ -7,6 +7,7 @@ operator's own headers never reach a server. With API keys, a model endpoint ans
 only a client that sends one (the key itself never reaches a server); one client's
 oversized, slow or too many requests are refused at nginx while others are answered."""
 
+import contextlib
 import http.client
 import json
 import os
@@ -69,6 +70,8 @@ class _Echo(BaseHTTPRequestHandler):
         if length:
             self.rfile.read(length)
         self.server.seen.append(self.path)
+        if self.path.endswith("/generate"):
+            self.server.release.wait(10)  # held open until the test lets it go
         body = json.dumps({"who": self.server.name, "path": self.path, "headers": dict(self.headers)}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -84,7 +87,8 @@ class _Echo(BaseHTTPRequestHandler):
 
 def _upstream(name):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    server.name, server.seen = name, []
+    server.name, server.seen, server.release = name, [], threading.Event()
+    server.release.set()
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -118,8 +122,8 @@ def keyed(tmp_path):
         u.shutdown()
 
 
-def _send(nginx, method, path, headers=None, body=b"{}"):
-    conn = http.client.HTTPConnection(nginx.host, nginx.port, timeout=10)
+def _send(nginx, method, path, headers=None, body=b"{}", source="127.0.0.1"):
+    conn = http.client.HTTPConnection(nginx.host, nginx.port, timeout=10, source_address=(source, 0))
     try:
         conn.request(method, path, body=body if method == "POST" else None, headers=headers or {})
         resp = conn.getresponse()
@@ -239,6 +243,46 @@ def test_one_client_cannot_hold_the_door(keyed):
     assert _send(nginx, "POST", "/v1/chat/completions", bearer)[0] == 200  # the client's bound is free again
 
 
+def _unfinished(nginx, key: str, source: str) -> socket.socket:
+    """A request from `source` whose body never comes: it holds a connection."""
+    sock = socket.create_connection((nginx.host, nginx.port), source_address=(source, 0))
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: {key}\r\nContent-Length: 1000\r\n\r\n{{"
+    sock.sendall(head.encode())
+    return sock
+
+
+def test_one_key_is_one_client_whatever_its_address(tmp_path):
+    """A key's requests count against one bound whether they come from one address or many
+    (loopback's 127.0.0.0/8 stands for many hosts), however the key is written; another
+    key, from the same addresses, is answered."""
+    keys = tmp_path / "keys"
+    keys.write_text("sk-first-0123456789abcdef\nsk-second-0123456789abcdef\n")
+    limits = FrontDoor(connections_per_client=3, body_timeout_s=2)
+    nginx, ups = _split(tmp_path / "n", api_keys=str(keys), limits=limits)
+    try:
+        written = (
+            "Bearer sk-first-0123456789abcdef",
+            "bearer   sk-first-0123456789abcdef",
+            "BEARER sk-first-0123456789abcdef ",
+        )
+        held = [_unfinished(nginx, key, f"127.0.0.{2 + i}") for i, key in enumerate(written)]
+        time.sleep(0.3)
+        first = {"Authorization": "Bearer sk-first-0123456789abcdef"}
+        status, headers, _ = _send(nginx, "POST", "/v1/chat/completions", first, source="127.0.0.9")
+        assert status == 429 and headers["Retry-After"] == "1"
+        second = {"Authorization": "Bearer sk-second-0123456789abcdef"}
+        assert _send(nginx, "POST", "/v1/chat/completions", second, source="127.0.0.2")[0] == 200
+        assert _send(nginx, "POST", "/v1/chat/completions", second, source="127.0.0.9")[0] == 200
+        for sock in held:
+            sock.close()
+        time.sleep(0.3)
+        assert _send(nginx, "POST", "/v1/chat/completions", first, source="127.0.0.9")[0] == 200  # free again
+    finally:
+        nginx.stop()
+        for u in ups.values():
+            u.shutdown()
+
+
 def test_api_key_files(tmp_path):
     bad = tmp_path / "keys"
     bad.write_text("# ok\nsk-good-0123456789abcdef\nshort\n")
@@ -303,39 +347,48 @@ def _as_kserve_starts_it(container: dict, isvc: str, namespace: str) -> list[str
     return container["command"] + args
 
 
-def test_the_clusters_front_door_passes_only_the_answer_endpoints_and_asks_for_a_key(tmp_path):
-    """The InferenceService's transformer, run here from its rendered command line as KServe
-    completes it (the predictor one echo server): Triton's answer endpoints and the OpenAI
-    API answer only a client with a key, the key never reaches the predictor, probes pass
-    without one, and nothing else of Triton's API exists at the door."""
+@contextlib.contextmanager
+def _cluster_door(tmp_path, cfg, keys: str):
+    """The InferenceService's transformer run here from its rendered command line as KServe
+    completes it, in front of one echo server for the predictor: (door, predictor, argv)."""
     import subprocess
     import sys
 
-    from kfp_llmops.components.deploy.cluster import API_KEYS_MOUNT, render_inference_service
-    from kfp_llmops.components.deploy.config import DeployConfig
-    from kfp_llmops.components.deploy.openai_frontend import arguments
+    from kfp_llmops.components.deploy.cluster import render_inference_service
     from kfp_llmops.components.deploy.processes import free_ports, stop_group, wait_for_http
 
-    cfg = DeployConfig()
     container = render_inference_service(cfg, "ab" * 32, 5)["spec"]["transformer"]["containers"][0]
     argv = _as_kserve_starts_it(container, cfg.cluster.service_name, "team-a")
-    assert argv[:3] == ["python", "-m", "kfp_llmops.components.deploy.openai_frontend"]
-    parsed = arguments(argv[3:])
-    assert (parsed.triton, parsed.model, parsed.port) == ("http://llm-predictor.team-a", "llm", 8080)
-    assert parsed.host == "0.0.0.0"  # in its pod, behind Knative's queue-proxy
-    assert parsed.api_keys == f"{API_KEYS_MOUNT}/keys"
-
     predictor = _upstream("predictor")
-    keys = tmp_path / "keys"
-    keys.write_text("sk-cluster-0123456789abcdef\n")
+    (tmp_path / "keys").write_text(keys)
     port = free_ports(1, "127.0.0.1")[0]
     here = {"--predictor_host": f"127.0.0.1:{predictor.server_port}", "--http_port": str(port), "--host": "127.0.0.1"}
-    here["--api-keys"] = str(keys)
+    here["--api-keys"] = str(tmp_path / "keys")
     args = [here.get(argv[i - 1], a) for i, a in enumerate(argv)]
     proc = subprocess.Popen([sys.executable, *args[1:]], start_new_session=True)
     try:
         wait_for_http(f"http://127.0.0.1:{port}/health", proc, 30, "the front door")
-        door = type("Door", (), {"host": "127.0.0.1", "port": port})
+        yield type("Door", (), {"host": "127.0.0.1", "port": port}), predictor, argv
+    finally:
+        predictor.release.set()
+        stop_group(proc, 15, 5.0)
+        predictor.shutdown()
+
+
+def test_the_clusters_front_door_passes_only_the_answer_endpoints_and_asks_for_a_key(tmp_path):
+    """The cluster's front door: Triton's answer endpoints and the OpenAI API answer only a
+    client with a key, the key never reaches the predictor, probes pass without one, and
+    nothing else of Triton's API exists at the door."""
+    from kfp_llmops.components.deploy.cluster import API_KEYS_MOUNT
+    from kfp_llmops.components.deploy.config import DeployConfig
+    from kfp_llmops.components.deploy.openai_frontend import arguments
+
+    with _cluster_door(tmp_path, DeployConfig(), "sk-cluster-0123456789abcdef\n") as (door, predictor, argv):
+        assert argv[:3] == ["python", "-m", "kfp_llmops.components.deploy.openai_frontend"]
+        parsed = arguments(argv[3:])
+        assert (parsed.triton, parsed.model, parsed.port) == ("http://llm-predictor.team-a", "llm", 8080)
+        assert parsed.host == "0.0.0.0"  # in its pod, behind Knative's queue-proxy
+        assert parsed.api_keys == f"{API_KEYS_MOUNT}/keys" and parsed.max_per_key == 32
         bearer = {"Authorization": "Bearer sk-cluster-0123456789abcdef", "Content-Type": "application/json"}
         for method, path in ALLOWED:
             status, headers, body = _send(door, method, path)
@@ -354,6 +407,30 @@ def test_the_clusters_front_door_passes_only_the_answer_endpoints_and_asks_for_a
         assert not [p for p in predictor.seen if not p.startswith(("/v2/health/ready", "/v2/models/llm"))]
         assert predictor.seen.count("/v2/models/llm/generate_stream") == 2  # the OpenAI paths, translated
         assert _send(door, "GET", "/v1/models", {"Authorization": "Bearer sk-cluster-0123456789abcdeF"})[0] == 401
-    finally:
-        stop_group(proc, 15, 5.0)
-        predictor.shutdown()
+
+
+def test_the_clusters_front_door_bounds_each_key(tmp_path):
+    """Every client reaches the front door from the gateway's address: a key holding its
+    bound of open requests gets 429s with Retry-After, another key is answered, and the
+    bound frees as the requests end."""
+    import concurrent.futures
+
+    from kfp_llmops.components.deploy.config import DeployConfig
+
+    cfg = DeployConfig.model_validate({"front_door": {"connections_per_client": 2}})
+    keys = "sk-first-0123456789abcdef\nsk-second-0123456789abcdef\n"
+    first = {"Authorization": "Bearer sk-first-0123456789abcdef"}
+    second = {"Authorization": "Bearer sk-second-0123456789abcdef"}
+    with _cluster_door(tmp_path, cfg, keys) as (door, predictor, _), concurrent.futures.ThreadPoolExecutor(2) as pool:
+        predictor.release.clear()
+        held = [pool.submit(_send, door, "POST", "/v2/models/llm/generate", first) for _ in range(2)]
+        deadline = time.monotonic() + 10
+        while predictor.seen.count("/v2/models/llm/generate") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status, headers, body = _send(door, "GET", "/v2/models/llm", first)
+        assert status == 429 and headers["Retry-After"] == "1", (status, body)
+        assert "this API key" in json.loads(body)["error"]["message"]
+        assert _send(door, "GET", "/v2/models/llm", second)[0] == 200
+        predictor.release.set()
+        assert [f.result()[0] for f in held] == [200, 200]
+        assert _send(door, "GET", "/v2/models/llm", first)[0] == 200
