@@ -58,6 +58,26 @@ def _run(cmd: list[str], what: str, env: dict | None = None, stdin=None, log_to:
     return done.stdout
 
 
+def image_id(engine: str, image: str, env: dict | None = None) -> str | None:
+    """The ID `image` names in `engine` (podman or docker), None where it names none."""
+    done = subprocess.run(
+        [engine, "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True, env=env
+    )
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def drop_superseded(engine: str, before: dict[str, str | None], env: dict | None = None, log=print) -> None:
+    """Remove the images a rebuild or load took the names from (`before`: name -> the ID it
+    named), so rebuilding does not fill the disk with untagged copies (3 GB for deploy). One
+    still used by a container is kept and said so."""
+    for image, old in reversed(before.items()):  # the stages before the deps they were built on
+        if old is None or image_id(engine, image, env) == old:
+            continue
+        done = subprocess.run([engine, "rmi", old], capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            log(f"[images] kept the previous {image} ({old[:19]}): {done.stderr.strip().splitlines()[-1:]}")
+
+
 def podman_env(work: str) -> dict:
     """podman needs these two settings on these machines (crun's RLIMIT_NOFILE, cgroups)."""
     path = os.path.join(work, "containers.conf")
@@ -210,6 +230,7 @@ def build(
     for v in volumes:
         common += ["-v", v]
     # The base's dependency stage: the stage images build on it (cached unless pyproject.toml changes).
+    before = {deps: image_id("podman", deps, env)}
     _run(
         [
             "podman",
@@ -234,6 +255,7 @@ def build(
             report[stage] = {"image": image, "seconds": 0.0, "reused": True}
             continue
         log(f"[images] building {image} ({base_source} base)")
+        before[image] = image_id("podman", image, env)
         t0 = time.monotonic()
         cmd = [
             "podman",
@@ -253,6 +275,7 @@ def build(
         _run(cmd + [ROOT], f"building {image}", env=env, log_to=os.path.join(work, f"{stage}.log"))
         _scrub(image, ["/etc/pip.conf", *mounts], work, env)
         report[stage] = {"image": image, "seconds": round(time.monotonic() - t0, 1), "reused": False}
+    drop_superseded("podman", before, env, log)
     for entry in report.values():
         size = _run(["podman", "image", "inspect", "--format", "{{.Size}}", entry["image"]], "inspect", env=env)
         entry["bytes"] = int(size.strip() or 0)
@@ -310,10 +333,12 @@ def load_into_docker(stages: list[str] | None = None, work: str | None = None, l
     if not todo:
         return
     log(f"[images] loading {', '.join(todo)} into dockerd")
+    before = {image: image_id("docker", image) for image in todo}
     save = subprocess.Popen(["podman", "save", "--multi-image-archive", *todo], stdout=subprocess.PIPE, env=env)
     _run(["docker", "load", "-q"], "docker load", stdin=save.stdout)
     if save.wait() != 0:
         raise LlmopsError(f"podman save {' '.join(todo)} failed")
+    drop_superseded("docker", before, log=log)
 
 
 def check_runnable(stages: list[str] | None = None) -> None:
