@@ -116,6 +116,18 @@ async def _stream(request, t, upstream):
     return response
 
 
+async def _whole(t, upstream):
+    """The pieces gathered into one response, with the last event's reason and counts."""
+    from aiohttp import web
+
+    pieces, final = [], {}
+    async for event in _events(upstream):
+        pieces.append(str(event.get("text_output", "")))
+        if "finish_reason" in event:
+            final = event
+    return web.json_response(openai_api.response(t, "".join(pieces), final))
+
+
 OPEN_PATHS = frozenset({"/health", "/v2/health/ready"})  # probes ask without a key
 
 
@@ -246,14 +258,7 @@ def make_app(
             async with request.app["session"].post(generate, json={**t.inputs, "stream": True}) as upstream:
                 if upstream.status != 200:
                     raise _Upstream(upstream.status, _error_text(await upstream.read()))
-                if t.stream:
-                    return await _stream(request, t, upstream)
-                pieces, final = [], {}
-                async for event in _events(upstream):
-                    pieces.append(str(event.get("text_output", "")))
-                    if "finish_reason" in event:
-                        final = event
-                return web.json_response(openai_api.response(t, "".join(pieces), final))
+                return await (_stream(request, t, upstream) if t.stream else _whole(t, upstream))
         except _Upstream as exc:
             return _error(exc.api_error())
         except (aiohttp.ClientError, TimeoutError) as exc:
