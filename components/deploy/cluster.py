@@ -37,6 +37,7 @@ _LOCKED = {
     "capabilities": {"drop": ["ALL"]},
 }
 MODEL_ROOT_ANNOTATION = "kfp-llmops/model-root"
+VERIFIED_START = ("python3", "-m", "kfp_llmops.components.deploy.verified_start")
 LABELS = {"app.kubernetes.io/part-of": "kfp-llmops", "kfp-llmops/stage": "triton_canary_deploy"}
 
 
@@ -65,10 +66,13 @@ def render_inference_service(
             "protocolVersion": "v2",
             "runtime": "kserve-tritonserver",
             "storageUri": _storage(cfg, repository_root),
+            # The runtime's arguments (`tritonserver --model-store=/mnt/models ...`) run after
+            # this: the repository is re-hashed by the image's code before the server starts.
+            "command": list(VERIFIED_START),
             "args": ["--strict-model-config=true", "--model-control-mode=none"],
             "env": [
                 {"name": "LLMOPS_WATERMARK_KEY_FILE", "value": f"{KEY_MOUNT}/key"},
-                {"name": REPOSITORY_ROOT_ENV, "value": repository_root},  # the model verifies what it loads
+                {"name": REPOSITORY_ROOT_ENV, "value": repository_root},  # what is verified before it starts
             ],
             "resources": {"requests": dict(limits), "limits": limits},
             "volumeMounts": [{"name": "watermark-key", "mountPath": KEY_MOUNT, "readOnly": True}],

@@ -39,7 +39,8 @@ def _start_on(cpus: list[int] | None):
 class TritonServer:
     """`role` names it in logs and errors (stable, canary); `model`: the served model's
     name, whose OpenAI-compatible front end is started too (`limits`: its max_running and
-    max_waiting); `cpus`: the cores the server and its engine run on (all: None)."""
+    max_waiting); `cpus`: the cores the server and its engine run on (all: None);
+    `launcher`: a command the server's own runs after (the cluster's `verified_start`)."""
 
     def __init__(
         self,
@@ -51,9 +52,10 @@ class TritonServer:
         model: str | None = None,
         limits: tuple[int, int] = (16, 64),
         cpus: list[int] | None = None,
+        launcher: tuple[str, ...] = (),
     ):
         self.repository, self.work, self.role, self.host = repository, work, role, host
-        self.cpus = cpus
+        self.cpus, self.launcher = cpus, launcher
         self.extra_env = env or {}
         self.model, self.limits = model, limits
         self.proc: subprocess.Popen | None = None
@@ -86,6 +88,7 @@ class TritonServer:
         os.makedirs(self.work, exist_ok=True)
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3, self.host)
         cmd = [
+            *self.launcher,
             paths["server"],
             "--model-repository",
             os.path.abspath(self.repository),

@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -578,6 +579,7 @@ def test_nothing_unverified_is_served(released, tmp_path, capsys):
     from kfp_llmops.components.common import signing
     from kfp_llmops.components.common.errors import LlmopsError
     from kfp_llmops.components.common.records import served_dir
+    from kfp_llmops.components.deploy.cluster import render_inference_service
     from kfp_llmops.components.deploy.triton_local import REPOSITORY_ROOT_ENV, TritonServer
 
     pub = str(tmp_path / "pub.pem")
@@ -595,7 +597,23 @@ def test_nothing_unverified_is_served(released, tmp_path, capsys):
     open(model_py, "a").write("\n# changed after promotion\n")
     assert main(["deploy", "serve", "--state", state, "--key-file", released["key"]]) == 2
     assert "llm/1/model.py" in capsys.readouterr().err
+    # In the cluster the predictor's command verifies before Triton starts (the image's code,
+    # not the model.py it would have to trust): run as KServe composes it, the real server.
+    launcher = (
+        sys.executable,
+        *render_inference_service(_cfg(), root, None)["spec"]["predictor"]["model"]["command"][1:],
+    )
+    server = TritonServer(stable, str(tmp_path / "t"), "stable", env={REPOSITORY_ROOT_ENV: root}, launcher=launcher)
+    with pytest.raises(LlmopsError, match="exited"):
+        server.start().wait_ready(60)
+    assert "refusing to serve:" in server.log_tail() and "llm/1/model.py" in server.log_tail()
     open(model_py, "w").write(original)
+    server = TritonServer(stable, str(tmp_path / "v"), "stable", env={REPOSITORY_ROOT_ENV: root}, launcher=launcher)
+    try:
+        server.start().wait_ready(120)
+        assert f"verified {stable}" in server.log_tail(50)
+    finally:
+        server.stop()
     server = TritonServer(stable, str(tmp_path / "w"), "stable", env={REPOSITORY_ROOT_ENV: "0" * 64})
     try:
         with pytest.raises(

@@ -206,3 +206,55 @@ def test_the_signature_travels_and_lineage_rehashes_the_stored_copy(tmp_path):
     assert not link.ok and "model.safetensors: stored bytes differ" in link.detail
     assert _stored("nosuch://bucket/models/x", root).ok  # not reachable from here: not proof
     assert "not reachable" in _stored("nosuch://bucket/models/x", root).detail
+
+
+# KServe's kserve-tritonserver ClusterServingRuntime (config/runtimes/kserve-tritonserver.yaml):
+# no command, these arguments; KServe keeps the InferenceService's command and appends its args.
+KSERVE_TRITON_ARGS = ["tritonserver", "--model-store=/mnt/models", "--grpc-port=9000", "--http-port=8080"]
+
+
+def test_the_predictor_verifies_its_repository_before_the_server_starts(tmp_path):
+    """The predictor's command line as KServe composes it verifies the fetched repository
+    against the InferenceService's root, then becomes the server (same process, same
+    arguments); a changed file, a missing root or an unclear repository stops it first."""
+    import subprocess
+    import sys
+
+    from kfp_llmops.components.deploy.cluster import render_inference_service
+    from kfp_llmops.components.deploy.triton_local import REPOSITORY_ROOT_ENV
+    from kfp_llmops.components.deploy.verified_start import model_store
+
+    repo, root = _repo(tmp_path)
+    model = render_inference_service(DeployConfig(), root, None)["spec"]["predictor"]["model"]
+    argv = model["command"] + KSERVE_TRITON_ARGS + model["args"]
+    assert argv[:3] == ["python3", "-m", "kfp_llmops.components.deploy.verified_start"]
+    assert model_store(argv[3:]) == "/mnt/models"
+    env = {e["name"]: e["value"] for e in model["env"]}
+    assert env[REPOSITORY_ROOT_ENV] == root
+
+    # here: this Python for python3, the repository for /mnt/models, a server that says who it is
+    server = [sys.executable, "-c", "import os, sys; print('server', os.getpid(), sys.argv[1:])"]
+    here = [sys.executable, *argv[1:3], *server, f"--model-store={repo}", *model["args"]]
+
+    def run(root_env):
+        proc = subprocess.Popen(
+            here, env={**os.environ, REPOSITORY_ROOT_ENV: root_env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        out, err = proc.communicate(timeout=60)
+        return proc.pid, proc.returncode, out.decode(), err.decode()
+
+    pid, code, out, _ = run(root)
+    assert code == 0 and f"server {pid} ['--model-store={repo}', '--strict-model-config=true'" in out
+    with open(os.path.join(repo, "llm", "config.pbtxt"), "a") as handle:
+        handle.write("# changed in storage\n")
+    _, code, out, err = run(root)
+    assert code == 1 and "server" not in out and err.startswith("refusing to serve:") and "config.pbtxt" in err
+    _, code, out, err = run("")
+    assert code == 1 and "server" not in out and f"{REPOSITORY_ROOT_ENV} is not set" in err
+    for bad, message in (
+        (["t"], "name 0 model repositories"),
+        (["t", "--model-store=/a", "--model-repository", "/b"], "name 2 model repositories"),
+        (["t", "--model-store"], "no folder given"),
+    ):
+        with pytest.raises(InputError, match=message):
+            model_store(bad)
