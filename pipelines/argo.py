@@ -26,6 +26,8 @@ from kfp_llmops.components.common.k8s import DEFAULT_NAMESPACE, TASK_LABEL
 
 from . import params as P
 from .release import (
+    API_KEYS_MOUNT,
+    API_KEYS_SECRET,
     CHECKPOINT_MOUNT,
     FIXED_SIZE,
     KEY_MOUNT,
@@ -113,6 +115,7 @@ def _container(stage: str, image: str, names: list[str], declared: set[str], ext
         mounts.append({"name": "signing-key", "mountPath": SIGNING_MOUNT, "readOnly": True})
     if stage == "triton_canary_deploy":
         args += ["--param", "default_target=kserve"]
+        mounts.append({"name": "api-keys", "mountPath": API_KEYS_MOUNT, "readOnly": True})
     if stage == "train_zero3":
         args += ["--param", f"checkpoint_dir={CHECKPOINT_MOUNT}/{{{{workflow.name}}}}"]
         mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT})
@@ -186,6 +189,7 @@ def workflow_template(pipeline: str, name: str, namespace: str = DEFAULT_NAMESPA
         {"name": "release", "persistentVolumeClaim": {"claimName": _param("release_pvc")}},
         {"name": "watermark-key", "secret": {"secretName": KEY_SECRET}},
         {"name": "signing-key", "secret": {"secretName": SIGNING_SECRET}},
+        {"name": "api-keys", "secret": {"secretName": API_KEYS_SECRET}},
     ]
     if "checkpoint_pvc" in names:
         volumes.insert(1, {"name": "checkpoints", "persistentVolumeClaim": {"claimName": _param("checkpoint_pvc")}})

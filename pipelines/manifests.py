@@ -11,7 +11,13 @@ import yaml
 
 from kfp_llmops.components.common.k8s import DEFAULT_NAMESPACE, TASK_LABEL
 from kfp_llmops.components.deploy import DeployConfig
-from kfp_llmops.components.deploy.cluster import LABELS, render_httproute, render_inference_service
+from kfp_llmops.components.deploy.cluster import (
+    LABELS,
+    TRACK_LABEL,
+    render_gateway_doors,
+    render_httproute,
+    render_inference_service,
+)
 from kfp_llmops.components.training.config import MultiNodeSettings
 from kfp_llmops.components.training.trainjob import render_runtime, render_trainjob
 
@@ -155,10 +161,11 @@ def network_policies() -> list[dict]:
     workers from each other and KubeRay's submitter, a TrainJob's nodes from each other,
     the served model from the gateway, Knative, the front door and the pipeline's tasks on
     the ports KServe's Triton, Knative's queue-proxy and the gateway form's Triton really
-    listen on, and its metrics from Prometheus; the front door (the transformer) from the
-    gateway and Knative only. The served model's egress is DNS and HTTPS outside the
-    cluster's private ranges (the storage initializer's download); the front door's is
-    DNS and the way to the predictor, nothing else."""
+    listen on, and its metrics from Prometheus; the front door (the transformer, or the
+    gateway form's doors) from the gateway and Knative only. The served model's egress is
+    DNS and HTTPS outside the cluster's private ranges (the storage initializer's
+    download); the front door's is DNS and the way to the predictor (the gateway form's:
+    its side's Triton), nothing else."""
 
     def policy(name, selector, ingress, egress=None):
         spec = {
@@ -222,7 +229,8 @@ def network_policies() -> list[dict]:
             [{"from": namespaces("gateway-system") + knative, "ports": tcp(8080, 8012, 8013, 9090)}],
             # to the predictor: through Knative's activator (8012/8013) or the cluster-local gateway
             # (Kourier's or Istio's, 8081), or straight to its queue-proxy
-            [dns, {"to": knative + [{"podSelector": serving}], "ports": tcp(8012, 8013, 8081)}],
+            # (the gateway form's doors: to their side's Triton on 8000)
+            [dns, {"to": knative + [{"podSelector": serving}], "ports": tcp(8012, 8013, 8081, 8000)}],
         ),
     ]
 
@@ -237,7 +245,7 @@ def serving() -> dict[str, list[dict]]:
             "kind": "Service",
             "metadata": _meta(name, **LABELS),
             "spec": {
-                "selector": {"kfp-llmops/track": track},
+                "selector": {TRACK_LABEL: track},
                 "ports": [
                     {"name": "http", "port": 8000, "targetPort": 8000, "protocol": "TCP"},
                     {"name": "metrics", "port": 8002, "targetPort": 8002, "protocol": "TCP"},
@@ -252,6 +260,7 @@ def serving() -> dict[str, list[dict]]:
         "serving/kserve/inferenceservice.yaml": [kserve],
         "serving/gateway/httproute.yaml": [route],
         "serving/gateway/services.yaml": services,
+        "serving/gateway/front-doors.yaml": render_gateway_doors(gw_cfg),
     }
 
 
@@ -304,7 +313,7 @@ def tree() -> dict[str, list[dict]]:
         "network/kustomization.yaml": [_kustomization(["networkpolicies.yaml"])],
         "network/networkpolicies.yaml": network_policies(),
         "serving/kserve/kustomization.yaml": [_kustomization(["inferenceservice.yaml"])],
-        "serving/gateway/kustomization.yaml": [_kustomization(["httproute.yaml", "services.yaml"])],
+        "serving/gateway/kustomization.yaml": [_kustomization(["httproute.yaml", "services.yaml", "front-doors.yaml"])],
         "training/kustomization.yaml": [_kustomization(["trainjob.yaml"])],
         "training/trainjob.yaml": training(),
         "training/runtime/kustomization.yaml": [_kustomization(["runtime.yaml"])],

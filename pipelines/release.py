@@ -30,7 +30,9 @@ from kfp.dsl.pipeline_channel import PipelineChannel
 
 from kfp_llmops.components.common.k8s import TASK_LABEL
 from kfp_llmops.components.data_validation.component import validate_dataset
+from kfp_llmops.components.deploy.cluster import API_KEYS_MOUNT
 from kfp_llmops.components.deploy.component import triton_canary_deploy
+from kfp_llmops.components.deploy.config import Cluster
 from kfp_llmops.components.evaluation.component import evaluate_llm
 from kfp_llmops.components.release.component import file_note, fingerprint_dataset, pin_baseline, write_release_record
 from kfp_llmops.components.training.component import build_base_model, train_zero3
@@ -41,6 +43,7 @@ from . import params as P
 
 KEY_SECRET, KEY_MOUNT = "llmops-watermark-key", "/var/run/secrets/kfp-llmops/watermark"
 # model-signing and provenance keys: a Secret with `private.pem` and `public.pem`.
+API_KEYS_SECRET = Cluster().api_keys_secret
 SIGNING_SECRET, SIGNING_MOUNT = "llmops-signing-key", "/var/run/secrets/kfp-llmops/signing"
 # Object-storage credentials (DVC remote, model repository upload) as environment variables.
 STORAGE_SECRET = "llmops-storage"
@@ -123,7 +126,7 @@ class _Form:
         task.register_pipeline_channels([v for v in (cpu, memory) if isinstance(v, PipelineChannel)])
         return task
 
-    def task(self, task, name: str, key: bool = False, size=None, signing: bool = False):
+    def task(self, task, name: str, key: bool = False, size=None, signing: bool = False, api_keys: bool = False):
         task.set_display_name(name).set_caching_options(name in CACHED)
         if not self.enabled:
             return task
@@ -139,6 +142,8 @@ class _Form:
             kubernetes.use_secret_as_volume(task, secret_name=KEY_SECRET, mount_path=KEY_MOUNT)
         if signing:
             kubernetes.use_secret_as_volume(task, secret_name=SIGNING_SECRET, mount_path=SIGNING_MOUNT)
+        if api_keys:  # the deploy controller's own requests through the gateway form's front doors
+            kubernetes.use_secret_as_volume(task, secret_name=API_KEYS_SECRET, mount_path=API_KEYS_MOUNT)
         if name in STORAGE_TASKS:
             kubernetes.use_secret_as_env(task, secret_name=STORAGE_SECRET, secret_key_to_env=STORAGE_ENV)
         return task
@@ -206,6 +211,7 @@ def _tail(f: _Form, model, eval_set, pinned, model_root="", base_model=None, bas
                 "triton-canary-deploy",
                 key=True,
                 signing=True,
+                api_keys=True,
                 size=(f.p.get("deploy_cpu"), f.p.get("deploy_memory")),
             )
 

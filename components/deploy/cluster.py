@@ -36,6 +36,16 @@ _LOCKED = {
     "readOnlyRootFilesystem": True,
     "capabilities": {"drop": ["ALL"]},
 }
+_POD_LOCKED = {
+    "runAsNonRoot": True,
+    "runAsUser": 10001,
+    "runAsGroup": 10001,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+DOOR_PORT = 8080
+# Which side a gateway-form pod serves (stable, canary): Triton's pods by the first, the
+# front doors' by the second, so neither side's Service selects the other's pods.
+TRACK_LABEL, DOOR_LABEL = "kfp-llmops/track", "kfp-llmops/door"
 MODEL_ROOT_ANNOTATION = "kfp-llmops/model-root"
 VERIFIED_START = ("python3", "-m", "kfp_llmops.components.deploy.verified_start")
 LABELS = {"app.kubernetes.io/part-of": "kfp-llmops", "kfp-llmops/stage": "triton_canary_deploy"}
@@ -99,37 +109,106 @@ def render_inference_service(
     }
 
 
-def front_door(cfg: DeployConfig) -> dict:
-    """The InferenceService's transformer: the deploy image's OpenAI front end in front of
-    the predictor (KServe routes the service's traffic here and appends
-    `--predictor_host`), the only way in. Clients send a key from the mounted Secret; the
-    front door's own account has no token and no Role."""
+def _door_container(cfg: DeployConfig, name: str, upstream: list[str]) -> dict:
+    """The deploy image's OpenAI front end as a container: the OpenAI API and Triton's
+    answer endpoints on port 8080, model endpoints only for a key from the mounted Secret,
+    each key bounded; `upstream` names the Triton it relays to (none: KServe appends
+    `--predictor_host`)."""
     from kfp_llmops.components import images
 
-    c = cfg.cluster
     running, waiting = cfg.frontend_limits
+    return {
+        "name": name,
+        "image": images.DEPLOY,
+        "command": ["python", "-m", "kfp_llmops.components.deploy.openai_frontend"],
+        "args": [
+            *upstream,
+            *["--model_name", cfg.serving.model_name, "--http_port", str(DOOR_PORT), "--host", "0.0.0.0"],
+            *["--api-keys", f"{API_KEYS_MOUNT}/keys"],
+            *["--max-per-key", str(cfg.front_door.connections_per_client)],
+            *["--max-running", str(running), "--max-waiting", str(waiting)],
+        ],
+        "resources": {"requests": dict(FRONT_DOOR_RESOURCES), "limits": dict(FRONT_DOOR_RESOURCES)},
+        "volumeMounts": [{"name": "api-keys", "mountPath": API_KEYS_MOUNT, "readOnly": True}],
+        "securityContext": dict(_LOCKED),
+    }
+
+
+def _api_keys_volume(cfg: DeployConfig) -> dict:
+    return {"name": "api-keys", "secret": {"secretName": cfg.cluster.api_keys_secret}}
+
+
+def front_door(cfg: DeployConfig) -> dict:
+    """The InferenceService's transformer: the front door in front of the predictor (KServe
+    routes the service's traffic here and appends `--predictor_host`), the only way in. Its
+    own account has no token and no Role."""
+    c = cfg.cluster
     return {
         "serviceAccountName": c.service_account,
         "automountServiceAccountToken": False,
         "minReplicas": 1,
-        "containers": [
-            {
-                "name": "kserve-container",
-                "image": images.DEPLOY,
-                "command": ["python", "-m", "kfp_llmops.components.deploy.openai_frontend"],
-                "args": [
-                    *["--model_name", cfg.serving.model_name, "--http_port", "8080", "--host", "0.0.0.0"],
-                    *["--api-keys", f"{API_KEYS_MOUNT}/keys"],
-                    *["--max-per-key", str(cfg.front_door.connections_per_client)],
-                    *["--max-running", str(running), "--max-waiting", str(waiting)],
-                ],
-                "resources": {"requests": dict(FRONT_DOOR_RESOURCES), "limits": dict(FRONT_DOOR_RESOURCES)},
-                "volumeMounts": [{"name": "api-keys", "mountPath": API_KEYS_MOUNT, "readOnly": True}],
-                "securityContext": dict(_LOCKED),
-            }
-        ],
-        "volumes": [{"name": "api-keys", "secret": {"secretName": c.api_keys_secret}}],
+        "containers": [_door_container(cfg, "kserve-container", [])],
+        "volumes": [_api_keys_volume(cfg)],
     }
+
+
+# Said where the deploy image has no digest (none exists before `make push`): the digest is
+# set where the manifests are applied, by kustomize, from build/images/digests.json.
+UNPINNED = (  # checkov reads ID=reason: no other '=' in the reason
+    "CKV_K8S_43=no digest before the images are pushed; pin it where applied with "
+    "kustomize's images field (newName, digest from build/images/digests.json)"
+)
+
+
+def door_name(service: str) -> str:
+    """The gateway form's front door of one side's Service."""
+    return f"{service}-door"
+
+
+def render_gateway_doors(cfg: DeployConfig) -> list[dict]:
+    """The gateway form's front doors: one Deployment and Service per side, in front of that
+    side's Triton Service; the HTTPRoute's weights split between them. Their pods carry the
+    labels KServe gives a transformer (as the gateway form's Triton pods carry the
+    InferenceService's), so the same NetworkPolicies hold."""
+    c = cfg.cluster
+    docs = []
+    for service, track in ((c.stable_service, "stable"), (c.canary_service, "canary")):
+        pods = {"serving.kserve.io/inferenceservice": c.service_name, "component": "transformer", DOOR_LABEL: track}
+        upstream = ["--triton", f"http://{service}:{c.port}"]
+        container = _door_container(cfg, "front-door", upstream)
+        container["ports"] = [{"name": "http", "containerPort": DOOR_PORT, "protocol": "TCP"}]
+        container["imagePullPolicy"] = "Always"
+        # ready while its Triton is; alive while it listens (a Triton down is not its fault)
+        container["readinessProbe"] = {"httpGet": {"path": "/health", "port": DOOR_PORT}, "periodSeconds": 10}
+        container["livenessProbe"] = {"tcpSocket": {"port": DOOR_PORT}, "periodSeconds": 10}
+        meta = {"name": door_name(service), "labels": dict(LABELS)}
+        unpinned = {} if "@sha256:" in container["image"] else {"annotations": {"checkov.io/skip1": UNPINNED}}
+        docs.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {**meta, **unpinned},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": pods},
+                    "template": {
+                        "metadata": {"labels": {**LABELS, **pods}},
+                        "spec": {
+                            "serviceAccountName": c.service_account,
+                            "automountServiceAccountToken": False,
+                            "securityContext": dict(_POD_LOCKED),
+                            "containers": [container],
+                            "volumes": [_api_keys_volume(cfg)],
+                        },
+                    },
+                },
+            }
+        )
+        port = {"name": "http", "port": DOOR_PORT, "targetPort": DOOR_PORT, "protocol": "TCP"}
+        docs.append(
+            {"apiVersion": "v1", "kind": "Service", "metadata": dict(meta), "spec": {"selector": pods, "ports": [port]}}
+        )
+    return docs
 
 
 def predictor_url(cfg: DeployConfig) -> str:
@@ -141,12 +220,17 @@ def predictor_url(cfg: DeployConfig) -> str:
     return f"http://{c.service_name}-predictor.{namespace(c.namespace)}.svc.cluster.local"
 
 
+OPENAI_PATHS = ["/v1/chat/completions", "/v1/completions", "/v1/models"]
+
+
 def answer_paths(cfg: DeployConfig) -> list[str]:
     """What the route passes: server readiness and the served model's metadata, readiness
-    and generate endpoints. Everything else (Triton's model-repository, shared-memory,
-    statistics, trace and logging APIs) matches no rule, which the Gateway answers 404."""
+    and generate endpoints, and the OpenAI API where front doors answer it. Everything else
+    (Triton's model-repository, shared-memory, statistics, trace and logging APIs) matches
+    no rule, which the Gateway answers 404."""
     model = f"/v2/models/{cfg.serving.model_name}"
-    return ["/v2/health/ready", model, f"{model}/ready", f"{model}/generate", f"{model}/generate_stream"]
+    paths = ["/v2/health/ready", model, f"{model}/ready", f"{model}/generate", f"{model}/generate_stream"]
+    return paths + (OPENAI_PATHS if cfg.cluster.front_door else [])
 
 
 def render_httproute(cfg: DeployConfig, canary_percent: int, model_root: str | None = None) -> dict:
@@ -154,8 +238,12 @@ def render_httproute(cfg: DeployConfig, canary_percent: int, model_root: str | N
     kept as an annotation so the next release knows what it replaces. No rule lets a
     client pick a side: the controller smoke-tests the canary at its own Service."""
     c = cfg.cluster
-    canary = {"group": "", "kind": "Service", "name": c.canary_service, "port": c.port}
-    stable = {"group": "", "kind": "Service", "name": c.stable_service, "port": c.port}
+
+    def backend(service):  # with front doors, each side's door (which asks for the key)
+        name, port = (door_name(service), DOOR_PORT) if c.front_door else (service, c.port)
+        return {"group": "", "kind": "Service", "name": name, "port": port}
+
+    canary, stable = backend(c.canary_service), backend(c.stable_service)
     return {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",
@@ -389,6 +477,25 @@ class ClusterTarget:
         except (OSError, LlmopsError):
             return None
 
+    def _route_headers(self) -> dict:
+        """What the controller's requests through the gateway form's route carry: the Host it
+        routes on and, where front doors ask for a key, the first of `cluster.api_keys_file`
+        (by default the Secret's file as the compiled pipelines mount it)."""
+        c = self.cfg.cluster
+        if self.cfg.target != "gateway" or not c.front_door:
+            return dict(self.headers)
+        from .api_keys import read_keys
+
+        path = c.api_keys_file or f"{API_KEYS_MOUNT}/keys"
+        try:
+            key = read_keys(path)[0].decode()
+        except InputError as exc:
+            raise InputError(
+                f"{exc}: the gateway form's front doors ask the controller for a key too (mount the Secret "
+                f"{c.api_keys_secret} at {API_KEYS_MOUNT}, as the compiled pipelines do, or set cluster.api_keys_file)"
+            ) from None
+        return {**self.headers, "Authorization": f"Bearer {key}"}
+
     def load(self) -> LoadGenerator:
         from urllib.parse import urlsplit
 
@@ -403,7 +510,7 @@ class ClusterTarget:
             t.max_new_tokens,
             t.concurrency,
             t.timeout_s,
-            headers=self.headers,
+            headers=self._route_headers(),
             api="triton",
         )
 
@@ -414,7 +521,7 @@ class ClusterTarget:
         if self.cfg.target == "gateway" and not c.url:
             url = f"http://{c.canary_service}.{self.namespace}.svc.cluster.local:{c.port}"
             return smoke.run(url, self.cfg, watermark, tokenizer, {}, api="triton")
-        return smoke.run(self.url, self.cfg, watermark, tokenizer, dict(self.headers), api="triton")
+        return smoke.run(self.url, self.cfg, watermark, tokenizer, self._route_headers(), api="triton")
 
     def interfaces(self):
         """(stable metadata, stable config) from the live model over the Open Inference
@@ -423,15 +530,21 @@ class ClusterTarget:
             return None
         from . import repository
 
-        name = self.cfg.serving.model_name
+        name, c = self.cfg.serving.model_name, self.cfg.cluster
+        # the gateway form: stable's own Triton Service (a front door passes no model config)
+        url, headers = (
+            (f"http://{c.stable_service}.{self.namespace}.svc.cluster.local:{c.port}", {})
+            if self.cfg.target == "gateway"
+            else (self.url, self.headers)
+        )
         live = []
         for path in (f"/v2/models/{name}", f"/v2/models/{name}/config"):
-            req = urllib.request.Request(self.url + path, headers=self.headers)
+            req = urllib.request.Request(url + path, headers=headers)
             try:
                 with urllib.request.urlopen(req, timeout=10) as resp:
                     live.append(json.load(resp))
             except OSError as exc:
-                raise InputError(f"{self.url}{path}: the live model did not describe itself: {exc}") from None
+                raise InputError(f"{url}{path}: the live model did not describe itself: {exc}") from None
         return (*live, *repository.declared_interface(self.cfg))
 
     def rollback(self) -> dict:

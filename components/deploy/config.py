@@ -313,13 +313,19 @@ class Cluster(_Section):
     gpus: int = Field(0, ge=0)
     front_door: bool = Field(
         True,
-        description="Target kserve: the project's front end as the InferenceService's transformer, its only door: "
-        "the OpenAI API and Triton's answer endpoints, API keys from api_keys_secret. The controller's own "
-        "requests go to the predictor's address.",
+        description="The project's front end as the only door: the OpenAI API and Triton's answer endpoints, API "
+        "keys from api_keys_secret. kserve: the InferenceService's transformer (the controller's own requests go "
+        "to the predictor's address); gateway: a door Deployment per side (manifests/serving/gateway), the "
+        "HTTPRoute's backends.",
     )
     api_keys_secret: str = Field(
         "llmops-api-keys",
         description="Secret whose `keys` file holds the API keys clients send (Authorization: Bearer), one per line.",
+    )
+    api_keys_file: str = Field(
+        "",
+        description="Gateway form with front doors: the key file whose first key the controller's own requests "
+        "through the route carry; empty: api_keys_secret's file where the compiled pipelines mount it.",
     )
 
 

@@ -80,6 +80,7 @@ def test_argo_target_is_a_valid_standalone_workflowtemplate_of_the_same_dag():
     assert {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v} == {
         "llmops-watermark-key",
         "llmops-signing-key",
+        "llmops-api-keys",
     }
     assert not [p for p in spec["arguments"]["parameters"] if "key" in p["name"]]
     for t in ("verify-watermark", "triton-canary-deploy"):
@@ -93,7 +94,11 @@ def test_argo_target_is_a_valid_standalone_workflowtemplate_of_the_same_dag():
             t
         ]["container"]["volumeMounts"]
     for t in ("evaluate-llm", "validate-dataset"):
-        assert not [m for m in by_name[t]["container"]["volumeMounts"] if m["name"].endswith("-key")]
+        assert not [m for m in by_name[t]["container"]["volumeMounts"] if m["name"].endswith(("-key", "-keys"))]
+    keyed = [
+        t for t in by_name if "api-keys" in {m["name"] for m in by_name[t].get("container", {}).get("volumeMounts", [])}
+    ]
+    assert keyed == ["triton-canary-deploy"]
     bad = json.loads(json.dumps(doc))
     bad["spec"]["templates"][1]["container"]["volumeMounts"] = "work"
     with pytest.raises(jsonschema.ValidationError):
@@ -158,6 +163,11 @@ def test_cluster_form_mounts_secret_pvcs_and_requests_gpus():
     for task in ("exec-verify-watermark", "exec-triton-canary-deploy"):
         assert platform[task]["secretAsVolume"][0]["mountPath"] == "/var/run/secrets/kfp-llmops/watermark"
     assert "secretAsVolume" not in platform["exec-evaluate-llm"]  # the key only where it is used
+    api_keys = {
+        e: [v for v in p.get("secretAsVolume", []) if v["secretName"] == "llmops-api-keys"] for e, p in platform.items()
+    }
+    assert {e for e, v in api_keys.items() if v} == {"exec-triton-canary-deploy"}  # its own requests through doors
+    assert api_keys["exec-triton-canary-deploy"][0]["mountPath"] == "/var/run/secrets/kfp-llmops/api-keys"
     assert "AWS_ACCESS_KEY_ID" in json.dumps(platform["exec-validate-dataset"]["secretAsEnv"])
     assert "secretAsEnv" not in platform["exec-train-zero3"]
     resources = docs[0]["deploymentSpec"]["executors"]["exec-train-zero3"]["container"]["resources"]

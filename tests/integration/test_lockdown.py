@@ -348,22 +348,27 @@ def _as_kserve_starts_it(container: dict, isvc: str, namespace: str) -> list[str
 
 
 @contextlib.contextmanager
-def _cluster_door(tmp_path, cfg, keys: str):
-    """The InferenceService's transformer run here from its rendered command line as KServe
-    completes it, in front of one echo server for the predictor: (door, predictor, argv)."""
+def _cluster_door(tmp_path, cfg, keys: str, form: str = "kserve"):
+    """A cluster front door run here from its rendered command line (the InferenceService's
+    transformer as KServe completes it, or the gateway form's stable door as its Deployment
+    says), in front of one echo server for the Triton behind it: (door, predictor, argv)."""
     import subprocess
     import sys
 
-    from kfp_llmops.components.deploy.cluster import render_inference_service
+    from kfp_llmops.components.deploy.cluster import render_gateway_doors, render_inference_service
     from kfp_llmops.components.deploy.processes import free_ports, stop_group, wait_for_http
 
-    container = render_inference_service(cfg, "ab" * 32, 5)["spec"]["transformer"]["containers"][0]
-    argv = _as_kserve_starts_it(container, cfg.cluster.service_name, "team-a")
+    if form == "kserve":
+        container = render_inference_service(cfg, "ab" * 32, 5)["spec"]["transformer"]["containers"][0]
+        argv = _as_kserve_starts_it(container, cfg.cluster.service_name, "team-a")
+    else:
+        container = render_gateway_doors(cfg)[0]["spec"]["template"]["spec"]["containers"][0]
+        argv = container["command"] + container["args"]
     predictor = _upstream("predictor")
     (tmp_path / "keys").write_text(keys)
     port = free_ports(1, "127.0.0.1")[0]
     here = {"--predictor_host": f"127.0.0.1:{predictor.server_port}", "--http_port": str(port), "--host": "127.0.0.1"}
-    here["--api-keys"] = str(tmp_path / "keys")
+    here.update({"--api-keys": str(tmp_path / "keys"), "--triton": f"http://127.0.0.1:{predictor.server_port}"})
     args = [here.get(argv[i - 1], a) for i, a in enumerate(argv)]
     proc = subprocess.Popen([sys.executable, *args[1:]], start_new_session=True)
     try:
@@ -375,18 +380,22 @@ def _cluster_door(tmp_path, cfg, keys: str):
         predictor.shutdown()
 
 
-def test_the_clusters_front_door_passes_only_the_answer_endpoints_and_asks_for_a_key(tmp_path):
-    """The cluster's front door: Triton's answer endpoints and the OpenAI API answer only a
-    client with a key, the key never reaches the predictor, probes pass without one, and
-    nothing else of Triton's API exists at the door."""
+@pytest.mark.parametrize("form", ["kserve", "gateway"])
+def test_the_clusters_front_door_passes_only_the_answer_endpoints_and_asks_for_a_key(tmp_path, form):
+    """The cluster's front door (KServe's transformer; the gateway form's door of a side):
+    Triton's answer endpoints and the OpenAI API answer only a client with a key, the key
+    never reaches Triton, probes pass without one, and nothing else of Triton's API
+    exists at the door."""
     from kfp_llmops.components.deploy.cluster import API_KEYS_MOUNT
     from kfp_llmops.components.deploy.config import DeployConfig
     from kfp_llmops.components.deploy.openai_frontend import arguments
 
-    with _cluster_door(tmp_path, DeployConfig(), "sk-cluster-0123456789abcdef\n") as (door, predictor, argv):
+    cfg = DeployConfig.load(f"target: {form}\n")
+    with _cluster_door(tmp_path, cfg, "sk-cluster-0123456789abcdef\n", form) as (door, predictor, argv):
         assert argv[:3] == ["python", "-m", "kfp_llmops.components.deploy.openai_frontend"]
         parsed = arguments(argv[3:])
-        assert (parsed.triton, parsed.model, parsed.port) == ("http://llm-predictor.team-a", "llm", 8080)
+        upstream = "http://llm-predictor.team-a" if form == "kserve" else "http://llm-stable:8000"
+        assert (parsed.triton, parsed.model, parsed.port) == (upstream, "llm", 8080)
         assert parsed.host == "0.0.0.0"  # in its pod, behind Knative's queue-proxy
         assert parsed.api_keys == f"{API_KEYS_MOUNT}/keys" and parsed.max_per_key == 32
         bearer = {"Authorization": "Bearer sk-cluster-0123456789abcdef", "Content-Type": "application/json"}

@@ -258,3 +258,26 @@ def test_the_predictor_verifies_its_repository_before_the_server_starts(tmp_path
     ):
         with pytest.raises(InputError, match=message):
             model_store(bad)
+
+
+def test_the_gateway_forms_controller_sends_a_key_through_the_doors(tmp_path):
+    """With front doors in the gateway form, the controller's load and smoke tests through
+    the route carry the first key of the mounted Secret's file (or cluster.api_keys_file);
+    without one, a line that says what to mount. Its interface check reads stable's own
+    Triton Service: a door passes no model config."""
+    keys = tmp_path / "keys"
+    keys.write_text("# the controller's\nsk-controller-0123456789abcdef\nsk-other-0123456789abcdef\n")
+
+    def target(extra: str) -> ClusterTarget:
+        cfg = DeployConfig.load(f"target: gateway\ncluster: {{namespace: team-a, {extra}}}\n")
+        return ClusterTarget(cfg, api=RecordingApi(), log=lambda *_: None)
+
+    load = target(f"api_keys_file: '{keys}'").load()
+    assert load.headers == {"Host": "llm.example.com", "Authorization": "Bearer sk-controller-0123456789abcdef"}
+    assert target("front_door: false").load().headers == {"Host": "llm.example.com"}
+    with pytest.raises(InputError, match=r"mount the Secret llmops-api-keys at /var/run/secrets/kfp-llmops/api-keys"):
+        target(f"api_keys_file: '{tmp_path / 'missing'}'").load()
+    gateway = target(f"api_keys_file: '{keys}'")
+    gateway.stable = "cluster"
+    with pytest.raises(InputError, match=r"^http://llm-stable\.team-a\.svc\.cluster\.local:8000/v2/models/llm: "):
+        gateway.interfaces()
