@@ -608,10 +608,11 @@ def test_nothing_unverified_is_served(released, tmp_path, capsys):
         server.start().wait_ready(60)
     assert "refusing to serve:" in server.log_tail() and "llm/1/model.py" in server.log_tail()
     open(model_py, "w").write(original)
-    server = TritonServer(stable, str(tmp_path / "v"), "stable", env={REPOSITORY_ROOT_ENV: root}, launcher=launcher)
+    env = {REPOSITORY_ROOT_ENV: root, "LLMOPS_WATERMARK_KEY_FILE": os.path.abspath(released["key"])}
+    server = TritonServer(stable, str(tmp_path / "v"), "stable", env=env, launcher=launcher)
     try:
         server.start().wait_ready(120)
-        assert f"verified {stable}" in server.log_tail(50)
+        assert f"verified {os.path.abspath(stable)} " in open(server.log_path, encoding="utf-8").read()  # line 1
     finally:
         server.stop()
     server = TritonServer(stable, str(tmp_path / "w"), "stable", env={REPOSITORY_ROOT_ENV: "0" * 64})

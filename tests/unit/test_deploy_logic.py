@@ -264,6 +264,9 @@ def test_gateway_httproute_manifests_validate_against_the_crd_with_unknown_field
         "/v2/models/llm/ready",
         "/v2/models/llm/generate",
         "/v2/models/llm/generate_stream",
+        "/v1/chat/completions",  # the front doors answer the OpenAI API
+        "/v1/completions",
+        "/v1/models",
     ]
     bad = render_httproute(cfg, 25)
     bad["spec"]["rules"][0]["backendRefs"][0]["weight"] = -1
