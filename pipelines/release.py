@@ -42,8 +42,9 @@ from kfp_llmops.components.watermark.component import verify_watermark
 from . import params as P
 
 KEY_SECRET, KEY_MOUNT = "llmops-watermark-key", "/var/run/secrets/kfp-llmops/watermark"
-# model-signing and provenance keys: a Secret with `private.pem` and `public.pem`.
+# The served model's API keys (the deploy task's requests through the gateway form's doors).
 API_KEYS_SECRET = Cluster().api_keys_secret
+# model-signing and provenance keys: a Secret with `private.pem` and `public.pem`.
 SIGNING_SECRET, SIGNING_MOUNT = "llmops-signing-key", "/var/run/secrets/kfp-llmops/signing"
 # Object-storage credentials (DVC remote, model repository upload) as environment variables.
 STORAGE_SECRET = "llmops-storage"

@@ -36,12 +36,6 @@ _LOCKED = {
     "readOnlyRootFilesystem": True,
     "capabilities": {"drop": ["ALL"]},
 }
-_POD_LOCKED = {
-    "runAsNonRoot": True,
-    "runAsUser": 10001,
-    "runAsGroup": 10001,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
 DOOR_PORT = 8080
 # Which side a gateway-form pod serves (stable, canary): Triton's pods by the first, the
 # front doors' by the second, so neither side's Service selects the other's pods.
@@ -170,7 +164,15 @@ def render_gateway_doors(cfg: DeployConfig) -> list[dict]:
     side's Triton Service; the HTTPRoute's weights split between them. Their pods carry the
     labels KServe gives a transformer (as the gateway form's Triton pods carry the
     InferenceService's), so the same NetworkPolicies hold."""
+    from kfp_llmops.components import images
+
     c = cfg.cluster
+    pod_security = {
+        "runAsNonRoot": True,
+        "runAsUser": images.UID,  # the images' own user
+        "runAsGroup": images.UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     docs = []
     for service, track in ((c.stable_service, "stable"), (c.canary_service, "canary")):
         pods = {"serving.kserve.io/inferenceservice": c.service_name, "component": "transformer", DOOR_LABEL: track}
@@ -196,7 +198,7 @@ def render_gateway_doors(cfg: DeployConfig) -> list[dict]:
                         "spec": {
                             "serviceAccountName": c.service_account,
                             "automountServiceAccountToken": False,
-                            "securityContext": dict(_POD_LOCKED),
+                            "securityContext": dict(pod_security),
                             "containers": [container],
                             "volumes": [_api_keys_volume(cfg)],
                         },
