@@ -162,7 +162,7 @@ def network_policies() -> list[dict]:
     the served model from the gateway, Knative, the front door and the pipeline's tasks on
     the ports KServe's Triton, Knative's queue-proxy and the gateway form's Triton really
     listen on, and its metrics from Prometheus; the front door (the transformer, or the
-    gateway form's doors) from the gateway and Knative only. The served model's egress is
+    gateway form's doors) from the gateway, Knative and the pipeline's tasks only. The served model's egress is
     DNS and HTTPS outside the cluster's private ranges (the storage initializer's
     download); the front door's is DNS and the way to the predictor (the gateway form's:
     its side's Triton), nothing else."""
@@ -226,7 +226,8 @@ def network_policies() -> list[dict]:
         policy(
             "llmops-front-door",
             door,
-            [{"from": namespaces("gateway-system") + knative, "ports": tcp(8080, 8012, 8013, 9090)}],
+            # the pipeline's tasks too: the controller's smoke tests at the canary's own door
+            [{"from": namespaces("gateway-system") + knative + tasks, "ports": tcp(8080, 8012, 8013, 9090)}],
             # to the predictor: through Knative's activator (8012/8013) or the cluster-local gateway
             # (Kourier's or Istio's, 8081), or straight to its queue-proxy
             # (the gateway form's doors: to their side's Triton on 8000)

@@ -42,7 +42,7 @@ from kfp_llmops.components.watermark.component import verify_watermark
 from . import params as P
 
 KEY_SECRET, KEY_MOUNT = "llmops-watermark-key", "/var/run/secrets/kfp-llmops/watermark"
-# The served model's API keys (the deploy task's requests through the gateway form's doors).
+# The served model's API keys (the deploy task's smoke tests and load through the front doors).
 API_KEYS_SECRET = Cluster().api_keys_secret
 # model-signing and provenance keys: a Secret with `private.pem` and `public.pem`.
 SIGNING_SECRET, SIGNING_MOUNT = "llmops-signing-key", "/var/run/secrets/kfp-llmops/signing"

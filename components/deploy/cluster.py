@@ -215,9 +215,9 @@ def render_gateway_doors(cfg: DeployConfig) -> list[dict]:
 
 def predictor_url(cfg: DeployConfig) -> str:
     """The predictor's in-cluster address (KServe names its service `<name>-predictor`):
-    where the controller's smoke tests, load and interface checks go when the front door
-    holds the InferenceService's own address. The canary split happens here, between the
-    predictor's revisions."""
+    where the controller reads the live model's config when the front door holds the
+    InferenceService's own address (a door passes none), and where the door relays. The
+    canary split happens here, between the predictor's revisions."""
     c = cfg.cluster
     return f"http://{c.service_name}-predictor.{namespace(c.namespace)}.svc.cluster.local"
 
@@ -310,12 +310,13 @@ class ClusterTarget:
         self.cfg, self.log = cfg, log
         c = cfg.cluster
         self.namespace = namespace(c.namespace)
-        self.url = c.url or (
-            predictor_url(cfg)
-            if cfg.target == "kserve" and c.front_door
-            else f"http://{c.service_name}.{self.namespace}.svc.cluster.local"
-        )
+        # where clients are answered: through the front door (with one, in the OpenAI API)
+        self.url = c.url or f"http://{c.service_name}.{self.namespace}.svc.cluster.local"
+        # where Triton's own protocol answers (a front door passes no model config): the predictor
+        self.model_url = predictor_url(cfg) if cfg.target == "kserve" and c.front_door else self.url
+        self.api_kind = "openai" if c.front_door else "triton"
         self.headers = {"Host": c.hostname} if cfg.target == "gateway" else {}
+        self._door_key: str | None = None
         self.promql = PromQL(cfg.metrics.prometheus_url or CLUSTER_PROMETHEUS)
         self._api = api
         self.repository_root = ""
@@ -479,26 +480,32 @@ class ClusterTarget:
         except (OSError, LlmopsError):
             return None
 
-    def _route_headers(self) -> dict:
-        """What the controller's requests through the gateway form's route carry: the Host it
-        routes on and, where front doors ask for a key, the first of `cluster.api_keys_file`
-        (by default the Secret's file as the compiled pipelines mount it)."""
+    def _door_headers(self) -> dict:
+        """What the controller's own requests carry: the Host the gateway form's route
+        matches and, where front doors ask for a key, the first of `cluster.api_keys_file`
+        (by default the Secret's file as the compiled pipelines mount it), read once."""
         c = self.cfg.cluster
-        if self.cfg.target != "gateway" or not c.front_door:
+        if not c.front_door:
             return dict(self.headers)
-        from .api_keys import read_keys
+        if self._door_key is None:
+            from .api_keys import read_keys
 
-        path = c.api_keys_file or f"{API_KEYS_MOUNT}/keys"
-        try:
-            key = read_keys(path)[0].decode()
-        except InputError as exc:
-            raise InputError(
-                f"{exc}: the gateway form's front doors ask the controller for a key too (mount the Secret "
-                f"{c.api_keys_secret} at {API_KEYS_MOUNT}, as the compiled pipelines do, or set cluster.api_keys_file)"
-            ) from None
-        return {**self.headers, "Authorization": f"Bearer {key}"}
+            path = c.api_keys_file or f"{API_KEYS_MOUNT}/keys"
+            try:
+                self._door_key = read_keys(path)[0].decode()
+            except InputError as exc:
+                raise InputError(
+                    f"{exc}: the front doors ask the controller for a key too (mount the Secret "
+                    f"{c.api_keys_secret} at {API_KEYS_MOUNT}, as the compiled pipelines do, or set "
+                    "cluster.api_keys_file)"
+                ) from None
+        return {**self.headers, "Authorization": f"Bearer {self._door_key}"}
 
     def load(self) -> LoadGenerator:
+        """Clients' traffic as clients send it: through the front door in the OpenAI API
+        (the kserve form's transformer relays to the predictor, whose revisions Knative
+        splits; the gateway form's route splits between the doors), else Triton's generate
+        extension."""
         from urllib.parse import urlsplit
 
         u = urlsplit(self.url)
@@ -512,18 +519,21 @@ class ClusterTarget:
             t.max_new_tokens,
             t.concurrency,
             t.timeout_s,
-            headers=self._route_headers(),
-            api="triton",
+            headers=self._door_headers(),
+            api=self.api_kind,
         )
 
     def smoke(self, watermark=None, tokenizer=None) -> dict:
-        """Gateway target: at the canary's own Service (in the cluster; `cluster.url` set:
-        through the route, weighted). KServe: through the InferenceService, weighted."""
+        """Gateway target: at the canary's own door (or its Triton Service without doors),
+        in the cluster; with `cluster.url` set, through the route, weighted. KServe: through
+        the InferenceService, weighted."""
         c = self.cfg.cluster
         if self.cfg.target == "gateway" and not c.url:
-            url = f"http://{c.canary_service}.{self.namespace}.svc.cluster.local:{c.port}"
-            return smoke.run(url, self.cfg, watermark, tokenizer, {}, api="triton")
-        return smoke.run(self.url, self.cfg, watermark, tokenizer, self._route_headers(), api="triton")
+            side, port = (door_name(c.canary_service), DOOR_PORT) if c.front_door else (c.canary_service, c.port)
+            url = f"http://{side}.{self.namespace}.svc.cluster.local:{port}"
+            headers = {k: v for k, v in self._door_headers().items() if k != "Host"}  # no route: no Host
+            return smoke.run(url, self.cfg, watermark, tokenizer, headers, self.api_kind)
+        return smoke.run(self.url, self.cfg, watermark, tokenizer, self._door_headers(), api=self.api_kind)
 
     def interfaces(self):
         """(stable metadata, stable config) from the live model over the Open Inference
@@ -533,11 +543,11 @@ class ClusterTarget:
         from . import repository
 
         name, c = self.cfg.serving.model_name, self.cfg.cluster
-        # the gateway form: stable's own Triton Service (a front door passes no model config)
+        # the gateway form: stable's own Triton Service
         url, headers = (
             (f"http://{c.stable_service}.{self.namespace}.svc.cluster.local:{c.port}", {})
             if self.cfg.target == "gateway"
-            else (self.url, self.headers)
+            else (self.model_url, self.headers)
         )
         live = []
         for path in (f"/v2/models/{name}", f"/v2/models/{name}/config"):

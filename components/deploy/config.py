@@ -314,9 +314,10 @@ class Cluster(_Section):
     front_door: bool = Field(
         True,
         description="The project's front end as the only door: the OpenAI API and Triton's answer endpoints, API "
-        "keys from api_keys_secret. kserve: the InferenceService's transformer (the controller's own requests go "
-        "to the predictor's address); gateway: a door Deployment per side (manifests/serving/gateway), the "
-        "HTTPRoute's backends.",
+        "keys from api_keys_secret. kserve: the InferenceService's transformer; gateway: a door Deployment per "
+        "side (manifests/serving/gateway), the HTTPRoute's backends. The controller's smoke tests and load then "
+        "go through the doors in the OpenAI API, with the first key of api_keys_file; without: Triton's generate "
+        "extension.",
     )
     api_keys_secret: str = Field(
         "llmops-api-keys",
@@ -324,8 +325,8 @@ class Cluster(_Section):
     )
     api_keys_file: str = Field(
         "",
-        description="Gateway form with front doors: the key file whose first key the controller's own requests "
-        "through the route carry; empty: api_keys_secret's file where the compiled pipelines mount it.",
+        description="With front doors: the key file whose first key the controller's own requests through the "
+        "doors carry; empty: api_keys_secret's file where the compiled pipelines mount it.",
     )
 
 

@@ -85,9 +85,43 @@ class _Echo(BaseHTTPRequestHandler):
         pass
 
 
-def _upstream(name):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    server.name, server.seen, server.release = name, [], threading.Event()
+class _Triton(_Echo):
+    """A Triton stand-in for what the front door relays: the model's metadata and its
+    `generate_stream` events as Triton's generate extension sends them (pieces, then the
+    final reason and counts); it keeps every request's headers."""
+
+    def _answer(self):
+        self.server.headers_seen.append({k.lower(): v for k, v in self.headers.items()})
+        path = self.path
+        if path == "/v2/models/llm":
+            body = json.dumps(
+                {
+                    "name": "llm",
+                    "versions": ["2"],
+                    "inputs": [{"name": "text_input"}],
+                    "outputs": [{"name": "text_output"}],
+                }
+            ).encode()
+        elif path == "/v2/models/llm/generate_stream":
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.server.seen.append(path)
+            final = {"text_output": "", "finish_reason": "length", "prompt_tokens": 5, "completion_tokens": 2}
+            events = [{"text_output": "a lighthouse "}, {"text_output": "keeper"}, final]
+            body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+        else:
+            return super()._answer()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream" if path.endswith("_stream") else "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+
+def _upstream(name, handler=_Echo):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.name, server.seen, server.release, server.headers_seen = name, [], threading.Event(), []
     server.release.set()
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
@@ -348,7 +382,7 @@ def _as_kserve_starts_it(container: dict, isvc: str, namespace: str) -> list[str
 
 
 @contextlib.contextmanager
-def _cluster_door(tmp_path, cfg, keys: str, form: str = "kserve"):
+def _cluster_door(tmp_path, cfg, keys: str, form: str = "kserve", handler=_Echo):
     """A cluster front door run here from its rendered command line (the InferenceService's
     transformer as KServe completes it, or the gateway form's stable door as its Deployment
     says), in front of one echo server for the Triton behind it: (door, predictor, argv)."""
@@ -364,7 +398,7 @@ def _cluster_door(tmp_path, cfg, keys: str, form: str = "kserve"):
     else:
         container = render_gateway_doors(cfg)[0]["spec"]["template"]["spec"]["containers"][0]
         argv = container["command"] + container["args"]
-    predictor = _upstream("predictor")
+    predictor = _upstream("predictor", handler)
     (tmp_path / "keys").write_text(keys)
     port = free_ports(1, "127.0.0.1")[0]
     here = {"--predictor_host": f"127.0.0.1:{predictor.server_port}", "--http_port": str(port), "--host": "127.0.0.1"}
@@ -443,3 +477,31 @@ def test_the_clusters_front_door_bounds_each_key(tmp_path):
         predictor.release.set()
         assert [f.result()[0] for f in held] == [200, 200]
         assert _send(door, "GET", "/v2/models/llm", first)[0] == 200
+
+
+@pytest.mark.parametrize("form", ["kserve", "gateway"])
+def test_the_cluster_controllers_own_requests_go_through_the_door(tmp_path, form):
+    """The cluster canary's load and smoke tests speak what clients speak: the OpenAI API
+    at the front door (its rendered command line), with the first key of the controller's
+    key file; the door relays them to the predictor's generate_stream, the key never
+    reaches it. With a key the door does not know, every request is refused."""
+    from kfp_llmops.components.deploy.cluster import ClusterTarget
+    from kfp_llmops.components.deploy.config import DeployConfig
+
+    keys = "sk-controller-0123456789abcdef\nsk-client-0123456789abcdef\n"
+    cfg = DeployConfig.load(f"target: {form}\ncluster: {{api_keys_file: '{tmp_path / 'keys'}'}}\n")
+    with _cluster_door(tmp_path, cfg, keys, form, _Triton) as (door, predictor, _):
+        cfg.cluster.url = f"http://{door.host}:{door.port}"
+        target = ClusterTarget(cfg, api=object(), log=lambda *_: None)
+        samples = target.load().run(1.0)
+        assert samples and all(s.ok and s.status == 200 and s.pieces >= 2 for s in samples), samples[:3]
+        report = target.smoke()
+        assert report["passed"], report["checks"]
+        assert "openai_models" in {c["metric"] for c in report["checks"]}
+        relayed = [p for p in predictor.seen if p.endswith(("/generate", "/generate_stream"))]
+        assert relayed and set(relayed) == {"/v2/models/llm/generate_stream"}
+        assert not [h for h in predictor.headers_seen if "authorization" in h]
+        (tmp_path / "other").write_text("sk-unknown-0123456789abcdef\n")
+        cfg.cluster.api_keys_file = str(tmp_path / "other")
+        refused = ClusterTarget(cfg, api=object(), log=lambda *_: None).load().run(0.5)
+        assert refused and {s.status for s in refused} == {401}

@@ -106,6 +106,7 @@ def test_network_policies_match_the_pods_and_ports_that_exist():
     compiled = os.path.join(manifests.MANIFESTS_DIR, "..", "pipelines", "compiled")
     labels = yaml.safe_load(open(os.path.join(compiled, "argo", "release.yaml")))["spec"]["podMetadata"]["labels"]
     assert _lets_in(serving, labels) and not _lets_in(serving, {"app.kubernetes.io/part-of": "kfp-llmops"})
+    assert _lets_in(door, labels)  # the controller's smoke tests at the canary's own door
     kfp = open(os.path.join(compiled, "release.yaml")).read()
     assert kfp.count("kfp-llmops/pipeline-task: 'true'") >= 8  # every task's pod, in the KFP form too
     ports = {p["port"] for rule in serving["ingress"] for p in rule["ports"]}

@@ -177,10 +177,16 @@ def test_cluster_defaults_need_no_settings_beyond_the_namespace(tmp_path, monkey
     monkeypatch.setenv("LLMOPS_NAMESPACE", "team-b")
     monkeypatch.setattr("kfp_llmops.components.common.k8s.POD_NAMESPACE_FILE", str(tmp_path / "none"))
     target = ClusterTarget(DeployConfig.load("target: kserve\n"), api=RecordingApi())
-    # the front door holds the InferenceService's address: the controller asks the predictor
-    assert target.url == "http://llm-predictor.team-b.svc.cluster.local"
-    without = DeployConfig.load("target: kserve\ncluster: {front_door: false}\n")
-    assert ClusterTarget(without, api=RecordingApi()).url == "http://llm.team-b.svc.cluster.local"
+    # answers through the front door at the InferenceService's address, the config from the predictor
+    assert (target.url, target.model_url, target.api_kind) == (
+        "http://llm.team-b.svc.cluster.local",
+        "http://llm-predictor.team-b.svc.cluster.local",
+        "openai",
+    )
+    without = ClusterTarget(DeployConfig.load("target: kserve\ncluster: {front_door: false}\n"), api=RecordingApi())
+    assert (without.url, without.model_url, without.api_kind) == (("http://llm.team-b.svc.cluster.local",) * 2) + (
+        "triton",
+    )
     assert target.promql.url == "http://prometheus-operated.monitoring.svc:9090"
     (tmp_path / "ns").write_text("team-c\n")
     monkeypatch.setattr("kfp_llmops.components.common.k8s.POD_NAMESPACE_FILE", str(tmp_path / "ns"))
@@ -260,20 +266,24 @@ def test_the_predictor_verifies_its_repository_before_the_server_starts(tmp_path
             model_store(bad)
 
 
-def test_the_gateway_forms_controller_sends_a_key_through_the_doors(tmp_path):
-    """With front doors in the gateway form, the controller's load and smoke tests through
-    the route carry the first key of the mounted Secret's file (or cluster.api_keys_file);
-    without one, a line that says what to mount. Its interface check reads stable's own
-    Triton Service: a door passes no model config."""
+def test_the_controller_sends_a_key_through_the_doors(tmp_path):
+    """With front doors, the controller's load and smoke tests (through the gateway form's
+    route, or the kserve form's transformer) carry the first key of the mounted Secret's
+    file (or cluster.api_keys_file); without one, a line that says what to mount. Its
+    interface check reads stable's own Triton Service: a door passes no model config."""
     keys = tmp_path / "keys"
     keys.write_text("# the controller's\nsk-controller-0123456789abcdef\nsk-other-0123456789abcdef\n")
 
-    def target(extra: str) -> ClusterTarget:
-        cfg = DeployConfig.load(f"target: gateway\ncluster: {{namespace: team-a, {extra}}}\n")
+    def target(extra: str, form: str = "gateway") -> ClusterTarget:
+        cfg = DeployConfig.load(f"target: {form}\ncluster: {{namespace: team-a, {extra}}}\n")
         return ClusterTarget(cfg, api=RecordingApi(), log=lambda *_: None)
 
     load = target(f"api_keys_file: '{keys}'").load()
     assert load.headers == {"Host": "llm.example.com", "Authorization": "Bearer sk-controller-0123456789abcdef"}
+    kserve = target(f"api_keys_file: '{keys}'", "kserve").load()
+    assert kserve.headers == {"Authorization": "Bearer sk-controller-0123456789abcdef"}
+    assert kserve.build.__name__ == "request"  # the OpenAI API; without doors, the generate extension
+    assert target("front_door: false", "kserve").load().build.__name__ == "generate_body"
     assert target("front_door: false").load().headers == {"Host": "llm.example.com"}
     with pytest.raises(InputError, match=r"mount the Secret llmops-api-keys at /var/run/secrets/kfp-llmops/api-keys"):
         target(f"api_keys_file: '{tmp_path / 'missing'}'").load()
