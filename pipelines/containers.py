@@ -58,12 +58,25 @@ def _run(cmd: list[str], what: str, env: dict | None = None, stdin=None, log_to:
     return done.stdout
 
 
-def image_id(engine: str, image: str, env: dict | None = None) -> str | None:
-    """The ID `image` names in `engine` (podman or docker), None where it names none."""
+def inspect_image(engine: str, image: str, env: dict | None = None) -> tuple[str, dict] | None:
+    """(the ID `image` names in `engine`, podman or docker, and its labels), in one
+    inspect; None where it names none."""
     done = subprocess.run(
-        [engine, "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True, env=env
+        [engine, "image", "inspect", "--format", "{{.Id}} {{json .Config.Labels}}", image],
+        capture_output=True,
+        text=True,
+        env=env,
     )
-    return (done.stdout.strip() or None) if done.returncode == 0 else None
+    if done.returncode != 0 or not done.stdout.strip():
+        return None
+    ident, _, labels = done.stdout.strip().partition(" ")
+    return ident, json.loads(labels or "null") or {}
+
+
+def image_id(engine: str, image: str, env: dict | None = None) -> str | None:
+    """The ID `image` names in `engine`, None where it names none."""
+    found = inspect_image(engine, image, env)
+    return found[0] if found else None
 
 
 def drop_superseded(engine: str, before: dict[str, str | None], env: dict | None = None, log=print) -> None:
@@ -150,18 +163,6 @@ def _scrub(image: str, mounts: list[str], work: str, env: dict) -> None:
     _run(["podman", "build", "--pull=never", "-f", containerfile, "-t", image, work], f"scrubbing {image}", env=env)
 
 
-def image_labels(engine: list[str], image: str, env: dict | None = None) -> dict | None:
-    done = subprocess.run(
-        [*engine, "image", "inspect", "--format", "{{json .Config.Labels}}", image],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if done.returncode != 0:
-        return None
-    return json.loads(done.stdout.strip() or "null") or {}
-
-
 def registry_reachable(env: dict) -> bool:
     done = subprocess.run(
         ["podman", "pull", "--quiet", PINNED_PYTHON], capture_output=True, text=True, env=env, timeout=120
@@ -171,7 +172,7 @@ def registry_reachable(env: dict) -> bool:
 
 def debian_python_base(work: str, env: dict, log=print) -> str:
     """A Python 3.11 image from Debian bookworm's packages: /opt/venv first on PATH."""
-    if image_labels(["podman"], DEBIAN_PYTHON, env) is not None:
+    if inspect_image("podman", DEBIAN_PYTHON, env) is not None:
         return DEBIAN_PYTHON
     rootfs = tempfile.mkdtemp(prefix="rootfs-", dir=work)
     try:
@@ -250,12 +251,13 @@ def build(
     )
     for stage in stages or STAGES:
         image = images.image(stage, pinned=False)
-        labels = image_labels(["podman"], image, env)
-        if labels and labels.get(LABEL_SOURCE) == source and labels.get(LABEL_VERSION) == images.VERSION:
+        found = inspect_image("podman", image, env)
+        labels = found[1] if found else {}
+        if labels.get(LABEL_SOURCE) == source and labels.get(LABEL_VERSION) == images.VERSION:
             report[stage] = {"image": image, "seconds": 0.0, "reused": True}
             continue
         log(f"[images] building {image} ({base_source} base)")
-        before[image] = image_id("podman", image, env)
+        before[image] = found[0] if found else None
         t0 = time.monotonic()
         cmd = [
             "podman",
@@ -321,19 +323,19 @@ def load_into_docker(stages: list[str] | None = None, work: str | None = None, l
     once), skipping those dockerd already has from the same sources."""
     work = work or WORK
     env = podman_env(work)
-    todo = []
+    before: dict[str, str | None] = {}  # the images to load, and the ID each name has in dockerd now
     for stage in stages or STAGES:
         image = images.image(stage, pinned=False)
-        want = image_labels(["podman"], image, env)
+        want = inspect_image("podman", image, env)
         if want is None:
             raise LlmopsError(f"{image}: not built (run `make images`)")
-        have = image_labels(["docker"], image)
-        if not have or have.get(LABEL_SOURCE) != want.get(LABEL_SOURCE):
-            todo.append(image)
+        have = inspect_image("docker", image)
+        if not have or have[1].get(LABEL_SOURCE) != want[1].get(LABEL_SOURCE):
+            before[image] = have[0] if have else None
+    todo = list(before)
     if not todo:
         return
     log(f"[images] loading {', '.join(todo)} into dockerd")
-    before = {image: image_id("docker", image) for image in todo}
     save = subprocess.Popen(["podman", "save", "--multi-image-archive", *todo], stdout=subprocess.PIPE, env=env)
     _run(["docker", "load", "-q"], "docker load", stdin=save.stdout)
     if save.wait() != 0:
@@ -346,10 +348,11 @@ def check_runnable(stages: list[str] | None = None) -> None:
     source = source_digest()
     for stage in stages or STAGES:
         image = images.image(stage, pinned=False)
-        labels = image_labels(["docker"], image)
+        found = inspect_image("docker", image)
         fix = "run `make images`"
-        if labels is None:
+        if found is None:
             raise InputError(f"{image}: no such image in dockerd ({fix})")
+        labels = found[1]
         if labels.get(LABEL_VERSION) != images.VERSION:
             raise InputError(
                 f"{image}: built from package version {labels.get(LABEL_VERSION)}, this is {images.VERSION} ({fix})"

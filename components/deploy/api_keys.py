@@ -60,6 +60,11 @@ def read_keys(path: str) -> list[bytes]:
     return keys
 
 
+def controller_key(path: str) -> str:
+    """The key the controller's own requests carry: the file's first."""
+    return read_keys(path)[0].decode()
+
+
 def make_key_file(path: str) -> bool:
     """A new random key in `path` (0600) unless the file exists; True when one was made."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -182,7 +187,7 @@ class KeyChecker:
     def __init__(self, keys_file: str, work: str):
         # a bad file stops the server from starting, naming the line; the first key is the
         # one the controller's own requests carry
-        self.first_key = read_keys(keys_file)[0].decode()
+        self.first_key = controller_key(keys_file)
         self.keys_file, self.work = os.path.abspath(keys_file), work
         self.port = 0
         self.proc: subprocess.Popen | None = None

@@ -488,11 +488,11 @@ class ClusterTarget:
         if not c.front_door:
             return dict(self.headers)
         if self._door_key is None:
-            from .api_keys import read_keys
+            from .api_keys import controller_key
 
             path = c.api_keys_file or f"{API_KEYS_MOUNT}/keys"
             try:
-                self._door_key = read_keys(path)[0].decode()
+                self._door_key = controller_key(path)
             except InputError as exc:
                 raise InputError(
                     f"{exc}: the front doors ask the controller for a key too (mount the Secret "
