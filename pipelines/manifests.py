@@ -162,10 +162,10 @@ def network_policies() -> list[dict]:
     the served model from the gateway, Knative, the front door and the pipeline's tasks on
     the ports KServe's Triton, Knative's queue-proxy and the gateway form's Triton really
     listen on, and its metrics from Prometheus; the front door (the transformer, or the
-    gateway form's doors) from the gateway, Knative and the pipeline's tasks only. The served model's egress is
-    DNS and HTTPS outside the cluster's private ranges (the storage initializer's
-    download); the front door's is DNS and the way to the predictor (the gateway form's:
-    its side's Triton), nothing else."""
+    gateway form's doors) from the gateway, Knative and the pipeline's tasks only. The
+    served model's egress is DNS and HTTPS outside the cluster's private ranges (the
+    storage initializer's download); the front door's is DNS and the way to the predictor
+    (the gateway form's: its side's Triton), nothing else."""
 
     def policy(name, selector, ingress, egress=None):
         spec = {

@@ -312,8 +312,12 @@ class ClusterTarget:
         self.namespace = namespace(c.namespace)
         # where clients are answered: through the front door (with one, in the OpenAI API)
         self.url = c.url or f"http://{c.service_name}.{self.namespace}.svc.cluster.local"
-        # where Triton's own protocol answers (a front door passes no model config): the predictor
-        self.model_url = predictor_url(cfg) if cfg.target == "kserve" and c.front_door else self.url
+        # where the live model's own Triton protocol answers (its config, which no door passes):
+        # the gateway form's stable Service, the kserve form's predictor behind a front door
+        if cfg.target == "gateway":
+            self.model_url = f"http://{c.stable_service}.{self.namespace}.svc.cluster.local:{c.port}"
+        else:
+            self.model_url = predictor_url(cfg) if c.front_door else self.url
         self.api_kind = "openai" if c.front_door else "triton"
         self.headers = {"Host": c.hostname} if cfg.target == "gateway" else {}
         self._door_key: str | None = None
@@ -480,13 +484,13 @@ class ClusterTarget:
         except (OSError, LlmopsError):
             return None
 
-    def _door_headers(self) -> dict:
-        """What the controller's own requests carry: the Host the gateway form's route
-        matches and, where front doors ask for a key, the first of `cluster.api_keys_file`
-        (by default the Secret's file as the compiled pipelines mount it), read once."""
+    def _key_header(self) -> dict:
+        """Where front doors ask for a key, the Authorization the controller's own requests
+        carry: the first key of `cluster.api_keys_file` (by default the Secret's file as the
+        compiled pipelines mount it), read once; else nothing."""
         c = self.cfg.cluster
         if not c.front_door:
-            return dict(self.headers)
+            return {}
         if self._door_key is None:
             from .api_keys import controller_key
 
@@ -499,7 +503,11 @@ class ClusterTarget:
                     f"{c.api_keys_secret} at {API_KEYS_MOUNT}, as the compiled pipelines do, or set "
                     "cluster.api_keys_file)"
                 ) from None
-        return {**self.headers, "Authorization": f"Bearer {self._door_key}"}
+        return {"Authorization": f"Bearer {self._door_key}"}
+
+    def _route_headers(self) -> dict:
+        """What requests to `self.url` carry: the Host the gateway form's route matches, and the key."""
+        return {**self.headers, **self._key_header()}
 
     def load(self) -> LoadGenerator:
         """Clients' traffic as clients send it: through the front door in the OpenAI API
@@ -519,7 +527,7 @@ class ClusterTarget:
             t.max_new_tokens,
             t.concurrency,
             t.timeout_s,
-            headers=self._door_headers(),
+            headers=self._route_headers(),
             api=self.api_kind,
         )
 
@@ -531,9 +539,8 @@ class ClusterTarget:
         if self.cfg.target == "gateway" and not c.url:
             side, port = (door_name(c.canary_service), DOOR_PORT) if c.front_door else (c.canary_service, c.port)
             url = f"http://{side}.{self.namespace}.svc.cluster.local:{port}"
-            headers = {k: v for k, v in self._door_headers().items() if k != "Host"}  # no route: no Host
-            return smoke.run(url, self.cfg, watermark, tokenizer, headers, self.api_kind)
-        return smoke.run(self.url, self.cfg, watermark, tokenizer, self._door_headers(), api=self.api_kind)
+            return smoke.run(url, self.cfg, watermark, tokenizer, self._key_header(), self.api_kind)
+        return smoke.run(self.url, self.cfg, watermark, tokenizer, self._route_headers(), api=self.api_kind)
 
     def interfaces(self):
         """(stable metadata, stable config) from the live model over the Open Inference
@@ -542,16 +549,10 @@ class ClusterTarget:
             return None
         from . import repository
 
-        name, c = self.cfg.serving.model_name, self.cfg.cluster
-        # the gateway form: stable's own Triton Service
-        url, headers = (
-            (f"http://{c.stable_service}.{self.namespace}.svc.cluster.local:{c.port}", {})
-            if self.cfg.target == "gateway"
-            else (self.model_url, self.headers)
-        )
+        name, url = self.cfg.serving.model_name, self.model_url
         live = []
         for path in (f"/v2/models/{name}", f"/v2/models/{name}/config"):
-            req = urllib.request.Request(url + path, headers=headers)
+            req = urllib.request.Request(url + path)
             try:
                 with urllib.request.urlopen(req, timeout=10) as resp:
                     live.append(json.load(resp))
