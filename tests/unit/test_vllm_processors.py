@@ -72,6 +72,7 @@ def test_without_a_watermark_the_logits_are_untouched():
     assert torch.equal(proc.apply(logits.clone()), logits)
 
 
+@pytest.mark.alone
 def test_the_drill_sleeps_once_a_step_longer_when_a_first_token_is_chosen():
     proc = DrillProcessor(
         _Config({"drill": {"first_token_latency_ms": 80, "token_latency_ms": 20}}), torch.device("cpu"), False
