@@ -11,3 +11,16 @@ os.environ.setdefault(
     "LLMOPS_CACHE",
     os.path.join(tempfile.gettempdir(), f"llmops-cache-{_RUN}") if _RUN else tempfile.mkdtemp(prefix="llmops-cache-"),
 )
+
+# The longest test files first (about 8, 6, 6 and 3 minutes under `make test`'s two
+# workers): pytest-xdist hands out whole files in collection order, so none of them is
+# left to start while the other worker has run out of work.
+LONGEST = ("test_kfp_local.py", "test_byo_model.py", "test_training.py", "test_evaluation.py")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = os.path.basename(str(item.path))
+        return LONGEST.index(name) if name in LONGEST else len(LONGEST)
+
+    items.sort(key=rank)
