@@ -91,10 +91,10 @@ test: $(NATIVE) $(ENGINES)
 	$(BIN)/llmops compile --check
 	rm -rf $(TEST_CACHE) && mkdir -p $(TEST_CACHE)
 	$(BIN)/llmops images build --base-source $(BASE_SOURCE) > build/images.log 2>&1 & images=$$!; \
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not alone" --ignore=tests/containers --durations=30 tests; \
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" --ignore=tests/containers --durations=30 tests; \
 	tests=$$?; wait $$images || { tail -5 build/images.log; echo "make images failed (build/images.log)"; exit 1; }; \
 	tail -1 build/images.log; exit $$tests
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not alone" --durations=10 tests/containers
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" --durations=10 tests/containers
 	$(PYTEST) -m alone --durations=20 tests
 
 # Byte-compiled first, as an installed package (and the images) run: a process that

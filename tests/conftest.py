@@ -13,7 +13,8 @@ os.environ.setdefault(
 )
 
 # The longest test files first (about 8, 6, 6 and 3 minutes under `make test`'s two
-# workers): pytest-xdist hands out whole files in collection order, so none of them is
+# workers): pytest-xdist hands out whole files in collection order (`make test` passes
+# --no-loadscope-reorder: not the files with the most tests first), so none of them is
 # left to start while the other worker has run out of work.
 LONGEST = ("test_kfp_local.py", "test_byo_model.py", "test_training.py", "test_evaluation.py")
 
