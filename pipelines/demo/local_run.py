@@ -290,8 +290,10 @@ TASK = {s.name: s.task for s in records.STAGES}
 
 
 def collect_stages(pipeline_root: str) -> list[dict]:
-    """One summary row per stage that ran, from the executor outputs kfp.local wrote."""
-    runs = sorted(d for d in os.listdir(pipeline_root) if d != HOST_DIR)
+    """One summary row per stage of the latest run in `pipeline_root` (whichever pipeline
+    it ran), from the executor outputs kfp.local wrote."""
+    # kfp.local names a run `<pipeline>-<%Y-%m-%d-%H-%M-%S-%f>`: the stamp orders the runs.
+    runs = sorted((d for d in os.listdir(pipeline_root) if d != HOST_DIR), key=lambda d: d[-26:])
     run_dir = os.path.join(pipeline_root, runs[-1])
     outputs = {stage: _task_outputs(run_dir, task) for stage, task in TASK.items()}
     stages = []

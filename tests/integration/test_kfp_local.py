@@ -82,62 +82,23 @@ def test_release_pipeline_runs_through_kfp_local(tmp_path, capfd):
     _signed_and_attested(summary, tmp_path)
     _lineage_is_proven_then_refuted_at_the_broken_link(summary["release_record"], tmp_path)
     _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_path)
-    _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path)
-    _the_next_release_compares_with_the_promoted_one(summary, tmp_path, capfd)
+    _continued_training_is_judged_against_the_promoted_release(summary, train, tmp_path)
+    _altered_baseline_stats_are_refused(tmp_path, capfd)
 
 
-def _the_next_release_compares_with_the_promoted_one(first, tmp_path, capfd):
-    """A second run in the same folder finds the first run's promoted release: drift is
-    measured against its data and the blessing's change thresholds against its metrics.
-    Then its data stats are altered, and the third run's validation refuses them."""
-    record = json.load(open(first["release_record"]))
-    pointer = json.load(open(tmp_path / "run" / "releases" / "promoted.json"))
-    assert pointer["record"] == first["release_record"] and record["decision"] == "promoted"
-    assert record["stages"]["evaluate_llm"]["metrics"]["exact_match"] >= 0
-    second = run_local(
-        str(tmp_path / "run"),
-        rows=800,
-        train_config=TRAIN,
-        base_model_size="tiny",
-        eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
-        deploy_config=CANARY,
-    )
-    validate, _, evaluate, *_ = second["stages"]
-    assert "PSI length 0.000" in validate["detail"], validate["detail"]  # same data: no drift
-    blessing = json.load(open(evaluate["outputs"]["blessing"]))
-    changes = [c for c in blessing["checks"] if c["kind"] == "change"]
-    assert changes and all(c["verdict"] == "pass" and c["baseline"] is not None for c in changes), changes
-    assert os.path.basename(os.path.dirname(first["release_record"])) in blessing["baseline_note"]
-    # The promoted model answered the same prompts and the judge compared each pair.
-    (win,) = [c for c in blessing["checks"] if c["metric"] == "win_rate"]
-    assert win["kind"] == "win rate" and win["verdict"] == "pass" and 0 <= win["value"] <= 1, win
-    counts = [int(n.split()[0]) for n in win["reason"].split(", ")]
-    assert (
-        sum(counts) == 200
-        and "win rate" in evaluate["detail"]
-        and "Against promoted release" in open(evaluate["outputs"]["report"]).read()
-    )
-    assert "Compared with baseline: promoted release" in open(validate["outputs"]["report"]).read()
-    # Whichever release is promoted now (the second, if its canary passed) is the baseline.
-    promoted = json.load(open(json.load(open(tmp_path / "run" / "releases" / "promoted.json"))["record"]))
-    with open(promoted["stages"]["validate_dataset"]["outputs"]["stats"]["path"], "a") as handle:
-        handle.write(" ")
-    capfd.readouterr()
-    with pytest.raises(Exception, match="FAILURE"):
-        run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny")
-    out = capfd.readouterr()
-    assert "baseline data stats" in out.out + out.err and "do not verify" in out.out + out.err
-    said = [line for line in (out.out + out.err).splitlines() if "do not verify" in line]
-    assert said[0].lstrip().startswith("error: ") and "Traceback" not in out.out + out.err, said  # one line
-    third = json.load(open(sorted(glob.glob(str(tmp_path / "run" / "releases" / "run-*" / "record.json")))[-1]))
-    assert third["status"] == "FAILED" and "validate_dataset" not in third["stages"]
-
-
-def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
-    from kfp_llmops.pipelines.demo.local_run import DEMO_DETECTION
+def _continued_training_is_judged_against_the_promoted_release(first, train, tmp_path):
+    """Training continues from the first release's verified checkpoint on the same data,
+    with the promoted release (the first) as its baseline: drift is measured against its
+    data, the blessing's change thresholds and win rate against its model, and the canary
+    runs over run/serving, whose stable (evaluate-deploy's v2) serves that same model."""
+    from kfp_llmops.pipelines.demo.local_run import DEMO_DETECTION, collect_stages
     from kfp_llmops.pipelines.release import LOCAL_PIPELINES
 
     run = tmp_path / "run"
+    record = json.load(open(first["release_record"]))
+    pointer = json.load(open(run / "releases" / "promoted.json"))
+    assert pointer["record"] == first["release_record"] and record["decision"] == "promoted"
+    assert record["stages"]["evaluate_llm"]["metrics"]["exact_match"] >= 0
     LOCAL_PIPELINES["continue-training"](
         dataset_uri=str(run / "data" / "train.jsonl"),
         eval_dataset_uri=str(run / "data" / "eval.jsonl"),
@@ -150,18 +111,50 @@ def _continue_training_resumes_from_the_verified_checkpoint(train, tmp_path):
         watermark_config=DEMO_DETECTION,
         watermark_key_file=str(run / "watermark.key"),
         deploy_config=CANARY,
-        serving_state_dir=str(tmp_path / "serving3"),
+        serving_state_dir=str(run / "serving"),
         release_dir=str(tmp_path / "release3"),
-        baseline_release="none",
-    )  # (release2's promotion beside it would be the baseline)
-    # Its own serving folder: run/serving stays what run/releases/promoted.json says it is.
-    record = json.load(open(tmp_path / "release3" / "record.json"))
-    trained = record["stages"]["train_zero3"]
+        baseline_release=str(run / "releases" / "promoted.json"),
+    )
+    continued = json.load(open(tmp_path / "release3" / "record.json"))
+    trained = continued["stages"]["train_zero3"]
     assert trained["outputs"]["checkpoints"]["tag"] == "step-00000009"  # resumed at 6, ran to 9
     ckpt = trained["outputs"]["checkpoints"]["path"]
     _, stated = integrity.load_checkpoint(os.path.join(ckpt, "step-00000009"))
     assert stated["meta"]["previous_root"] == train["checkpoint_root"]  # the hash chain continues
-    assert record["stages"]["triton_canary_deploy"]["result"] in ("promoted", "rolled_back")
+    validate, _, evaluate, *_ = collect_stages(str(run / "pipeline_root"))  # this run's: the latest
+    assert "PSI length 0.000" in validate["detail"], validate["detail"]  # same data: no drift
+    assert "Compared with baseline: promoted release" in open(validate["outputs"]["report"]).read()
+    blessing = json.load(open(evaluate["outputs"]["blessing"]))
+    changes = [c for c in blessing["checks"] if c["kind"] == "change"]
+    assert changes and all(c["verdict"] == "pass" and c["baseline"] is not None for c in changes), changes
+    assert os.path.basename(os.path.dirname(first["release_record"])) in blessing["baseline_note"]
+    # The promoted model answered the same prompts and the judge compared each pair.
+    (win,) = [c for c in blessing["checks"] if c["metric"] == "win_rate"]
+    assert win["kind"] == "win rate" and 0 <= win["value"] <= 1, win
+    counts = [int(n.split()[0]) for n in win["reason"].split(", ")]
+    assert (
+        sum(counts) == 200
+        and "win rate" in evaluate["detail"]
+        and "Against promoted release" in open(evaluate["outputs"]["report"]).read()
+    )
+    assert continued["stages"]["triton_canary_deploy"]["result"] in ("promoted", "rolled_back")
+
+
+def _altered_baseline_stats_are_refused(tmp_path, capfd):
+    """The promoted release's data stats altered on disk: the next run refuses them in one
+    line before validation runs."""
+    promoted = json.load(open(json.load(open(tmp_path / "run" / "releases" / "promoted.json"))["record"]))
+    with open(promoted["stages"]["validate_dataset"]["outputs"]["stats"]["path"], "a") as handle:
+        handle.write(" ")
+    capfd.readouterr()
+    with pytest.raises(Exception, match="FAILURE"):
+        run_local(str(tmp_path / "run"), rows=800, train_config=TRAIN, base_model_size="tiny")
+    out = capfd.readouterr()
+    assert "baseline data stats" in out.out + out.err and "do not verify" in out.out + out.err
+    said = [line for line in (out.out + out.err).splitlines() if "do not verify" in line]
+    assert said[0].lstrip().startswith("error: ") and "Traceback" not in out.out + out.err, said  # one line
+    third = json.load(open(sorted(glob.glob(str(tmp_path / "run" / "releases" / "run-*" / "record.json")))[-1]))
+    assert third["status"] == "FAILED" and "validate_dataset" not in third["stages"]
 
 
 def _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_path):
