@@ -80,22 +80,24 @@ demo-containers: images
 	$(BIN)/llmops run --containers --out runs/demo-containers
 	$(BIN)/llmops lineage verify $$($(BIN)/python -c 'import json; print(json.load(open("runs/demo-containers/summary.json"))["release_record"])')
 
-# The stage images build (`make images`, its log in build/) while the tests that do not run
-# them run beside it; then the image tests, then the tests marked `alone`. One Detoxify
+# The stage images build (`make images`, its log in build/) while the tests run on the
+# workers; the image tests are handed out last and wait for the build's exit status
+# (tests/containers/conftest.py). Then the tests marked `alone`, one at a time. One Detoxify
 # checkpoint is built afresh per run and shared by the workers (LLMOPS_CACHE).
 TEST_CACHE := $(CURDIR)/build/test-cache
+IMAGES_STATUS := $(CURDIR)/build/images.status
 PYTEST := LLMOPS_CACHE=$(TEST_CACHE) $(PY) -m pytest -q
 BESIDE := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone"
 test: $(NATIVE) $(ENGINES)
 	$(BIN)/ruff check components pipelines tests images
 	$(BIN)/ruff format --check components pipelines tests images
 	$(BIN)/llmops compile --check
-	rm -rf $(TEST_CACHE) && mkdir -p $(TEST_CACHE)
-	$(BUILD_IMAGES) > build/images.log 2>&1 & images=$$!; \
-	$(PYTEST) $(BESIDE) --ignore=tests/containers --durations=30 tests; \
-	tests=$$?; wait $$images || { tail -5 build/images.log; echo "make images failed (build/images.log)"; exit 1; }; \
+	rm -rf $(TEST_CACHE) $(IMAGES_STATUS) && mkdir -p $(TEST_CACHE)
+	{ $(BUILD_IMAGES) > build/images.log 2>&1; echo $$? > $(IMAGES_STATUS).part; mv $(IMAGES_STATUS).part $(IMAGES_STATUS); } & \
+	images=$$!; LLMOPS_IMAGES_STATUS=$(IMAGES_STATUS) $(PYTEST) $(BESIDE) --durations=30 tests; \
+	tests=$$?; wait $$images; if [ "$$(cat $(IMAGES_STATUS))" != 0 ]; then \
+	tail -5 build/images.log; echo "make images failed (build/images.log)"; exit 1; fi; \
 	tail -1 build/images.log; exit $$tests
-	$(PYTEST) $(BESIDE) --durations=10 tests/containers
 	$(PYTEST) -m alone --durations=20 tests
 
 # Byte-compiled first, as an installed package (and the images) run: a process that
