@@ -41,6 +41,25 @@ def runnable():
     containers.check_runnable()
 
 
+def test_the_torch_images_share_one_torch_layer():
+    """train, eval and deploy install torch with the same first instruction on the same
+    base: one layer of about 0.8 GB in all three (in dockerd, after the load), not three."""
+    layers = {
+        stage: json.loads(
+            _docker("image", "inspect", "--format", "{{json .RootFS.Layers}}", images.image(stage, pinned=False)).stdout
+        )
+        for stage in ("base", "train", "eval", "deploy")
+    }
+    shared = [x for x in layers["train"] if x in layers["eval"] and x in layers["deploy"] and x not in layers["base"]]
+    assert len(shared) == 1, shared
+    for stage in ("train", "eval", "deploy"):
+        history = _docker(
+            "history", "--no-trunc", "--human=false", "--format", "{{.Size}} {{.CreatedBy}}", images.image(stage, False)
+        ).stdout.splitlines()
+        (size,) = [int(line.split()[0]) for line in history if "requirements.py --only torch" in line]
+        assert size > 500e6, (stage, size)  # torch itself, not an empty layer
+
+
 @pytest.mark.parametrize("stage", containers.STAGES)
 def test_image_runs_as_its_user_offline_and_installs_nothing(stage):
     image = images.image(stage, pinned=False)
