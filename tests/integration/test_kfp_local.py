@@ -12,6 +12,7 @@ from kfp_llmops.components import images
 from kfp_llmops.components.common import integrity, merkle
 from kfp_llmops.components.training import checkpoints
 from kfp_llmops.pipelines import compile as compile_mod
+from kfp_llmops.pipelines.demo.demo_data import OPEN_HELD_OUT
 from kfp_llmops.pipelines.demo.local_run import format_summary, run_local
 
 TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
@@ -21,6 +22,13 @@ TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
 CANARY = (
     "interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
     "gate: {min_requests: 10, latency_tolerance: 3.0}\nfail_on_rollback: false\n"
+)
+# The first release verifies the watermark as the demo does (DEMO_DETECTION: 200 long
+# texts and the trade-off curve); the later pipelines, there for their shapes and their
+# baselines, detect it on 48 long texts with no curve.
+QUICK_DETECTION = (
+    "delta: 2.0\n"
+    f"generation: {{max_new_tokens: 112, min_new_tokens: 112, texts: 48, prompts: {json.dumps(OPEN_HELD_OUT)}}}\n"
 )
 
 
@@ -91,7 +99,7 @@ def _continued_training_is_judged_against_the_promoted_release(first, train, tmp
     with the promoted release (the first) as its baseline: drift is measured against its
     data, the blessing's change thresholds and win rate against its model, and the canary
     runs over run/serving, whose stable (evaluate-deploy's v2) serves that same model."""
-    from kfp_llmops.pipelines.demo.local_run import DEMO_DETECTION, collect_stages
+    from kfp_llmops.pipelines.demo.local_run import collect_stages
     from kfp_llmops.pipelines.release import LOCAL_PIPELINES
 
     run = tmp_path / "run"
@@ -108,7 +116,7 @@ def _continued_training_is_judged_against_the_promoted_release(first, train, tmp
         checkpoint_root=train["checkpoint_root"],
         train_config=TRAIN.replace("steps: 6", "steps: 9"),
         eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
-        watermark_config=DEMO_DETECTION,
+        watermark_config=QUICK_DETECTION,
         watermark_key_file=str(run / "watermark.key"),
         deploy_config=CANARY,
         serving_state_dir=str(run / "serving"),
@@ -158,7 +166,6 @@ def _altered_baseline_stats_are_refused(tmp_path, capfd):
 
 
 def _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_path):
-    from kfp_llmops.pipelines.demo.local_run import DEMO_DETECTION
     from kfp_llmops.pipelines.release import LOCAL_PIPELINES
 
     run = tmp_path / "run"
@@ -167,7 +174,7 @@ def _evaluate_deploy_rolls_a_canary_out_against_the_released_stable(train, tmp_p
         model_root=train["merkle_root"],
         eval_dataset_uri=str(run / "data" / "eval.jsonl"),
         eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
-        watermark_config=DEMO_DETECTION,
+        watermark_config=QUICK_DETECTION,
         watermark_key_file=str(run / "watermark.key"),
         deploy_config=CANARY,
         serving_state_dir=str(run / "serving"),
