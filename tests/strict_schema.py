@@ -95,11 +95,11 @@ def knows(doc: dict) -> bool:
 
 
 @functools.cache
-def _validator(source: str, name: str):
-    """One validator per schema (`source` crd: `name` is "file version"; argo: the kind),
-    the schema checked once: `jsonschema.validate` checks a 2 MB CRD schema against the
-    metaschema on every call."""
-    schema = _argo(name) if source == "argo" else _crd(*name.split(" "))
+def _validator(api_version: str, kind: str):
+    """One validator per kind `knows`, its schema checked once: `jsonschema.validate`
+    checks a 2 MB CRD schema against the metaschema on every call."""
+    key = (api_version, kind)
+    schema = _crd(CRDS[key], api_version.split("/")[1]) if key in CRDS else _argo(kind)
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema)
@@ -107,16 +107,11 @@ def _validator(source: str, name: str):
 
 def validate(doc: dict) -> None:
     """Raise jsonschema.ValidationError as the server would refuse `doc`."""
-    key = (doc.get("apiVersion"), doc.get("kind"))
-    if key in CRDS:
-        validator = _validator("crd", f"{CRDS[key]} {key[0].split('/')[1]}")
-    elif key[0] == "argoproj.io/v1alpha1" and key[1] in ("WorkflowTemplate", "Workflow", "CronWorkflow"):
-        validator = _validator("argo", key[1])
-    else:
+    if not knows(doc):
         import kubernetes_validate
 
         kubernetes_validate.validate(doc, "1.32", strict=True)
         return
-    error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
+    error = jsonschema.exceptions.best_match(_validator(doc["apiVersion"], doc["kind"]).iter_errors(doc))
     if error is not None:
         raise error
