@@ -12,16 +12,21 @@ from kfp_llmops.components import images
 from kfp_llmops.components.common import integrity, merkle
 from kfp_llmops.components.training import checkpoints
 from kfp_llmops.pipelines import compile as compile_mod
-from kfp_llmops.pipelines.demo.demo_data import OPEN_HELD_OUT
+from kfp_llmops.pipelines.demo.demo_data import DEMO_DEPLOY, OPEN_HELD_OUT
 from kfp_llmops.pipelines.demo.local_run import format_summary, run_local
 
 TRAIN = "steps: 6\ncheckpoint_interval: 3\nmicro_batch: 4\nseq_len: 48\n"
+# The engine is not these runs' subject (test_vllm_serving serves the judged answers through
+# vLLM, test_deploy rolls it out, the image DAG runs it in the deploy image): the transformers
+# engine starts in ~6 s where vLLM takes ~24 s, for every server of every run. Stable and
+# canary share it: a canary on another engine differs in speed by what the engines are.
+ENGINE = "serving: {engine: transformers}\n"
 # Latency is not what these runs judge (test_deploy's drills do): two servers of the same
 # model on two busy cores differ by 2x in a 3 s interval, so the tolerance is wide, and a
 # canary the noise still rolls back fails no pipeline.
 CANARY = (
     "interval_s: 3\nsteps: [50, 100]\nsmoke: {max_new_tokens: 64}\n"
-    "gate: {min_requests: 10, latency_tolerance: 3.0}\nfail_on_rollback: false\n"
+    "gate: {min_requests: 10, latency_tolerance: 3.0}\nfail_on_rollback: false\n" + ENGINE
 )
 # The first release verifies the watermark as the demo does (DEMO_DETECTION: 200 long
 # texts and the trade-off curve); the later pipelines, there for their shapes and their
@@ -39,6 +44,7 @@ def test_release_pipeline_runs_through_kfp_local(tmp_path, capfd):
         train_config=TRAIN,
         base_model_size="tiny",
         eval_config="generation: {max_new_tokens: 8}\ngate:\n  value: {}\n",
+        deploy_config=DEMO_DEPLOY + ENGINE,
         ask_served=True,
     )
     validate, train, evaluate, watermark, deployed = summary["stages"]
