@@ -258,6 +258,9 @@ def main() -> dict:
         shutil.rmtree(work, ignore_errors=True)
     top = {name: levels[-1] for name, levels in paths.items()}
 
+    def overall(a: str, b: str) -> float:
+        return top[a]["tokens_per_s"] / top[b]["tokens_per_s"]
+
     def per_round(a: str, b: str) -> list[float]:
         return [x / y for x, y in zip(top[a]["round_tokens_per_s"], top[b]["round_tokens_per_s"], strict=True)]
 
@@ -268,12 +271,11 @@ def main() -> dict:
         "idle_cores": idle,
         "paths": paths,
         "watermark": cost,
-        "vllm_vs_transformers_tokens_per_s": top["vllm"]["tokens_per_s"] / top["transformers"]["tokens_per_s"],
+        "vllm_vs_transformers_tokens_per_s": overall("vllm", "transformers"),
         "vllm_vs_transformers_rounds": per_round("vllm", "transformers"),
-        "vllm_vs_vllm_serve_tokens_per_s": top["vllm"]["tokens_per_s"] / top["vllm serve"]["tokens_per_s"],
+        "vllm_vs_vllm_serve_tokens_per_s": overall("vllm", "vllm serve"),
         "vllm_vs_vllm_serve_rounds": per_round("vllm", "vllm serve"),
-        "vllm_serve_vs_transformers_tokens_per_s": top["vllm serve"]["tokens_per_s"]
-        / top["transformers"]["tokens_per_s"],
+        "vllm_serve_vs_transformers_tokens_per_s": overall("vllm serve", "transformers"),
         "vllm_vs_transformers_ttft_p99": top["vllm"]["ttft_p99_ms"] / top["transformers"]["ttft_p99_ms"],
         "watermark_share_of_step": cost["cold_p50_ms"] / top["vllm"]["itl_p50_ms"],
         "watermark_share_of_step_warm": cost["warm_p50_ms"] / top["vllm"]["itl_p50_ms"],
