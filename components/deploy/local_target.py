@@ -87,8 +87,7 @@ class LocalTarget:
             limits=self.cfg.front_door,
         )
         self.split.start(0 if has_stable else 100)
-        for pid in self.split.pids:
-            serving_state.note_process(self.state_dir, pid)
+        self._note_processes(self.split.pids)
         if self.cfg.metrics.source == "prometheus":
             url = self.cfg.metrics.prometheus_url
             if not url:
@@ -120,10 +119,13 @@ class LocalTarget:
             cfg.serving.model_name,
             cfg.frontend_limits,
             self._cores(role),
-        ).start()
-        for pid in server.pids:
+        )
+        server.on_start = self._note_processes
+        return server.start()
+
+    def _note_processes(self, pids: list[int]) -> None:
+        for pid in pids:
             serving_state.note_process(self.state_dir, pid)
-        return server
 
     def _cores(self, role: str) -> list[int] | None:
         """With stable and canary side by side, each server (its engine and every process

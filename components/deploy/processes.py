@@ -4,10 +4,13 @@ started. Shared by Triton, nginx, the key checker, the OpenAI front end and Prom
 
 from __future__ import annotations
 
+import collections
 import os
+import random
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,7 +20,55 @@ from kfp_llmops.components.common.errors import LlmopsError
 LOOPBACK = "127.0.0.1"  # where every server but nginx listens
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as handle:
+            return int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+_handed_out: collections.deque[int] = collections.deque(maxlen=512)
+_handed_lock = threading.Lock()
+
+
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """`n` distinct ports nothing listens on, from below the kernel's ephemeral range.
+
+    A server is given its port before it binds it, and Triton binds only after loading
+    its model (20 s and more). A port from bind(0) is in the ephemeral range, which every
+    outgoing connection and every bind(0) of the server's own engine also draws from, so
+    in that gap it was taken (or held in TIME_WAIT) now and then and the server failed to
+    start. Below the range only another explicit pick can collide; this process never
+    hands the same port out twice in a row of 512."""
+    top = _ephemeral_low()
+    bottom = max(1024, top - 16384)
+    if top - bottom < 1024:  # the range reaches low: pick as the kernel would
+        return _kernel_ports(n, host)
+    picked: list[int] = []
+    rng = random.SystemRandom()
+    with _handed_lock:
+        for _ in range(64 * n):
+            port = rng.randrange(bottom, top)
+            if port in picked or port in _handed_out or not _bindable(host, port):
+                continue
+            picked.append(port)
+            if len(picked) == n:
+                _handed_out.extend(picked)
+                return picked
+    raise LlmopsError(f"no {n} free ports on {host} in {bottom}-{top - 1}")
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as sock:  # no SO_REUSEADDR: a port in TIME_WAIT counts as taken
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _kernel_ports(n: int, host: str) -> list[int]:
     socks = []
     try:
         for _ in range(n):

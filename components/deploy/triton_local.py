@@ -62,6 +62,8 @@ class TritonServer:
         self.frontend = None  # OpenAIFrontend, with a model
         self.http_port = self.grpc_port = self.metrics_port = 0
         self.log_path = os.path.join(work, f"tritonserver-{role}.log")
+        self._log_from = 0  # where this start's lines begin in the log
+        self.on_start = None  # called with the new pids after each start (a retry starts again)
 
     @property
     def address(self) -> str:
@@ -120,6 +122,7 @@ class TritonServer:
             f"--grpc-restricted-protocol={ADMIN_APIS}:{_ADMIN_HEADER}={secrets.token_urlsafe(24)}",
         ]
         log = open(self.log_path, "ab")
+        self._log_from = log.tell()
         self.proc = subprocess.Popen(
             cmd,
             stdout=log,
@@ -135,6 +138,8 @@ class TritonServer:
 
             self.frontend = OpenAIFrontend(self.url, self.model, self.work, self.role, self.host, 0, *self.limits)
             self.frontend.start()
+        if self.on_start is not None:
+            self.on_start(self.pids)
         return self
 
     def log_tail(self, lines: int = 6) -> str:
@@ -166,10 +171,25 @@ class TritonServer:
         except OSError:
             return False
 
-    def wait_ready(self, timeout: float) -> None:
+    def _lost_a_port(self) -> bool:
+        """Whether this start failed because one of its ports was taken before Triton
+        bound it (it binds after loading the model; see free_ports)."""
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(self._log_from)
+                return b"already in use" in handle.read()
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout: float, port_retries: int = 2) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.alive():
+                if port_retries > 0 and self.proc.poll() is not None and self._lost_a_port():
+                    port_retries -= 1  # started again on new ports, within the same deadline
+                    self.stop()
+                    self.start()
+                    continue
                 why = self.load_error() or self.log_tail()
                 raise LlmopsError(f"{self.role} tritonserver exited with {self.proc.returncode}: {why}")
             if self.ready():

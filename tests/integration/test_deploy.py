@@ -630,6 +630,39 @@ def test_nothing_unverified_is_served(released, tmp_path, capsys):
     assert _no_servers_left()
 
 
+def test_a_server_whose_port_was_taken_while_it_loaded_starts_again_on_new_ports(released, tmp_path, monkeypatch):
+    """Triton binds its ports only after loading the model; one taken in that gap (as a
+    connection's ephemeral port took one in CI) fails its start. The server is started
+    again on new ports within the same deadline, and the new processes are noted."""
+    from kfp_llmops.components.common.records import served_dir
+    from kfp_llmops.components.deploy import triton_local
+    from kfp_llmops.components.deploy.triton_local import REPOSITORY_ROOT_ENV, TritonServer
+
+    real = triton_local.free_ports
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        calls = []
+        monkeypatch.setattr(
+            triton_local, "free_ports", lambda n, host: [*real(n - 1, host), taken] if not calls else real(n, host)
+        )
+        stable = served_dir(released["state"], "stable")
+        root = read_state(released["state"])["stable"]["repository_root"]
+        env = {REPOSITORY_ROOT_ENV: root, "LLMOPS_WATERMARK_KEY_FILE": os.path.abspath(released["key"])}
+        server = TritonServer(stable, str(tmp_path / "t"), "stable", env=env)
+        server.on_start = calls.append
+        try:
+            server.start().wait_ready(150)
+            assert server.ready() and taken not in (server.http_port, server.grpc_port, server.metrics_port)
+            assert len(calls) == 2 and calls[1] == server.pids != calls[0]
+            log = open(server.log_path, encoding="utf-8").read()
+            assert f"Socket '127.0.0.1:{taken}' already in use" in log
+        finally:
+            server.stop()
+    assert _no_servers_left()
+
+
 def _ready(port: int) -> bool:
     """Whether a loopback port is Triton's HTTP endpoint (its server metadata names it)."""
     from kfp_llmops.components.deploy.processes import http_get
