@@ -270,7 +270,12 @@ class Lock(_Section):
 
 class Local(_Section):
     state_dir: str = Field("", description="Where the promoted repositories live; default next to the outputs.")
-    startup_timeout_s: float = Field(120.0, gt=0)
+    startup_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="Per server, to load the model and bind its ports (started again on new ports if one was taken "
+        "meanwhile); past it the error names where the model's threads were.",
+    )
     host: str = Field(
         "127.0.0.1",
         description="The address nginx listens on; Triton, its OpenAI front ends and Prometheus listen on loopback "

@@ -113,6 +113,24 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
+def group_members(pgid: int, command: str) -> list[int]:
+    """The processes of group `pgid` whose command line contains `command` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                group = int(handle.read().rsplit(")", 1)[1].split()[2])
+            if group == pgid:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if command.encode() in handle.read():
+                        found.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
 def stop_group(proc: subprocess.Popen | None, first: signal.Signals | None, grace: float = 10.0) -> None:
     """Send `first` to the process group started with `start_new_session` and give it
     `grace` seconds, then SIGKILL the group (children included) and reap the leader."""

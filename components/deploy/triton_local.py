@@ -14,7 +14,7 @@ import time
 from kfp_llmops.components.common.errors import LlmopsError
 
 from . import serving_env
-from .processes import die_with_parent, free_ports, http_get, stop_group
+from .processes import die_with_parent, free_ports, group_members, http_get, stop_group
 
 # The repository root a server's model verifies its folder against as it loads.
 REPOSITORY_ROOT_ENV = "LLMOPS_REPOSITORY_ROOT"
@@ -197,8 +197,41 @@ class TritonServer:
                     self.frontend.wait_ready(max(5.0, deadline - time.monotonic()))
                 return
             time.sleep(0.25)
+        tail, stacks = self.log_tail(), self.model_stacks()
         self.stop()
-        raise LlmopsError(f"{self.role} tritonserver not ready after {timeout:.0f} s: {self.log_tail()}")
+        where = f"; where its model was: {stacks}" if stacks else ""
+        raise LlmopsError(f"{self.role} tritonserver not ready after {timeout:.0f} s: {tail}{where}")
+
+    def model_stacks(self, wait: float = 2.0, frames: int = 10) -> str:
+        """The Python threads of the model's backend stubs, innermost `frames` of each:
+        each dumps them to the log on SIGUSR1 (faulthandler, registered by model.py)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return ""
+        try:
+            start = os.path.getsize(self.log_path)
+        except OSError:
+            return ""
+        stubs = group_members(self.proc.pid, "triton_python_backend_stub")
+        for pid in stubs:
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        if not stubs:
+            return ""
+        time.sleep(wait)
+        with open(self.log_path, "rb") as handle:
+            handle.seek(start)
+            dump = handle.read().decode("utf-8", "replace").splitlines()
+        out, kept = [], 0
+        for line in (ln.strip() for ln in dump):
+            if "(most recent call first)" in line:
+                out.append(line)
+                kept = 0
+            elif line.startswith(("File ", "<")) and kept < frames:
+                out.append(line)
+                kept += 1
+        return " | ".join(out)
 
     def metrics_text(self) -> str:
         status, body = http_get(f"http://{self.host}:{self.metrics_port}/metrics", 3.0)

@@ -18,13 +18,19 @@ $LLMOPS_WATERMARK_KEY. Either exports vLLM's metric names per model and version
 (`serving_metrics`). `drill` in serving.json injects failures or latency on purpose.
 """
 
+import faulthandler
 import json
 import os
 import random
+import signal
 import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+# A model that never finishes loading tells where it is: the server sends SIGUSR1 to its
+# stubs before giving up (TritonServer.wait_ready), each dumps its threads to the log.
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def _values(request, names) -> dict:

@@ -630,10 +630,14 @@ def test_nothing_unverified_is_served(released, tmp_path, capsys):
     assert _no_servers_left()
 
 
-def test_a_server_whose_port_was_taken_while_it_loaded_starts_again_on_new_ports(released, tmp_path, monkeypatch):
+def test_a_server_whose_port_was_taken_while_it_loaded_starts_again_and_tells_where_its_model_is(
+    released, tmp_path, monkeypatch
+):
     """Triton binds its ports only after loading the model; one taken in that gap (as a
     connection's ephemeral port took one in CI) fails its start. The server is started
-    again on new ports within the same deadline, and the new processes are noted."""
+    again on new ports within the same deadline, and the new processes are noted. Its
+    model's stubs dump their threads on request (what a start that timed out reports)
+    and go on serving."""
     from kfp_llmops.components.common.records import served_dir
     from kfp_llmops.components.deploy import triton_local
     from kfp_llmops.components.deploy.triton_local import REPOSITORY_ROOT_ENV, TritonServer
@@ -658,6 +662,9 @@ def test_a_server_whose_port_was_taken_while_it_loaded_starts_again_on_new_ports
             assert len(calls) == 2 and calls[1] == server.pids != calls[0]
             log = open(server.log_path, encoding="utf-8").read()
             assert f"Socket '127.0.0.1:{taken}' already in use" in log
+            stacks = server.model_stacks()
+            assert "(most recent call first)" in stacks and "File " in stacks, stacks
+            assert server.alive() and server.ready()
         finally:
             server.stop()
     assert _no_servers_left()
