@@ -113,20 +113,28 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
+def proc_stat(pid: int | str) -> tuple[int, int, str] | None:
+    """(process group, start time, state) of a process, from /proc (state Z: a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return int(fields[2]), int(fields[19]), fields[0]
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def group_members(pgid: int, command: str) -> list[int]:
     """The processes of group `pgid` whose command line contains `command` (from /proc)."""
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        stat = proc_stat(entry) if entry.isdigit() else None
+        if stat is None or stat[0] != pgid:
             continue
         try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
-                group = int(handle.read().rsplit(")", 1)[1].split()[2])
-            if group == pgid:
-                with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                    if command.encode() in handle.read():
-                        found.append(int(entry))
-        except (OSError, IndexError, ValueError):
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                if command.encode() in handle.read():
+                    found.append(int(entry))
+        except OSError:
             continue
     return found
 

@@ -22,6 +22,8 @@ from kfp_llmops.components.common import atomic
 from kfp_llmops.components.common.errors import InputError
 from kfp_llmops.components.common.records import REPOS_DIR, read_serving_state, served_dir, write_serving_state
 
+from .processes import proc_stat
+
 ROLES = ("stable", "previous")
 PIDS = ".rollout.pids"
 KILL_AT = "LLMOPS_DRILL_KILL_AT"  # a rehearsal: the process kills itself at this point
@@ -127,20 +129,10 @@ def commit_undo(state_dir: str) -> dict:
 # -- processes a rollout started ----------------------------------------------------------
 
 
-def _stat(pid: int | str) -> tuple[int, int, str] | None:
-    """(process group, start time, state) of a process, from /proc (state Z: a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return int(fields[2]), int(fields[19]), fields[0]
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def note_process(state_dir: str, pid: int) -> None:
     """Remember a process group this rollout started (its leader's start time tells it
     from a later process that got the same id)."""
-    stat = _stat(pid)
+    stat = proc_stat(pid)
     if stat is not None:
         with open(os.path.join(state_dir, PIDS), "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"pgid": pid, "start": stat[1]}) + "\n")
@@ -162,12 +154,12 @@ def stop_leftovers(state_dir: str, log=print) -> int:
             continue
     members: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
-        stat = _stat(name) if name.isdigit() else None
+        stat = proc_stat(name) if name.isdigit() else None
         if stat is not None and stat[0] in groups and stat[2] != "Z":
             members.setdefault(stat[0], []).append(int(name))
     stopped = 0
     for pgid in members:
-        leader = _stat(pgid)
+        leader = proc_stat(pgid)
         if leader is not None and (leader[0] != pgid or leader[1] != groups[pgid]):
             continue  # that id is someone else's now
         try:

@@ -171,15 +171,19 @@ class TritonServer:
         except OSError:
             return False
 
+    def _log_since(self, offset: int) -> str:
+        """The server's log from byte `offset` on ("" if it cannot be read)."""
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(offset)
+                return handle.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
     def _lost_a_port(self) -> bool:
         """Whether this start failed because one of its ports was taken before Triton
         bound it (it binds after loading the model; see free_ports)."""
-        try:
-            with open(self.log_path, "rb") as handle:
-                handle.seek(self._log_from)
-                return b"already in use" in handle.read()
-        except OSError:
-            return False
+        return "already in use" in self._log_since(self._log_from)
 
     def wait_ready(self, timeout: float, port_retries: int = 2) -> None:
         deadline = time.monotonic() + timeout
@@ -212,19 +216,16 @@ class TritonServer:
         except OSError:
             return ""
         stubs = group_members(self.proc.pid, "triton_python_backend_stub")
+        if not stubs:
+            return ""
         for pid in stubs:
             try:
                 os.kill(pid, signal.SIGUSR1)
             except ProcessLookupError:
                 pass
-        if not stubs:
-            return ""
         time.sleep(wait)
-        with open(self.log_path, "rb") as handle:
-            handle.seek(start)
-            dump = handle.read().decode("utf-8", "replace").splitlines()
         out, kept = [], 0
-        for line in (ln.strip() for ln in dump):
+        for line in (ln.strip() for ln in self._log_since(start).splitlines()):
             if "(most recent call first)" in line:
                 out.append(line)
                 kept = 0

@@ -16,6 +16,7 @@ from helpers import tiny_model
 from kfp_llmops.components.common.records import REPOS_DIR, read_serving_state, served_dir
 from kfp_llmops.components.deploy import DeployConfig, build_repository, repository, serving_state
 from kfp_llmops.components.deploy.local_target import undo
+from kfp_llmops.components.deploy.processes import proc_stat
 
 PROMOTE = """
 import sys
@@ -114,5 +115,5 @@ def test_process_groups_a_killed_rollout_left_are_stopped_by_the_next(tmp_path):
 
 
 def _group(pgid: int) -> list[int]:
-    stats = [(p, serving_state._stat(p)) for p in os.listdir("/proc") if p.isdigit()]
+    stats = [(p, proc_stat(p)) for p in os.listdir("/proc") if p.isdigit()]
     return [int(p) for p, st in stats if st and st[0] == pgid and st[2] != "Z"]  # zombies are dead
